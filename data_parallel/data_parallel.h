@@ -1,0 +1,90 @@
+// data_parallel/data_parallel.h — data parallelism: every dp rank holds the whole model,
+// trains on its own slice of the global batch, and the ranks average their gradients.
+//
+//   rank 0: batch rows [0, B)   --forward/backward-->  g0  \
+//   rank 1: batch rows [B, 2B)  --forward/backward-->  g1   }-- all-reduce(avg) --> (g0+g1+...)/dp
+//   ...                                                     /     on every rank, so every rank
+//                                                                 takes the same optimizer step
+//
+// The average of per-rank mean losses is the mean loss of the global batch (all micro-
+// batches have the same number of tokens), so the averaged gradient is exactly the
+// single-process gradient of the global batch: the equivalence contract.
+//
+// Two ways to synchronise (--dp-mode):
+//   naive     after the last backward, one all-reduce per parameter. The network idles
+//             during backward and the GPU idles during communication.
+//   bucketed  gradients are packed into flat buckets of --dp-bucket-mb MiB, in reverse
+//             order of the forward pass (the order backward produces them). A hook on
+//             each parameter's gradient accumulator notices when its gradient is ready;
+//             when a bucket is full its all-reduce is launched asynchronously, while
+//             backward keeps computing the earlier layers' gradients. After backward we
+//             only wait. Overlap pays when communicating one bucket takes no longer than
+//             computing the next bucket's gradients (the Playbook's overlap condition),
+//             and a few large all-reduces beat hundreds of small ones (latency). Cost:
+//             the buckets are the main grads (views), so no extra memory beyond fp32 grads.
+//
+// Gradient accumulation: with --grad-acc-steps k, the first k-1 micro-batches only
+// accumulate into the main grads (no-sync); the last one communicates.
+//
+// Communication per step: one all-reduce of all gradients, 2 (dp-1)/dp x N x 4 bytes
+// sent and received per rank (fp32 main grads) with a ring algorithm.
+//
+// Test: ctest -R data_parallel ; equivalence: ctest -L equivalence
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "picotron/comm.h"
+#include "picotron/config.h"
+#include "picotron/optim.h"
+
+namespace picotron {
+
+class DataParallel {
+ public:
+  // `group` is the data-parallel group (the cp×dp group once context parallelism
+  // exists). `params` must outlive this object; in bucketed mode their main grads are
+  // replaced by views into the buckets.
+  DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Whether the next backward is the last micro-batch of the step (communicates).
+  void set_sync(bool sync) { sync_ = sync; }
+  // Call after the last micro-batch's backward: naive mode all-reduces every main grad;
+  // bucketed mode launches any bucket not yet launched, then waits for all of them.
+  void finish_gradient_sync();
+
+  int num_buckets() const { return int(buckets_.size()); }
+  // What happened, in order ("launch bucket 3", "backward end", ...): the overlap test reads it.
+  const std::vector<std::string>& events() const { return events_; }
+  void clear_events() { events_.clear(); }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;           // [numel] the bucket's main grads, contiguous
+    std::vector<size_t> params;   // indices into params_
+    int pending = 0;              // gradients still to arrive in this backward
+    std::optional<Work> work;     // the in-flight all-reduce
+  };
+  void build_buckets(double bucket_mb);
+  void on_grad_ready(size_t param_index);  // the hook
+  void launch_ready_buckets();             // in bucket order: every rank launches the same sequence
+  void launch(Bucket& b, size_t index);
+
+  Comm& group_;
+  std::vector<TrainableParam>& params_;
+  DpMode mode_;
+  bool sync_ = true;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // param index -> bucket index
+  size_t next_to_launch_ = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold our hooks
+  std::vector<std::string> events_;
+};
+
+}  // namespace picotron

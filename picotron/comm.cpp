@@ -1,0 +1,183 @@
+// picotron/comm.cpp — the Comm object: creation, sub-groups, teardown, checks, Work.
+//
+// The collectives themselves are one file further, next to their library calls:
+//   comm_mpi.cpp   CPU tensors: MPI_Iallreduce, ... and the bounded wait
+//   comm_nccl.cpp  CUDA tensors: ncclAllReduce, ... on CUDA streams (CUDA builds only)
+//
+// Life of a communicator:
+//   Comm::world(dist, device)  MPI_Comm_dup(MPI_COMM_WORLD)  (+ ncclCommInitRank for CUDA)
+//        |
+//   comm.split(color, key)     MPI_Comm_split                (+ ncclCommSplit)
+//        |                     ranks with the same color form a group, ordered by key
+//   ~Comm                      MPI_Comm_free                 (+ ncclCommDestroy, or
+//                                                               ncclCommAbort after abort())
+//
+// Test: ctest -R comm   (tests/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
+#include "picotron/comm.h"
+
+#include <climits>
+#include <utility>
+
+#include "picotron/comm_internal.h"
+#include "picotron/distributed.h"
+
+namespace picotron {
+
+using detail::comm_check;
+
+// ---- errors --------------------------------------------------------------------
+
+void detail::throw_mpi_error(int code, const char* call, const char* file, int line, int rank) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw CommError("[rank " + std::to_string(rank) + "] " + call + " failed at " + file + ":" +
+                  std::to_string(line) + ": " + std::string(text, length));
+}
+
+std::string detail::timeout_message(int rank, const char* op, std::chrono::seconds timeout,
+                                    const std::string& details) {
+  return "[rank " + std::to_string(rank) + "] " + op + " timed out after " + std::to_string(timeout.count()) +
+         " s: a peer died or stopped answering (" + details + ")";
+}
+
+// ---- Work ----------------------------------------------------------------------
+
+Work::Work() = default;  // here, where State is complete (unique_ptr needs its destructor)
+Work::Work(std::unique_ptr<State> s) : state_(std::move(s)) {}
+Work::Work(Work&& other) noexcept = default;
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    if (state_ && !state_->safe_to_destroy()) (void)state_.release();  // leaked on purpose
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Work::~Work() {
+  if (state_ && !state_->safe_to_destroy()) (void)state_.release();  // leaked on purpose
+}
+void Work::wait() {
+  if (!state_) return;
+  state_->wait();
+  state_.reset();  // a second wait() is a no-op
+}
+
+// ---- creation and teardown ----------------------------------------------------
+
+Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::seconds timeout) {
+  Comm c;
+  c.rank_ = c.world_rank_ = dist.rank();
+  c.size_ = dist.world_size();
+  c.timeout_ = timeout;
+  c.device_ = device;
+  if (dist.has_mpi()) {
+    PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_dup(MPI_COMM_WORLD, &c.mpi_));
+    c.owns_mpi_ = true;
+    // Return error codes (our checks turn them into CommError) instead of aborting.
+    PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_set_errhandler(c.mpi_, MPI_ERRORS_RETURN));
+  } else if (!device.is_cuda()) {
+    throw CommError("[rank " + std::to_string(c.world_rank_) + "] --device cpu with " + std::to_string(c.size_) +
+                    " ranks: CPU runs need mpirun (or srun): torchrun provides no MPI");
+  }
+  if (device.is_cuda()) c.nccl_init_world(dist);  // NCCL's unique id goes over MPI or a TCPStore
+  return c;
+}
+
+Comm Comm::split(int color, int key) {
+  comm_check(color >= 0, "[rank ", world_rank_, "] Comm::split: color ", color, " must be >= 0");
+  Comm sub;
+  sub.world_rank_ = world_rank_;
+  sub.timeout_ = timeout_;
+  sub.device_ = device_;
+  if (mpi_ != MPI_COMM_NULL) {
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_split(mpi_, color, key, &sub.mpi_));
+    sub.owns_mpi_ = true;
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_rank(sub.mpi_, &sub.rank_));
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_size(sub.mpi_, &sub.size_));
+  }
+  if (nccl_) nccl_split(sub, color, key);  // ncclCommSplit (sets rank/size when there is no MPI)
+  return sub;
+}
+
+Comm::Comm(Comm&& other) noexcept { *this = std::move(other); }
+
+Comm& Comm::operator=(Comm&& other) noexcept {
+  if (this == &other) return *this;
+  if (owns_mpi_ && mpi_ != MPI_COMM_NULL) MPI_Comm_free(&mpi_);
+  rank_ = other.rank_;
+  size_ = other.size_;
+  world_rank_ = other.world_rank_;
+  timeout_ = other.timeout_;
+  device_ = other.device_;
+  mpi_ = std::exchange(other.mpi_, MPI_COMM_NULL);
+  owns_mpi_ = std::exchange(other.owns_mpi_, false);
+  nccl_ = std::move(other.nccl_);
+  return *this;
+}
+
+Comm::~Comm() {
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (owns_mpi_ && mpi_ != MPI_COMM_NULL && !finalised) MPI_Comm_free(&mpi_);
+  // nccl_ (shared with any Work still in flight) calls ncclCommDestroy when the last owner goes.
+}
+
+void Comm::abort() {
+  if (nccl_) nccl_abort();  // ncclCommAbort: stop the kernels without waiting for peers
+  // MPI has no per-communicator abort; the whole job goes down through MPI_Abort.
+}
+
+
+// ---- checks ----------------------------------------------------------------------
+
+void Comm::check_tensor(const torch::Tensor& t, const char* op) const {
+  const int r = world_rank_;
+  comm_check(t.defined(), "[rank ", r, "] ", op, ": undefined tensor");
+  comm_check(t.is_contiguous(), "[rank ", r, "] ", op, ": tensor must be contiguous (call .contiguous())");
+  const auto dt = t.scalar_type();
+  comm_check(dt == torch::kFloat32 || dt == torch::kFloat64 || dt == torch::kBFloat16 || dt == torch::kFloat16 ||
+                 dt == torch::kInt32 || dt == torch::kInt64,
+             "[rank ", r, "] ", op, ": dtype ", detail::dtype_name(dt), " is not supported (float32, float64, bfloat16, float16, int32, int64)");
+  if (t.is_cuda())
+    comm_check(nccl_ && t.device() == device_, "[rank ", r, "] ", op, ": tensor on ", t.device(),
+               ", but this Comm's NCCL communicator is ", (nccl_ ? device_.str() : "absent (a CPU Comm)"));
+  else
+    comm_check(mpi_ != MPI_COMM_NULL, "[rank ", r, "] ", op,
+               ": CPU tensor, but this Comm has no MPI (torchrun launched several processes)");
+  comm_check(t.numel() <= INT_MAX, "[rank ", r, "] ", op, ": ", t.numel(), " elements, but MPI and NCCL ",
+             "counts here are int: split the tensor");
+}
+
+void Comm::check_reduce(const torch::Tensor& t, ReduceOp reduce, const char* op) const {
+  check_tensor(t, op);
+  comm_check(reduce != ReduceOp::kAvg || t.is_floating_point(), "[rank ", world_rank_, "] ", op,
+             ": ReduceOp::kAvg on a ", detail::dtype_name(t.scalar_type()),
+             " tensor would truncate; use kSum and divide in floating point");
+}
+
+void detail::check_chunks(int rank, const char* op, const char* whole_name, const torch::Tensor& whole,
+                          const torch::Tensor& chunk, int size) {
+  comm_check(whole.numel() == size * chunk.numel() && whole.scalar_type() == chunk.scalar_type(), "[rank ", rank,
+             "] ", op, ": ", whole_name, " has ", whole.numel(), " ", dtype_name(whole.scalar_type()),
+             " elements, expected ", size, " x ", chunk.numel(), " ", dtype_name(chunk.scalar_type()));
+}
+
+
+// ---- without CUDA: the NCCL path cannot be reached (world() makes no NCCL comm) ----
+#ifndef PICOTRON_WITH_CUDA
+namespace {
+[[noreturn]] void no_cuda(int rank) {
+  throw CommError("[rank " + std::to_string(rank) + "] this build has no CUDA/NCCL support: use --device cpu");
+}
+}  // namespace
+void Comm::nccl_init_world(const Distributed&) { no_cuda(world_rank_); }
+void Comm::nccl_split(Comm&, int, int) { no_cuda(world_rank_); }
+void Comm::nccl_abort() {}
+Work Comm::nccl_all_reduce(torch::Tensor&, ReduceOp, bool) { no_cuda(world_rank_); }
+Work Comm::nccl_all_gather(torch::Tensor&, const torch::Tensor&, bool) { no_cuda(world_rank_); }
+Work Comm::nccl_reduce_scatter(torch::Tensor&, const torch::Tensor&, ReduceOp, bool) { no_cuda(world_rank_); }
+void Comm::nccl_broadcast(torch::Tensor&, int) { no_cuda(world_rank_); }
+Work Comm::nccl_batch_p2p(const std::vector<P2POp>&, bool) { no_cuda(world_rank_); }
+#endif
+
+}  // namespace picotron

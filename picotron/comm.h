@@ -1,0 +1,163 @@
+// picotron/comm.h — Comm: one process group, raw NCCL for CUDA tensors, MPI for CPU.
+//
+// Every collective is a few lines around the library call, so a student can see
+// exactly what goes over the wire:
+//
+//   CUDA tensor -> ncclAllReduce / ncclAllGather / ncclReduceScatter / ncclBroadcast /
+//                  ncclSend + ncclRecv inside ncclGroupStart/End            (comm_nccl.cpp)
+//   CPU tensor  -> MPI_Iallreduce / MPI_Iallgather / MPI_Ireduce_scatter_block /
+//                  MPI_Ibcast / MPI_Isend + MPI_Irecv, then a bounded wait     (comm.cpp)
+//
+// Counts are elements, never bytes. Tensors must be contiguous. A Comm made for CUDA
+// still moves CPU tensors over MPI when MPI is up (not under a multi-process torchrun).
+//
+// Streams (CUDA). A synchronous call enqueues NCCL on the current stream and returns:
+// stream order alone makes later kernels see the result, and the host keeps launching.
+// An *_async call runs on the Comm's side stream (after the current stream's pending
+// work, its tensors recordStream'ed), so backward kernels keep running while gradients
+// travel; Work::wait() then makes the current stream wait for it.
+//
+// dtypes: float32, float64, bfloat16, float16, int32, int64. MPI has no bf16/fp16
+// type: for reductions those are converted to fp32, reduced, and converted back
+// (the sum is computed in fp32 and rounded once); for data movement (gather,
+// broadcast, p2p) the raw 16-bit payload is sent as MPI_UINT16_T. kAvg is refused
+// for integer tensors (an integer average would silently truncate).
+//
+// Failures never hang: every wait is bounded by the timeout given at creation.
+// On timeout (a peer died or stopped answering) the wait throws CommError with the
+// rank, the operation and the timeout; the caller (train.cpp's main) prints it and
+// aborts the job. NCCL's asynchronous errors are polled (ncclCommGetAsyncError)
+// while waiting, as PyTorch's watchdog does, and the communicator is aborted.
+// (A synchronous CUDA call does not wait on the host, so the bound applies where the
+// host waits: Work::wait and barrier.)
+//
+// Test: ctest -R comm   (tests/comm_test.cpp; failure modes in tests/comm_failure.cpp)
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+#include <torch/types.h>
+
+namespace picotron {
+
+class Distributed;
+namespace detail {
+struct NcclComm;  // comm_nccl.cpp
+}
+
+// Thrown for communication failures (timeouts, library errors, bad arguments).
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class ReduceOp { kSum, kAvg, kMax };
+
+// One pending communication. wait() blocks (bounded by the Comm's timeout) until the
+// operation has finished; for CUDA it then makes the current stream wait on the event
+// recorded after the NCCL call. Safe to call twice. The destructor does not wait: an
+// MPI operation still in flight then keeps its buffers alive until the process ends.
+class Work {
+ public:
+  Work();  // empty: wait() returns at once
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+  ~Work();
+  void wait();
+  bool valid() const { return state_ != nullptr; }
+
+  struct State;  // comm_internal.h: MPI requests or a CUDA event, plus buffers to keep alive
+  explicit Work(std::unique_ptr<State> s);
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// One point-to-point operation of a batch (rings, pipelines).
+struct P2POp {
+  enum Kind { kSend, kRecv } kind;
+  torch::Tensor tensor;  // contiguous; recv writes into it
+  int peer;              // rank within this Comm
+};
+
+class Comm {
+ public:
+  // The world communicator. Every rank of the job calls it. `device` decides whether
+  // an NCCL communicator is created too (CUDA: on device.index() if given, else on the
+  // current device) or only MPI is used (CPU). MPI_COMM_WORLD is duplicated, so our
+  // traffic never mixes with anyone else's.
+  static Comm world(const Distributed& dist, torch::Device device, std::chrono::seconds timeout);
+
+  Comm() = default;  // an empty Comm (not part of any group)
+  Comm(Comm&&) noexcept;
+  Comm& operator=(Comm&&) noexcept;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm();  // frees the communicators (ncclCommDestroy / MPI_Comm_free)
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::seconds timeout() const { return timeout_; }
+  torch::Device device() const { return device_; }
+
+  // ---- collectives (in place where the shapes allow) ---------------------------
+  void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum);               // t: [n] -> [n]
+  void all_gather(torch::Tensor& out, const torch::Tensor& in);                  // in: [n] -> out: [size*n]
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
+                      ReduceOp op = ReduceOp::kSum);                             // in: [size*n] -> out: [n]
+  void broadcast(torch::Tensor& t, int root);
+  void send(const torch::Tensor& t, int peer);
+  void recv(torch::Tensor& t, int peer);
+  void batch_p2p(const std::vector<P2POp>& ops);  // all posted together, then waited
+  void barrier();  // every rank's host has reached this call (MPI_Ibarrier; NCCL-only: a
+                   // one-element all-reduce); GPU work already queued is not waited for
+
+  // ---- asynchronous variants: return a handle; do not read or write the tensors -----
+  // ---- before wait() (the Work keeps what the library uses alive) --------------------
+  Work all_reduce_async(torch::Tensor& t, ReduceOp op = ReduceOp::kSum);
+  Work all_gather_async(torch::Tensor& out, const torch::Tensor& in);
+  Work reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op = ReduceOp::kSum);
+  Work batch_p2p_async(const std::vector<P2POp>& ops);
+
+  // Split into sub-groups: ranks with the same color form a group, ordered by key
+  // (MPI_Comm_split / ncclCommSplit). Collective over this Comm.
+  Comm split(int color, int key);
+
+  // Tear down without waiting for peers (ncclCommAbort); used on error paths.
+  void abort();
+
+ private:
+  // Checks shared by both paths: defined, contiguous, a supported dtype, the Comm's
+  // device, no integer average; throws CommError naming the rank, op and numbers.
+  void check_tensor(const torch::Tensor& t, const char* op) const;
+  void check_reduce(const torch::Tensor& t, ReduceOp reduce, const char* op) const;
+
+  // The CUDA path, one function per NCCL call (comm_nccl.cpp; without CUDA they only
+  // throw). async=false: the current stream, no host wait. async=true: a side stream,
+  // and the returned Work waits on its event.
+  void nccl_init_world(const Distributed& dist);
+  void nccl_split(Comm& sub, int color, int key);
+  void nccl_abort();
+  Work nccl_all_reduce(torch::Tensor& t, ReduceOp op, bool async);
+  Work nccl_all_gather(torch::Tensor& out, const torch::Tensor& in, bool async);
+  Work nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async);
+  void nccl_broadcast(torch::Tensor& t, int root);
+  Work nccl_batch_p2p(const std::vector<P2POp>& ops, bool async);
+
+  int rank_ = 0;
+  int size_ = 1;
+  int world_rank_ = 0;  // this process's global rank: every error message starts with it
+  std::chrono::seconds timeout_{300};
+  torch::Device device_{torch::kCPU};
+  MPI_Comm mpi_ = MPI_COMM_NULL;  // CPU path (null when torchrun launched several processes)
+  bool owns_mpi_ = false;         // mpi_ is ours to MPI_Comm_free
+  // The ncclComm_t and its side stream (nccl.h stays out of this header). Shared with
+  // the Works in flight, so a communicator outlives the operations that use it.
+  std::shared_ptr<detail::NcclComm> nccl_;
+};
+
+}  // namespace picotron

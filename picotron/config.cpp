@@ -1,0 +1,289 @@
+// picotron/config.cpp — presets, flag parsing (cxxopts, the only place flags are read),
+// and validation that reports every problem with its numbers.
+#include "picotron/config.h"
+
+#include <cxxopts.hpp>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace picotron {
+
+namespace {
+
+// Shapes of published models (their Hugging Face config.json). `tiny` is ours: it
+// trains in a minute on a laptop CPU and is what the tests use.
+struct Preset {
+  const char* name;
+  LlamaConfig config;
+};
+
+LlamaConfig make(int64_t h, int64_t i, int64_t l, int64_t nh, int64_t nkv, int64_t v,
+                 double theta, int64_t max_pos, double eps, bool tied) {
+  LlamaConfig c;
+  c.hidden_size = h;
+  c.intermediate_size = i;
+  c.num_hidden_layers = l;
+  c.num_attention_heads = nh;
+  c.num_key_value_heads = nkv;
+  c.vocab_size = v;
+  c.rope_theta = theta;
+  c.max_position_embeddings = max_pos;
+  c.rms_norm_eps = eps;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+const std::vector<Preset>& presets() {
+  //                      H     I      L   nH  nKV  V       theta     max_pos eps    tied
+  static const std::vector<Preset> kPresets = {
+      {"tiny",        make(128,  384,   4,  4,  2,  256,    10000.0,  2048,  1e-5,  true)},
+      {"smollm-135m", make(576,  1536,  30, 9,  3,  49152,  10000.0,  2048,  1e-5,  true)},
+      {"smollm-360m", make(960,  2560,  32, 15, 5,  49152,  10000.0,  2048,  1e-5,  true)},
+      {"smollm-1.7b", make(2048, 8192,  24, 32, 32, 49152,  10000.0,  2048,  1e-5,  true)},
+      {"llama2-7b",   make(4096, 11008, 32, 32, 32, 32000,  10000.0,  4096,  1e-5,  false)},
+      {"llama3-8b",   make(4096, 14336, 32, 32, 8,  128256, 500000.0, 8192,  1e-5,  false)},
+  };
+  return kPresets;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+LlamaConfig preset(const std::string& name) {
+  for (const auto& p : presets())
+    if (name == p.name) return p.config;
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("--model: unknown preset '" + name + "' (known: " + known + ")");
+}
+
+int64_t count_parameters(const LlamaConfig& c) {
+  const int64_t h = c.hidden_size, kv_dim = c.num_key_value_heads * c.head_dim();
+  const int64_t attention = h * h /*q*/ + 2 * h * kv_dim /*k, v*/ + h * h /*o*/;
+  const int64_t mlp = 3 * h * c.intermediate_size;  // gate, up, down
+  const int64_t norms = 2 * h;                        // input + post-attention RMSNorm
+  const int64_t embedding = c.vocab_size * h;
+  return embedding + c.num_hidden_layers * (attention + mlp + norms) + h /*final norm*/ +
+         (c.tie_word_embeddings ? 0 : embedding /*lm_head*/);
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kFP32: return "fp32";
+    case Precision::kFP64: return "fp64";
+    case Precision::kBF16: return "bf16";
+    case Precision::kFP16: return "fp16";
+  }
+  return "?";
+}
+
+const char* dp_mode_name(DpMode m) { return m == DpMode::kNaive ? "naive" : "bucketed"; }
+
+// cxxopts says "Argument 'many' failed to parse" without the flag: find the flag that
+// was given that value and say "--steps: 'many' is not a valid value".
+static std::string name_the_flag(const std::string& what, int argc, const char* const* argv) {
+  if (what.find("failed to parse") == std::string::npos) return what;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], flag, value;
+    const auto eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) { flag = arg.substr(0, eq); value = arg.substr(eq + 1); }
+    else if (i > 1 && std::string(argv[i - 1]).rfind("--", 0) == 0) { flag = argv[i - 1]; value = arg; }
+    if (!flag.empty() && !value.empty() && what.find(value) != std::string::npos)
+      return flag + ": '" + value + "' is not a valid value";
+  }
+  return what;
+}
+
+ParsedArgs parse_args(int argc, const char* const* argv) {
+  TrainConfig d;  // defaults, shown in --help
+  cxxopts::Options opts("train", "picotron: train a LLaMA-like model with 4D parallelism");
+  auto s = [](auto v) { std::ostringstream o; o << v; return o.str(); };
+  // clang-format off
+  opts.add_options("Model")
+    ("model", "preset: tiny, smollm-135m, smollm-360m, smollm-1.7b, llama2-7b, llama3-8b", cxxopts::value<std::string>()->default_value(d.model))
+    ("hidden-size", "override hidden_size (H)", cxxopts::value<int64_t>())
+    ("intermediate-size", "override intermediate_size (I)", cxxopts::value<int64_t>())
+    ("num-hidden-layers", "override num_hidden_layers (L)", cxxopts::value<int64_t>())
+    ("num-attention-heads", "override num_attention_heads (nH)", cxxopts::value<int64_t>())
+    ("num-key-value-heads", "override num_key_value_heads (nKV)", cxxopts::value<int64_t>())
+    ("vocab-size", "override vocab_size (V)", cxxopts::value<int64_t>())
+    ("rope-theta", "override rope_theta", cxxopts::value<double>())
+    ("max-position-embeddings", "override max_position_embeddings", cxxopts::value<int64_t>())
+    ("rms-norm-eps", "override rms_norm_eps", cxxopts::value<double>())
+    ("tie-word-embeddings", "override tie_word_embeddings (--tie-word-embeddings=false unties)", cxxopts::value<bool>())
+    ("dry-run", "print the model summary (exact parameter count) and exit", cxxopts::value<bool>());
+  opts.add_options("Hardware")
+    ("device", "cpu | cuda | auto (cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
+    ("dtype", "fp32 | fp64 | bf16 | fp16 (default: bf16 on cuda, fp32 on cpu)", cxxopts::value<std::string>())
+    ("threads", "CPU intra-op threads per rank (0: cores / ranks on this node)", cxxopts::value<int>()->default_value(s(d.threads)));
+  opts.add_options("Training")
+    ("seq-len", "tokens per sequence (S)", cxxopts::value<int64_t>()->default_value(s(d.seq_len)))
+    ("micro-batch-size", "sequences per micro-batch per data-parallel rank (B)", cxxopts::value<int64_t>()->default_value(s(d.micro_batch_size)))
+    ("grad-acc-steps", "micro-batches accumulated per optimizer step", cxxopts::value<int64_t>()->default_value(s(d.grad_acc_steps)))
+    ("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(s(d.steps)))
+    ("lr", "peak learning rate", cxxopts::value<double>()->default_value(s(d.lr)))
+    ("warmup-steps", "linear warmup steps", cxxopts::value<int64_t>()->default_value(s(d.warmup_steps)))
+    ("min-lr", "learning rate at the end of the cosine decay", cxxopts::value<double>()->default_value(s(d.min_lr)))
+    ("weight-decay", "AdamW weight decay (not applied to norms)", cxxopts::value<double>()->default_value(s(d.weight_decay)))
+    ("beta1", "AdamW beta1", cxxopts::value<double>()->default_value(s(d.beta1)))
+    ("beta2", "AdamW beta2", cxxopts::value<double>()->default_value(s(d.beta2)))
+    ("adam-eps", "AdamW epsilon", cxxopts::value<double>()->default_value(s(d.adam_eps)))
+    ("grad-clip", "clip the global gradient norm to this (0: off)", cxxopts::value<double>()->default_value(s(d.grad_clip)))
+    ("init-std", "std of the normal initialisation of weight matrices", cxxopts::value<double>()->default_value(s(d.init_std)))
+    ("seed", "seed of initialisation and data order", cxxopts::value<uint64_t>()->default_value(s(d.seed)))
+    ("data", "arithmetic | synthetic | a text file | a token file (.bin) or a directory of them", cxxopts::value<std::string>()->default_value(d.data));
+  opts.add_options("Parallelism")
+    ("dp", "data-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("tp", "tensor-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("pp", "pipeline-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
+    ("dp-bucket-mb", "bucket size of bucketed data parallelism, MiB", cxxopts::value<double>()->default_value(s(d.dp_bucket_mb)))
+    ("timeout-s", "abort the job when a collective waits longer than this", cxxopts::value<int>()->default_value(s(d.timeout_s)));
+  opts.add_options("Output")
+    ("metrics-file", "write one JSON object per step to this file", cxxopts::value<std::string>())
+    ("save-params", "write the final full parameters to this file", cxxopts::value<std::string>())
+    ("log-every", "print a line every N steps", cxxopts::value<int>()->default_value(s(d.log_every)))
+    ("generate", "samples printed after training (0: none)", cxxopts::value<int>()->default_value(s(d.generate)))
+    ("h,help", "print this help");
+  // clang-format on
+
+  ParsedArgs out;
+  try {
+    auto r = opts.parse(argc, argv);
+    if (r.count("help")) {
+      out.message = opts.help({"Model", "Hardware", "Training", "Parallelism", "Output"});
+      return out;
+    }
+    if (!r.unmatched().empty()) throw std::invalid_argument("unexpected argument '" + r.unmatched()[0] + "'");
+    TrainConfig c;
+    c.model = r["model"].as<std::string>();
+    c.llama = preset(c.model);
+    auto& m = c.llama;
+    if (r.count("hidden-size")) m.hidden_size = r["hidden-size"].as<int64_t>();
+    if (r.count("intermediate-size")) m.intermediate_size = r["intermediate-size"].as<int64_t>();
+    if (r.count("num-hidden-layers")) m.num_hidden_layers = r["num-hidden-layers"].as<int64_t>();
+    if (r.count("num-attention-heads")) m.num_attention_heads = r["num-attention-heads"].as<int64_t>();
+    if (r.count("num-key-value-heads")) m.num_key_value_heads = r["num-key-value-heads"].as<int64_t>();
+    if (r.count("vocab-size")) m.vocab_size = r["vocab-size"].as<int64_t>();
+    if (r.count("rope-theta")) m.rope_theta = r["rope-theta"].as<double>();
+    if (r.count("max-position-embeddings")) m.max_position_embeddings = r["max-position-embeddings"].as<int64_t>();
+    if (r.count("rms-norm-eps")) m.rms_norm_eps = r["rms-norm-eps"].as<double>();
+    if (r.count("tie-word-embeddings")) m.tie_word_embeddings = r["tie-word-embeddings"].as<bool>();
+    c.dry_run = r.count("dry-run") > 0 && r["dry-run"].as<bool>();
+
+    c.device = r["device"].as<std::string>();
+    if (c.device != "cpu" && c.device != "cuda" && c.device != "auto")
+      throw std::invalid_argument("--device must be cpu, cuda or auto, got '" + c.device + "'");
+    if (r.count("dtype")) {
+      const std::string t = r["dtype"].as<std::string>();
+      c.dtype_given = true;
+      if (t == "fp32") c.dtype = Precision::kFP32;
+      else if (t == "fp64") c.dtype = Precision::kFP64;
+      else if (t == "bf16") c.dtype = Precision::kBF16;
+      else if (t == "fp16") c.dtype = Precision::kFP16;
+      else throw std::invalid_argument("--dtype must be fp32, fp64, bf16 or fp16, got '" + t + "'");
+    }
+    c.threads = r["threads"].as<int>();
+    c.seq_len = r["seq-len"].as<int64_t>();
+    c.micro_batch_size = r["micro-batch-size"].as<int64_t>();
+    c.grad_acc_steps = r["grad-acc-steps"].as<int64_t>();
+    c.steps = r["steps"].as<int64_t>();
+    c.lr = r["lr"].as<double>();
+    c.warmup_steps = r["warmup-steps"].as<int64_t>();
+    c.min_lr = r["min-lr"].as<double>();
+    c.weight_decay = r["weight-decay"].as<double>();
+    c.beta1 = r["beta1"].as<double>();
+    c.beta2 = r["beta2"].as<double>();
+    c.adam_eps = r["adam-eps"].as<double>();
+    c.grad_clip = r["grad-clip"].as<double>();
+    c.init_std = r["init-std"].as<double>();
+    c.seed = r["seed"].as<uint64_t>();
+    c.data = r["data"].as<std::string>();
+    c.dp = r["dp"].as<int>();
+    c.tp = r["tp"].as<int>();
+    c.pp = r["pp"].as<int>();
+    c.cp = r["cp"].as<int>();
+    const std::string mode = r["dp-mode"].as<std::string>();
+    if (mode == "naive") c.dp_mode = DpMode::kNaive;
+    else if (mode == "bucketed") c.dp_mode = DpMode::kBucketed;
+    else throw std::invalid_argument("--dp-mode must be naive or bucketed, got '" + mode + "'");
+    c.dp_bucket_mb = r["dp-bucket-mb"].as<double>();
+    c.timeout_s = r["timeout-s"].as<int>();
+    if (r.count("metrics-file")) c.metrics_file = r["metrics-file"].as<std::string>();
+    if (r.count("save-params")) c.save_params = r["save-params"].as<std::string>();
+    c.log_every = r["log-every"].as<int>();
+    c.generate = r["generate"].as<int>();
+    out.config = c;
+  } catch (const std::exception& e) {
+    out.message = "error: " + name_the_flag(e.what(), argc, argv) + " (see --help)";
+    out.exit_code = 2;
+  }
+  return out;
+}
+
+std::vector<std::string> validate(const TrainConfig& c, int world_size) {
+  std::vector<std::string> errors;
+  auto need = [&](bool ok, const std::string& msg) { if (!ok) errors.push_back(msg); };
+  auto str = [](auto v) { std::ostringstream o; o << v; return o.str(); };
+  const LlamaConfig& m = c.llama;
+  auto positive = [&](const char* flag, int64_t v) { need(v > 0, std::string(flag) + " must be > 0, got " + str(v)); };
+  positive("--hidden-size", m.hidden_size);
+  positive("--intermediate-size", m.intermediate_size);
+  positive("--num-hidden-layers", m.num_hidden_layers);
+  positive("--num-attention-heads", m.num_attention_heads);
+  positive("--num-key-value-heads", m.num_key_value_heads);
+  positive("--vocab-size", m.vocab_size);
+  positive("--max-position-embeddings", m.max_position_embeddings);
+  positive("--seq-len", c.seq_len);
+  positive("--micro-batch-size", c.micro_batch_size);
+  positive("--grad-acc-steps", c.grad_acc_steps);
+  positive("--steps", c.steps);
+  positive("--log-every", c.log_every);
+  positive("--timeout-s", c.timeout_s);
+  if (m.hidden_size > 0 && m.num_attention_heads > 0) {
+    need(m.hidden_size % m.num_attention_heads == 0,
+         "--hidden-size " + str(m.hidden_size) + " is not divisible by --num-attention-heads " + str(m.num_attention_heads));
+    need(m.head_dim() % 2 == 0 || m.hidden_size % m.num_attention_heads != 0,
+         "head dim " + str(m.head_dim()) + " (hidden/heads) must be even for RoPE");
+  }
+  if (m.num_attention_heads > 0 && m.num_key_value_heads > 0)
+    need(m.num_attention_heads % m.num_key_value_heads == 0,
+         "--num-attention-heads " + str(m.num_attention_heads) + " is not divisible by --num-key-value-heads " +
+             str(m.num_key_value_heads));
+  need(m.rope_theta > 0, "--rope-theta must be > 0, got " + str(m.rope_theta));
+  need(m.rms_norm_eps > 0, "--rms-norm-eps must be > 0, got " + str(m.rms_norm_eps));
+  need(c.seq_len <= m.max_position_embeddings,
+       "--seq-len " + str(c.seq_len) + " exceeds --max-position-embeddings " + str(m.max_position_embeddings));
+  need(c.lr > 0, "--lr must be > 0, got " + str(c.lr));
+  need(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr must be in [0, --lr " + str(c.lr) + "], got " + str(c.min_lr));
+  need(c.warmup_steps >= 0, "--warmup-steps must be >= 0, got " + str(c.warmup_steps));
+  need(c.weight_decay >= 0, "--weight-decay must be >= 0, got " + str(c.weight_decay));
+  need(c.beta1 >= 0 && c.beta1 < 1, "--beta1 must be in [0, 1), got " + str(c.beta1));
+  need(c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1), got " + str(c.beta2));
+  need(c.adam_eps > 0, "--adam-eps must be > 0, got " + str(c.adam_eps));
+  need(c.grad_clip >= 0, "--grad-clip must be >= 0 (0: off), got " + str(c.grad_clip));
+  need(c.init_std > 0, "--init-std must be > 0, got " + str(c.init_std));
+  need(c.threads >= 0, "--threads must be >= 0, got " + str(c.threads));
+  need(c.generate >= 0, "--generate must be >= 0, got " + str(c.generate));
+  need(c.dp_bucket_mb > 0, "--dp-bucket-mb must be > 0, got " + str(c.dp_bucket_mb));
+  for (auto [flag, v] : {std::pair{"--dp", c.dp}, {"--tp", c.tp}, {"--pp", c.pp}, {"--cp", c.cp}})
+    need(v >= 1, std::string(flag) + " must be >= 1, got " + str(v));
+  if (c.dp >= 1 && c.tp >= 1 && c.pp >= 1 && c.cp >= 1) {
+    const int64_t product = int64_t(c.dp) * c.pp * c.cp * c.tp;
+    need(product == world_size, "--dp " + str(c.dp) + " x --pp " + str(c.pp) + " x --cp " + str(c.cp) + " x --tp " +
+                                    str(c.tp) + " = " + str(product) + " ranks, but the job has " + str(world_size) +
+                                    " processes");
+  }
+  for (auto [flag, v] : {std::pair{"--tp", c.tp}, {"--pp", c.pp}, {"--cp", c.cp}})
+    need(v == 1, std::string(flag) + " " + str(v) + ": this parallelism is not yet available (only --dp)");
+  return errors;
+}
+
+}  // namespace picotron

@@ -1,0 +1,103 @@
+// picotron/config.h — every setting of a run, in two structs, parsed in one place.
+//
+// LlamaConfig uses Hugging Face's LlamaConfig field names, so a config.json from the
+// Hub reads across one to one. Presets reproduce published models' shapes exactly
+// (tests/test_config.cpp checks their parameter counts against the published ones).
+//
+// TrainConfig holds everything else. Every field has a default and a one-line comment;
+// `parse_args` (cxxopts) is the only place flags are read, and `validate` reports every
+// problem at once, with the numbers, naming the flag.
+//
+// This file includes no LibTorch header: it compiles in a second and is tested alone.
+//
+// Test: ctest -R config
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace picotron {
+
+struct LlamaConfig {
+  int64_t hidden_size = 128;               // H: width of the residual stream
+  int64_t intermediate_size = 384;         // I: width of the SwiGLU MLP
+  int64_t num_hidden_layers = 4;           // L: decoder layers
+  int64_t num_attention_heads = 4;         // nH: query heads; Hd = H / nH
+  int64_t num_key_value_heads = 2;         // nKV: key/value heads (grouped-query attention)
+  int64_t vocab_size = 256;                // V
+  double rope_theta = 10000.0;             // RoPE base
+  int64_t max_position_embeddings = 2048;  // longest sequence the RoPE tables cover
+  double rms_norm_eps = 1e-5;              // RMSNorm epsilon
+  bool tie_word_embeddings = true;         // lm_head shares the embedding matrix
+
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+// Names of the presets, in the order `--help` lists them.
+std::vector<std::string> preset_names();
+// The preset's shapes; throws std::invalid_argument naming --model for an unknown name.
+LlamaConfig preset(const std::string& name);
+// Exact number of parameters (no tensor is allocated): embeddings, every layer's
+// attention (q, k, v, o), MLP (gate, up, down) and two RMSNorms, the final norm, and
+// the lm_head unless tied.
+int64_t count_parameters(const LlamaConfig& c);
+
+enum class Precision { kFP32, kFP64, kBF16, kFP16 };
+enum class DpMode { kNaive, kBucketed };
+const char* precision_name(Precision p);
+const char* dp_mode_name(DpMode m);
+
+struct TrainConfig {
+  // --- model ---
+  std::string model = "tiny";          // preset name (--model)
+  LlamaConfig llama;                   // preset, then --hidden-size etc. overrides
+  // --- hardware and numerics ---
+  std::string device = "auto";         // cpu | cuda | auto (cuda when a GPU is present)
+  Precision dtype = Precision::kFP32;  // compute dtype; --dtype defaults to bf16 on cuda, fp32 on cpu
+  bool dtype_given = false;            // whether --dtype was on the command line
+  int threads = 0;                     // CPU intra-op threads per rank (0: cores / ranks on this node)
+  // --- batch and schedule ---
+  int64_t seq_len = 128;               // S: tokens per sequence
+  int64_t micro_batch_size = 16;       // B: sequences per micro-batch per data-parallel rank
+  int64_t grad_acc_steps = 1;          // micro-batches accumulated per optimizer step
+  int64_t steps = 300;                 // optimizer steps
+  double lr = 3e-3;                    // peak learning rate
+  int64_t warmup_steps = 30;           // linear warmup from 0 to --lr
+  double min_lr = 3e-4;                // cosine decays from --lr to this at the last step
+  double weight_decay = 0.1;           // AdamW decoupled weight decay (not on norms)
+  double beta1 = 0.9;                  // AdamW first-moment decay
+  double beta2 = 0.95;                 // AdamW second-moment decay
+  double adam_eps = 1e-8;              // AdamW epsilon
+  double grad_clip = 1.0;              // global grad-norm clipping threshold (0: off)
+  double init_std = 0.02;              // std of the normal init of weight matrices
+  uint64_t seed = 1234;                // seed of init and data order
+  // --- data ---
+  std::string data = "arithmetic";     // arithmetic | synthetic | text file | token .bin file or dir
+  // --- parallelism ---
+  int dp = 1, tp = 1, pp = 1, cp = 1;  // mesh sizes; dp*pp*cp*tp must equal the world size
+  DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
+  double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
+  int timeout_s = 300;                 // a collective waiting longer than this aborts the job
+  // --- output ---
+  std::string metrics_file;            // one JSON object per step (empty: none)
+  std::string save_params;             // write final full parameters here (empty: none)
+  int log_every = 1;                   // print a line every N steps
+  int generate = 4;                    // samples printed after training (0: none)
+  bool dry_run = false;                // print the model summary and exit
+};
+
+// Outcome of parse_args: either a config to run, or text to print and an exit code.
+struct ParsedArgs {
+  std::optional<TrainConfig> config;
+  std::string message;  // help text or the error line
+  int exit_code = 0;
+};
+ParsedArgs parse_args(int argc, const char* const* argv);
+
+// Every problem with the config, one line each (empty: valid). `world_size` is the
+// number of processes the launcher started (the mesh must use exactly these).
+std::vector<std::string> validate(const TrainConfig& c, int world_size);
+
+}  // namespace picotron

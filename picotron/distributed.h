@@ -1,0 +1,77 @@
+// picotron/distributed.h — how this process learns who it is.
+//
+// A process learns (rank, world size, local rank) from its launcher. Launchers nest
+// (`srun torchrun ...`, `mpirun` inside an sbatch script) and each leaves its variables
+// behind, so the innermost one wins:
+//   1. torchrun (TORCHELASTIC_RUN_ID set; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+//      MASTER_PORT)                                             -> no MPI; NCCL's id goes
+//                                                                  through a c10d TCPStore
+//   2. mpirun (OpenMPI: OMPI_COMM_WORLD_*), another PMI launcher (PMI_RANK/PMI_SIZE),
+//      srun (Slurm: SLURM_PROCID/NTASKS/LOCALID)                -> MPI is initialised
+//   3. a bare RANK/WORLD_SIZE pair (as torchrun exports)        -> as torchrun
+//   4. nothing: a single process, world size 1                  -> MPI is initialised as a
+//                                                                  singleton (world of 1)
+// A torchrun job of one process is treated like a single process (MPI singleton).
+//
+// Reading the environment is pure (detect_launch) so it can be unit-tested; the
+// Distributed object owns the side effects (MPI_Init / MPI_Finalize, cudaSetDevice).
+// Malformed values throw std::invalid_argument with one line naming the variable.
+//
+// Test: ctest -R distributed
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace picotron {
+
+enum class Launcher { kSingle, kMpi, kSlurm, kPmi, kTorchrun };
+const char* launcher_name(Launcher l);
+
+struct LaunchInfo {
+  Launcher launcher = Launcher::kSingle;
+  int rank = 0;        // global rank in [0, world_size)
+  int world_size = 1;  // number of processes in the job
+  int local_rank = 0;  // rank among the processes of this node: picks the GPU
+  std::string master_addr;  // torchrun only
+  int master_port = 0;      // torchrun only
+  bool agent_store = false; // torchrun with TORCHELASTIC_USE_AGENT_STORE=True
+  int restart_count = 0;    // torchrun's TORCHELASTIC_RESTART_COUNT (agent-store key prefix)
+};
+
+// Pure: reads only the given environment (tests pass a map; main passes the real one).
+LaunchInfo detect_launch(const std::map<std::string, std::string>& env);
+// The real process environment as a map.
+std::map<std::string, std::string> process_environment();
+
+// RAII owner of the process-wide runtime: MPI when the launcher is MPI-like or single,
+// and the CUDA device (local_rank % device count) once select_cuda_device() is called.
+// One per process, created first and destroyed last (after every Comm).
+class Distributed {
+ public:
+  // Starts MPI unless torchrun launched several processes, checks that MPI agrees with
+  // the environment, and takes the local rank from MPI (the ranks sharing this node).
+  explicit Distributed(const LaunchInfo& info);
+  ~Distributed();  // MPI_Finalize (only if we initialised MPI)
+  Distributed(const Distributed&) = delete;
+  Distributed& operator=(const Distributed&) = delete;
+
+  const LaunchInfo& info() const { return info_; }
+  int rank() const { return info_.rank; }
+  int world_size() const { return info_.world_size; }
+  int local_rank() const { return info_.local_rank; }
+  bool has_mpi() const { return mpi_initialised_; }
+
+  // Select this rank's GPU (local_rank modulo the device count); returns its index.
+  int select_cuda_device() const;
+
+  // Kill the whole job after an error on this rank (MPI_Abort, or _exit for torchrun).
+  [[noreturn]] void abort_job(int code) const;
+
+ private:
+  LaunchInfo info_;
+  bool mpi_initialised_ = false;  // MPI is usable (by us or by whoever started it first)
+  bool owns_mpi_ = false;         // we called MPI_Init, so we call MPI_Finalize
+};
+
+}  // namespace picotron

@@ -1,0 +1,62 @@
+// picotron/generate.cpp — see generate.h.
+#include "picotron/generate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstdio>
+
+#include "picotron/data.h"
+
+namespace picotron {
+
+std::vector<int64_t> continue_tokens(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new,
+                                     int64_t stop_token, double temperature, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const auto device = model->parameters().front().device();
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::vector<int64_t> tokens = prompt;
+  for (int64_t i = 0; i < max_new; ++i) {
+    auto input = torch::tensor(tokens, torch::kInt64).unsqueeze(0).to(device);  // [1, S]
+    auto logits = model->forward(input)[0][-1].to(torch::kFloat32).cpu();       // [V]
+    int64_t next;
+    if (temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      auto probs = torch::softmax(logits / temperature, /*dim=*/0);
+      next = torch::multinomial(probs, /*num_samples=*/1, /*replacement=*/false, gen).item<int64_t>();
+    }
+    tokens.push_back(next);
+    if (next == stop_token) break;
+  }
+  return std::vector<int64_t>(tokens.begin() + int64_t(prompt.size()), tokens.end());
+}
+
+std::string bytes_to_text(const std::vector<int64_t>& tokens) {
+  std::string out;
+  for (int64_t t : tokens) {
+    if (t == '\n') out += "\\n";
+    else if (t >= 32 && t < 127) out += char(t);
+    else { char buf[8]; std::snprintf(buf, sizeof(buf), "\\x%02x", int(t & 0xff)); out += buf; }
+  }
+  return out;
+}
+
+ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num_examples, uint64_t seed) {
+  ArithmeticReport report;
+  for (int k = 0; k < total; ++k) {
+    const auto problem = arithmetic_problem(seed, k);
+    std::vector<int64_t> prompt{'\n'};  // problems start after a newline in the training stream
+    for (char ch : problem.prompt()) prompt.push_back(ch);
+    const auto out = continue_tokens(model, prompt, /*max_new=*/4, /*stop_token=*/'\n', /*temperature=*/0.0, seed);
+    std::string answer;
+    for (int64_t t : out) if (t != '\n') answer += char(t);
+    const bool ok = answer == problem.answer();
+    report.correct += ok;
+    ++report.total;
+    if (int(report.examples.size()) < num_examples)
+      report.examples.push_back(problem.prompt() + bytes_to_text(out) + (ok ? "   correct" : "   wrong (" + problem.answer() + ")"));
+  }
+  return report;
+}
+
+}  // namespace picotron

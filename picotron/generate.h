@@ -1,0 +1,35 @@
+// picotron/generate.h — sampling from a trained model (--generate N).
+//
+// No KV cache: each new token runs the whole (short) sequence again. Simple, and
+// cheap at the lengths a tiny model is sampled at.
+//
+// For the default arithmetic data the samples are checked: the model completes
+// "\na+b=" greedily up to the newline, and the report counts exact answers.
+//
+// Test: ctest -R generate
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "picotron/model.h"
+
+namespace picotron {
+
+// Continue `prompt` by up to `max_new` tokens; stop after `stop_token` (-1: never).
+// temperature 0 = greedy (argmax); otherwise sample from softmax(logits / temperature).
+std::vector<int64_t> continue_tokens(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new,
+                                     int64_t stop_token, double temperature, uint64_t seed);
+
+struct ArithmeticReport {
+  int correct = 0, total = 0;
+  std::vector<std::string> examples;  // "17+45=62 ok", "3+8=10 wrong (11)"
+};
+// Ask `total` problems (drawn with `seed`, not the training stream's) and check each answer.
+ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num_examples, uint64_t seed);
+
+// Byte tokens -> printable text (non-printable bytes as \xNN, newlines as "\n").
+std::string bytes_to_text(const std::vector<int64_t>& tokens);
+
+}  // namespace picotron

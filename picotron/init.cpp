@@ -1,0 +1,35 @@
+// picotron/init.cpp — see init.h.
+#include "picotron/init.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace picotron {
+
+uint64_t parameter_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a offset basis
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  uint64_t z = h ^ (seed + 0x9e3779b97f4a7c15ull);  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+torch::Tensor initial_value(const std::string& name, torch::IntArrayRef full_shape, uint64_t seed, double init_std) {
+  if (ends_with(name, "norm.weight")) return torch::ones(full_shape);  // RMSNorm gains start at 1
+  auto gen = at::detail::createCPUGenerator(parameter_seed(seed, name));
+  return torch::normal(/*mean=*/0.0, /*std=*/init_std, full_shape, gen);  // fp32, CPU
+}
+
+void init_parameters(torch::nn::Module& module, uint64_t seed, double init_std) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    auto& p = item.value();
+    p.copy_(initial_value(item.key(), p.sizes(), seed, init_std));  // one full parameter at a time
+  }
+}
+
+}  // namespace picotron

@@ -1,0 +1,91 @@
+// picotron/mesh.h — the 4D device mesh [dp][pp][cp][tp].
+//
+// The world's ranks are laid out on a grid with tp varying fastest, so the ranks
+// that talk most (tensor parallel, several collectives per layer) are neighbours
+// and share a node's fast links:
+//
+//   rank = ((dp_i * pp + pp_i) * cp + cp_i) * tp + tp_i
+//
+//   example dp=2 pp=2 cp=1 tp=2 (8 ranks):
+//            pp 0        pp 1
+//   dp 0   [0 1]       [2 3]        tp groups: {0,1} {2,3} {4,5} {6,7}
+//   dp 1   [4 5]       [6 7]        pp groups: {0,2} {1,3} {4,6} {5,7}
+//                                   dp groups: {0,4} {1,5} {2,6} {3,7}
+//
+// A "group along axis X" is the set of ranks that share every coordinate except X.
+// cp×dp is the group that shares (pp, tp): gradients are averaged over it once
+// context parallelism exists (every cp rank sees different tokens of the same batch).
+//
+// MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic,
+// tested without any communication; Mesh builds one Comm per group.
+//
+// Test: ctest -R mesh
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "picotron/comm.h"
+
+namespace picotron {
+
+enum class Axis { kDp, kPp, kCp, kTp };
+const char* axis_name(Axis a);
+
+struct MeshShape {
+  int dp = 1, pp = 1, cp = 1, tp = 1;
+  int world_size() const { return dp * pp * cp * tp; }
+};
+
+struct MeshCoords {
+  int dp = 0, pp = 0, cp = 0, tp = 0;
+};
+
+// ---- pure rank arithmetic ---------------------------------------------------
+MeshCoords coords_of(const MeshShape& shape, int rank);
+int rank_of(const MeshShape& shape, const MeshCoords& c);
+// Members (global ranks, ascending) of `rank`'s group along `axis`.
+std::vector<int> group_members(const MeshShape& shape, int rank, Axis axis);
+// Members of `rank`'s cp×dp group (all ranks sharing its pp and tp coordinates).
+std::vector<int> cp_dp_group_members(const MeshShape& shape, int rank);
+// Ring neighbours along `axis` (wrapping): the next and previous rank in the group.
+int next_rank(const MeshShape& shape, int rank, Axis axis);
+int prev_rank(const MeshShape& shape, int rank, Axis axis);
+// Throws with one line naming the flags and the numbers if dp*pp*cp*tp != world_size
+// or any size is < 1.
+void check_mesh(const MeshShape& shape, int world_size);
+// Human-readable grid and every group's members (printed by rank 0 at start).
+std::string describe_mesh(const MeshShape& shape);
+
+// ---- communicators ----------------------------------------------------------
+// Owns one Comm per group that contains this rank. Built collectively: every rank
+// of `world` must construct it with the same shape.
+class Mesh {
+ public:
+  Mesh(Comm& world, const MeshShape& shape);
+
+  const MeshShape& shape() const { return shape_; }
+  const MeshCoords& coords() const { return coords_; }
+  int rank() const { return world_.rank(); }
+
+  Comm& world() { return world_; }
+  Comm& tp() { return tp_; }
+  Comm& cp() { return cp_; }
+  Comm& pp() { return pp_; }
+  Comm& dp() { return dp_; }
+  Comm& cp_dp() { return cp_dp_; }
+
+  // Global ranks of the pp / cp ring neighbours.
+  int pp_next() const { return next_rank(shape_, rank(), Axis::kPp); }
+  int pp_prev() const { return prev_rank(shape_, rank(), Axis::kPp); }
+  int cp_next() const { return next_rank(shape_, rank(), Axis::kCp); }
+  int cp_prev() const { return prev_rank(shape_, rank(), Axis::kCp); }
+
+ private:
+  Comm& world_;
+  MeshShape shape_;
+  MeshCoords coords_;
+  Comm tp_, cp_, pp_, dp_, cp_dp_;
+};
+
+}  // namespace picotron

@@ -1,0 +1,50 @@
+// picotron/utils.h — measuring a run: FLOPs and MFU, memory, timers, rank-0 output.
+//
+// MFU (model FLOPs utilisation), picotron's convention:
+//   flops per token = 6 N + 12 L H S
+//     6 N      forward (2 N) + backward (4 N) of every weight matrix, N = parameters
+//     12 L H S attention scores and weighted sum (q k^T and p v), forward + backward
+//   MFU = flops per token x tokens/s / (peak FLOP/s per GPU x GPUs)
+// Peak: dense bf16 of the device; 989.5 TFLOP/s for H100 and H200 (SXM).
+//
+// Test: ctest -R utils
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <torch/types.h>
+
+#include "picotron/config.h"
+
+namespace picotron {
+
+double flops_per_token(const LlamaConfig& c, int64_t seq_len);
+// Dense bf16 peak FLOP/s of the current CUDA device (0 when unknown or on the CPU).
+double device_peak_flops(torch::Device device);
+// Peak memory of this process: CUDA caching allocator's peak on CUDA, max RSS on the CPU.
+int64_t peak_memory_bytes(torch::Device device);
+void reset_peak_memory(torch::Device device);
+
+// 1234567 -> "1,234,567"
+std::string with_commas(int64_t n);
+// 1536 -> "1.50 KiB"
+std::string human_bytes(double bytes);
+
+// Wall-clock timer; on CUDA the caller synchronises before reading it (the loss .item()
+// at the end of a step does).
+class Timer {
+ public:
+  Timer() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  void reset() { start_ = std::chrono::steady_clock::now(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Print a line (with a newline, flushed) on rank 0 only.
+void print0(int rank, const std::string& line);
+
+}  // namespace picotron

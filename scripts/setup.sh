@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — install what picotron needs, once per machine; print the CMake
+# prefix of LibTorch on the last line of stdout (messages go to stderr).
+#
+#   Debian packages: build tools, OpenMPI, cxxopts, Catch2, ccache (apt-get, as root or via sudo)
+#   LibTorch: reused if you already have it, in this order:
+#     1. Torch_DIR or CMAKE_PREFIX_PATH in the environment (a LibTorch you unpacked)
+#     2. a python3 that can `import torch`
+#     3. otherwise torch==2.11.0 from PyPI into a virtualenv OUTSIDE the clone, at
+#        $PICOTRON_CACHE/torch-2.11.0 (default ~/.cache/picotron), so every later
+#        clone on this machine reuses it instead of downloading gigabytes again.
+set -euo pipefail
+log() { echo "[setup] $*" >&2; }
+
+# ---- Debian packages -------------------------------------------------------------
+packages=(build-essential cmake ccache python3-venv libopenmpi-dev openmpi-bin libcxxopts-dev catch2)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+else
+  log "Debian packages present"
+fi
+
+# ---- LibTorch --------------------------------------------------------------------
+torch_version=2.11.0
+find_config() {  # a directory that holds TorchConfig.cmake, below one of the given prefixes
+  for d in "$@"; do
+    [ -n "$d" ] || continue
+    for c in "$d" "$d/share/cmake/Torch" "$d/Torch"; do
+      [ -f "$c/TorchConfig.cmake" ] && { echo "$d"; return 0; }
+    done
+  done
+  return 1
+}
+if [ -n "${Torch_DIR:-}" ] && [ -f "$Torch_DIR/TorchConfig.cmake" ]; then
+  log "using LibTorch from Torch_DIR=$Torch_DIR"
+  echo "$Torch_DIR"; exit 0
+fi
+if prefix=$(find_config ${CMAKE_PREFIX_PATH//:/ }); then
+  log "using LibTorch from CMAKE_PREFIX_PATH ($prefix)"
+  echo "$prefix"; exit 0
+fi
+if prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+  log "using the torch of $(command -v python3) ($(python3 -c 'import torch; print(torch.__version__)'))"
+  echo "$prefix"; exit 0
+fi
+cache=${PICOTRON_CACHE:-$HOME/.cache/picotron}
+venv=$cache/torch-$torch_version
+if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  log "installing torch==$torch_version from PyPI into $venv (a few GB, once per machine)"
+  mkdir -p "$cache"
+  python3 -m venv "$venv" >&2
+  "$venv/bin/pip" install -q --progress-bar off "torch==$torch_version" >&2
+fi
+log "using torch $torch_version from $venv"
+"$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null

@@ -1,0 +1,48 @@
+# Command-line tests of build/train: help, dry runs, a short training run with a
+# metrics file, other data sources, and bad input (non-zero exit + a one-line error).
+set(TRAIN $<TARGET_FILE:train>)
+set(EXPECT_FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh)
+set(CLI_ENV "OMP_NUM_THREADS=1")
+
+function(picotron_cli_test name)
+  add_test(NAME ${name} COMMAND ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "${CLI_ENV}")
+endfunction()
+
+picotron_cli_test(cli.help ${TRAIN} --help)
+set_tests_properties(cli.help PROPERTIES PASS_REGULAR_EXPRESSION
+  "--model.*--hidden-size.*--device.*--dtype.*--seq-len.*--micro-batch-size.*--grad-acc-steps.*--steps.*--lr.*--warmup-steps.*--min-lr.*--weight-decay.*--grad-clip.*--seed.*--data.*--dp.*--metrics-file.*--log-every")
+
+# Exact published counts; the 8B dry run must not allocate its 32 GB of fp32 weights:
+# it runs under a 6 GiB address-space limit.
+picotron_cli_test(cli.dry_run_llama3_8b sh -c "ulimit -v 6291456 && ${TRAIN} --model llama3-8b --dry-run")
+set_tests_properties(cli.dry_run_llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "total parameters   8030261248 ")
+picotron_cli_test(cli.dry_run_smollm_135m ${TRAIN} --model smollm-135m --dry-run)
+set_tests_properties(cli.dry_run_smollm_135m PROPERTIES PASS_REGULAR_EXPRESSION "total parameters   134515008 ")
+
+# A short run: metrics file has every key and the loss falls; samples are printed.
+picotron_cli_test(cli.train_metrics sh -c
+  "${TRAIN} --device cpu --steps 30 --seq-len 32 --micro-batch-size 8 --warmup-steps 5 --generate 2 --metrics-file ${CMAKE_CURRENT_BINARY_DIR}/cli_metrics.jsonl && ${CMAKE_CURRENT_SOURCE_DIR}/check_metrics.sh ${CMAKE_CURRENT_BINARY_DIR}/cli_metrics.jsonl 30")
+set_tests_properties(cli.train_metrics PROPERTIES PASS_REGULAR_EXPRESSION "arithmetic accuracy: [0-9]+/100.*ok: 30 steps")
+
+# Other data sources: a text file (bytes) and a token file (.bin), grad accumulation, fp64.
+picotron_cli_test(cli.train_text_file sh -c
+  "${TRAIN} --help > ${CMAKE_CURRENT_BINARY_DIR}/help.txt && ${TRAIN} --device cpu --data ${CMAKE_CURRENT_BINARY_DIR}/help.txt --steps 3 --seq-len 32 --micro-batch-size 2 --grad-acc-steps 2 --dtype fp64 --generate 1")
+set_tests_properties(cli.train_text_file PROPERTIES PASS_REGULAR_EXPRESSION "step +3/3.*samples")
+picotron_cli_test(cli.train_synthetic ${TRAIN} --device cpu --data synthetic --model tiny --vocab-size 1000 --steps 2 --seq-len 16 --micro-batch-size 2)
+set_tests_properties(cli.train_synthetic PROPERTIES PASS_REGULAR_EXPRESSION "step +2/2")
+
+# Bad input: one line naming the flag or file, non-zero exit.
+picotron_cli_test(cli.bad_preset ${EXPECT_FAIL} "error: --model: unknown preset 'gpt5'" -- ${TRAIN} --model gpt5)
+picotron_cli_test(cli.bad_zero_size ${EXPECT_FAIL} "error: --hidden-size must be > 0, got 0" -- ${TRAIN} --hidden-size 0)
+picotron_cli_test(cli.bad_negative_batch ${EXPECT_FAIL} "error: --micro-batch-size must be > 0, got -4" -- ${TRAIN} --micro-batch-size -4)
+picotron_cli_test(cli.bad_heads ${EXPECT_FAIL} "error: --hidden-size 128 is not divisible by --num-attention-heads 5" -- ${TRAIN} --num-attention-heads 5 --num-key-value-heads 5)
+picotron_cli_test(cli.bad_kv_heads ${EXPECT_FAIL} "error: --num-attention-heads 4 is not divisible by --num-key-value-heads 3" -- ${TRAIN} --num-key-value-heads 3)
+picotron_cli_test(cli.bad_flag_value ${EXPECT_FAIL} "error: --steps: .many. is not a valid value" -- ${TRAIN} --steps many)
+picotron_cli_test(cli.bad_device ${EXPECT_FAIL} "error: --device must be cpu, cuda or auto" -- ${TRAIN} --device tpu)
+picotron_cli_test(cli.missing_data ${EXPECT_FAIL} "error: --data /nonexistent/corpus.txt: no such file" -- ${TRAIN} --data /nonexistent/corpus.txt)
+picotron_cli_test(cli.empty_data ${EXPECT_FAIL} "error: --data .*empty.txt: file is empty" --
+  sh -c "rm -f ${CMAKE_CURRENT_BINARY_DIR}/empty.txt && touch ${CMAKE_CURRENT_BINARY_DIR}/empty.txt && ${TRAIN} --data ${CMAKE_CURRENT_BINARY_DIR}/empty.txt")
+picotron_cli_test(cli.truncated_data ${EXPECT_FAIL} "error: --data .*trunc.bin: truncated" --
+  sh -c "printf 'PICOTOK1\\002\\000\\000\\000\\000\\000\\000\\000\\144\\000\\000\\000\\000\\000\\000\\000abcd' > ${CMAKE_CURRENT_BINARY_DIR}/trunc.bin && ${TRAIN} --data ${CMAKE_CURRENT_BINARY_DIR}/trunc.bin")
+picotron_cli_test(cli.bad_mesh ${EXPECT_FAIL} "error: --dp 2 x --pp 1 x --cp 1 x --tp 1 = 2 ranks, but the job has 1 processes" -- ${TRAIN} --dp 2)

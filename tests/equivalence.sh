@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# equivalence.sh WORKDIR RTOL NP -- TRAIN FLAGS...
+#
+# Runs TRAIN FLAGS on NP ranks under mpirun, and the single-process reference with the
+# same flags minus the mesh (--dp/--tp/--pp/--cp/--dp-mode/--dp-bucket-mb) and with
+# --grad-acc-steps multiplied by dp, so that both see the same global batch
+# (micro-batch x grad-acc x dp). Then compare_runs checks every step's loss and grad
+# norm and the final parameters within RTOL.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+work=$1 rtol=$2 np=$3; shift 3; [ "$1" = "--" ] && shift
+train=$1; shift
+compare=$(dirname "$train")/tests/compare_runs
+mkdir -p "$work"
+
+ref_args=() dp=1 acc=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
+    --tp|--pp|--cp|--dp-mode|--dp-bucket-mb) par_args+=("$1" "$2"); shift 2 ;;
+    --grad-acc-steps) acc=$2; shift 2 ;;
+    *) ref_args+=("$1"); par_args+=("$1"); shift ;;
+  esac
+done
+mpirun=${MPIEXEC:-mpirun}
+echo "== reference: 1 process, --grad-acc-steps $((acc * dp)) ${ref_args[*]}"
+"$train" "${ref_args[@]}" --grad-acc-steps $((acc * dp)) \
+  --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params" | grep -E "^step|error" || true
+echo "== parallel: $np processes, --grad-acc-steps $acc ${par_args[*]}"
+$mpirun --oversubscribe --bind-to none -np "$np" "$train" "${par_args[@]}" --grad-acc-steps "$acc" \
+  --metrics-file "$work/run.jsonl" --save-params "$work/run.params" | grep -E "^step|error|mesh" || true
+"$compare" "$work/ref.jsonl" "$work/run.jsonl" "$work/ref.params" "$work/run.params" "$rtol"

@@ -1,0 +1,57 @@
+# The equivalence contract (../shared/DESIGN.md): every layout reproduces the
+# single-process run of the same seed, config and global batch — per-step loss, grad
+# norm and final parameters. Grad-norm clipping is active (--grad-clip 0.5 is below the
+# norms these runs see), so a wrong gradient norm would show.
+#
+# Tolerances: float64 1e-9 relative. The parallel run adds the same numbers in another
+# order (all-reduce, micro-batch accumulation), which changes results at the 1e-16 level;
+# Adam then carries those differences through a few steps. A real bug (a missing
+# average, a wrong batch slice, a lost bucket) gives errors of 1e-3 and more.
+# float32: 1e-5 — the same reordering at float32's 6e-8 roundoff, with headroom.
+#
+# Adding a layout is one line: picotron_equivalence(NAME NP <ranks> [RTOL r] ARGS <flags>).
+add_executable(compare_runs compare_runs.cpp)
+target_link_libraries(compare_runs PRIVATE picotron_core)
+target_link_options(compare_runs PRIVATE ${PICOTRON_LINK_FLAGS})
+
+set(EQUIVALENCE_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
+    --seq-len 32 --micro-batch-size 2 --steps 6 --warmup-steps 2 --lr 3e-3 --min-lr 3e-4 --grad-clip 0.5
+    --generate 0 --log-every 1 --threads 1)
+
+function(picotron_equivalence name)
+  cmake_parse_arguments(E "" "NP;RTOL;DTYPE" "ARGS" ${ARGN})
+  if(NOT E_RTOL)
+    set(E_RTOL 1e-9)
+  endif()
+  if(NOT E_DTYPE)
+    set(E_DTYPE fp64)
+  endif()
+  add_test(NAME equivalence.${name}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP}
+            -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype ${E_DTYPE} ${E_ARGS})
+  set_tests_properties(equivalence.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    LABELS "equivalence;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+endfunction()
+
+# Gradient accumulation alone: 1 rank, 4 x (B/4) against one micro-batch of B.
+picotron_equivalence(grad_acc_1rank NP 1 ARGS --grad-acc-steps 4 --micro-batch-size 1)
+
+# Data parallelism: dp in {2, 4} x {naive, bucketed with several buckets} x grad-acc in {1, 4}.
+foreach(dp 2 4)
+  foreach(acc 1 4)
+    picotron_equivalence(dp${dp}_naive_acc${acc} NP ${dp} ARGS --dp ${dp} --dp-mode naive --grad-acc-steps ${acc})
+    picotron_equivalence(dp${dp}_bucketed_acc${acc} NP ${dp} ARGS --dp ${dp} --dp-mode bucketed --dp-bucket-mb 0.05 --grad-acc-steps ${acc})
+  endforeach()
+endforeach()
+# A bucket size that does not divide the parameters evenly (and splits inside no tensor).
+picotron_equivalence(dp2_bucketed_uneven NP 2 ARGS --dp 2 --dp-mode bucketed --dp-bucket-mb 0.037 --grad-acc-steps 2)
+# float32 with one big bucket.
+picotron_equivalence(dp2_bucketed_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --dp 2 --dp-mode bucketed --grad-acc-steps 2)
+
+# Overlap: bucketed DP launches a bucket's all-reduce before backward ends; naive launches none.
+add_executable(dp_overlap_test test_data_parallel.cpp)
+target_link_libraries(dp_overlap_test PRIVATE picotron_core)
+target_link_options(dp_overlap_test PRIVATE ${PICOTRON_LINK_FLAGS})
+target_precompile_headers(dp_overlap_test REUSE_FROM picotron_runtime)
+picotron_mpi_test(NAME data_parallel.overlap NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test>
+  PASS_REGEX "[1-9][0-9]* passed, 0 failed")

@@ -1,0 +1,71 @@
+// Presets reproduce published parameter counts exactly; validation names flags and numbers.
+#include <catch2/catch.hpp>
+
+#include "picotron/config.h"
+
+using namespace picotron;
+
+TEST_CASE("presets have the published models' exact parameter counts", "[config]") {
+  // Published totals: SmolLM (HuggingFaceTB) and Meta's Llama model cards / HF safetensors metadata.
+  CHECK(count_parameters(preset("smollm-135m")) == 134515008);
+  CHECK(count_parameters(preset("smollm-360m")) == 361821120);
+  CHECK(count_parameters(preset("smollm-1.7b")) == 1711376384);
+  CHECK(count_parameters(preset("llama2-7b")) == 6738415616);
+  CHECK(count_parameters(preset("llama3-8b")) == 8030261248);
+  // tiny, by hand: embedding 256*128, 4 layers of (q,o 128*128; k,v 128*64; mlp 3*128*384; 2 norms), final norm
+  CHECK(count_parameters(preset("tiny")) == 256 * 128 + 4 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 384 + 2 * 128) + 128);
+}
+
+TEST_CASE("unknown preset names --model and lists the known ones", "[config]") {
+  CHECK_THROWS_WITH(preset("gpt5"), Catch::Contains("--model") && Catch::Contains("gpt5") && Catch::Contains("smollm-135m"));
+  const char* argv[] = {"train", "--model", "gpt5"};
+  auto r = parse_args(3, argv);
+  CHECK_FALSE(r.config);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.message, Catch::Contains("--model"));
+}
+
+TEST_CASE("flags override preset fields and defaults are valid", "[config]") {
+  const char* argv[] = {"train", "--model", "smollm-135m", "--hidden-size", "64", "--num-attention-heads", "4",
+                        "--num-key-value-heads", "2", "--tie-word-embeddings=false", "--dtype", "fp64"};
+  auto r = parse_args(12, argv);
+  REQUIRE(r.config);
+  CHECK(r.config->llama.hidden_size == 64);
+  CHECK(r.config->llama.num_hidden_layers == 30);  // from the preset
+  CHECK_FALSE(r.config->llama.tie_word_embeddings);
+  CHECK(r.config->dtype == Precision::kFP64);
+  const char* plain[] = {"train"};
+  auto d = parse_args(1, plain);
+  REQUIRE(d.config);
+  CHECK(validate(*d.config, 1).empty());
+}
+
+static std::vector<std::string> errors_for(std::vector<const char*> args, int world = 1) {
+  args.insert(args.begin(), "train");
+  auto r = parse_args(int(args.size()), args.data());
+  REQUIRE(r.config);
+  return validate(*r.config, world);
+}
+
+static bool any_contains(const std::vector<std::string>& v, const std::string& s) {
+  for (const auto& e : v) if (e.find(s) != std::string::npos) return true;
+  return false;
+}
+
+TEST_CASE("validate reports bad sizes with the flag and the numbers", "[config]") {
+  CHECK(any_contains(errors_for({"--hidden-size", "0"}), "--hidden-size must be > 0, got 0"));
+  CHECK(any_contains(errors_for({"--micro-batch-size", "-3"}), "--micro-batch-size must be > 0, got -3"));
+  CHECK(any_contains(errors_for({"--hidden-size", "130", "--num-attention-heads", "4"}),
+                     "--hidden-size 130 is not divisible by --num-attention-heads 4"));
+  CHECK(any_contains(errors_for({"--num-attention-heads", "4", "--num-key-value-heads", "3"}),
+                     "--num-attention-heads 4 is not divisible by --num-key-value-heads 3"));
+  CHECK(any_contains(errors_for({"--seq-len", "4096"}), "--seq-len 4096 exceeds --max-position-embeddings 2048"));
+  // Several problems are all reported at once.
+  CHECK(errors_for({"--steps", "0", "--lr", "-1"}).size() >= 2);
+}
+
+TEST_CASE("validate checks the mesh against the world size", "[config]") {
+  CHECK(any_contains(errors_for({"--dp", "2"}, 4), "--dp 2 x --pp 1 x --cp 1 x --tp 1 = 2 ranks, but the job has 4 processes"));
+  CHECK(errors_for({"--dp", "4"}, 4).empty());
+  CHECK(any_contains(errors_for({"--dp", "0"}, 1), "--dp must be >= 1, got 0"));
+}
