@@ -39,7 +39,11 @@ int64_t parse_bytes(const std::string& flag, const std::string& text) {
   } catch (const std::exception&) {
   }
   const std::string suffix = text.substr(end);
-  const int64_t scale = suffix.empty() ? 1 : suffix == "K" ? 1 << 10 : suffix == "M" ? 1 << 20 : suffix == "G" ? 1 << 30 : 0;
+  const int64_t scale = suffix.empty() ? 1
+                        : suffix == "K" ? 1 << 10
+                        : suffix == "M" ? 1 << 20
+                        : suffix == "G" ? 1 << 30
+                                        : 0;
   TORCH_CHECK(value > 0 && scale > 0, "--", flag, " ", text, ": expected a positive size such as 8, 4K, 64M or 1G");
   return value * scale;
 }
@@ -72,15 +76,17 @@ double time_all_reduce(Comm& comm, torch::Tensor& t, int warmup, int iters) {
 
 int main(int argc, char** argv) {
   cxxopts::Options options("bench_comm", "all-reduce latency and bandwidth (algbw, busbw as in nccl-tests)");
+  auto text = [](const char* fallback) { return cxxopts::value<std::string>()->default_value(fallback); };
+  auto number = [](const char* fallback) { return cxxopts::value<int>()->default_value(fallback); };
   options.add_options()
-    ("device", "cpu (MPI) or cuda (NCCL)", cxxopts::value<std::string>()->default_value("cpu"))
-    ("min-bytes", "smallest message, also the latency probe (8, 4K, 64M, 1G)", cxxopts::value<std::string>()->default_value("8"))
-    ("max-bytes", "largest message", cxxopts::value<std::string>()->default_value("64M"))
-    ("iters", "timed calls per size", cxxopts::value<int>()->default_value("20"))
-    ("warmup", "untimed calls per size first", cxxopts::value<int>()->default_value("5"))
-    ("latency-iters", "timed calls for the latency line", cxxopts::value<int>()->default_value("1000"))
-    ("dtype", "float32, float64, bfloat16, float16, int32, int64", cxxopts::value<std::string>()->default_value("float32"))
-    ("timeout-s", "give up on a call after this many seconds", cxxopts::value<int>()->default_value("120"))
+    ("device", "cpu (MPI) or cuda (NCCL)", text("cpu"))
+    ("min-bytes", "smallest message, also the latency probe (8, 4K, 64M, 1G)", text("8"))
+    ("max-bytes", "largest message", text("64M"))
+    ("iters", "timed calls per size", number("20"))
+    ("warmup", "untimed calls per size first", number("5"))
+    ("latency-iters", "timed calls for the latency line", number("1000"))
+    ("dtype", "float32, float64, bfloat16, float16, int32, int64", text("float32"))
+    ("timeout-s", "give up on a call after this many seconds", number("120"))
     ("h,help", "print this help");
 
   std::unique_ptr<Distributed> dist;
@@ -96,7 +102,8 @@ int main(int argc, char** argv) {
     const int64_t max_bytes = parse_bytes("max-bytes", args["max-bytes"].as<std::string>());
     const int iters = args["iters"].as<int>(), warmup = args["warmup"].as<int>();
     const int latency_iters = args["latency-iters"].as<int>();
-    TORCH_CHECK(iters > 0 && latency_iters > 0 && warmup >= 0, "--iters and --latency-iters must be > 0, --warmup >= 0");
+    TORCH_CHECK(iters > 0 && latency_iters > 0 && warmup >= 0,
+                "--iters and --latency-iters must be > 0, --warmup >= 0");
     const std::string dtype_name = args["dtype"].as<std::string>();
     const torch::ScalarType dtype = parse_dtype(dtype_name);
 

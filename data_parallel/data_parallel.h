@@ -1,9 +1,9 @@
 // data_parallel/data_parallel.h — data parallelism: every dp rank holds the whole model,
 // trains on its own slice of the global batch, and the ranks average their gradients.
 //
-//   rank 0: batch rows [0, B)   --forward/backward-->  g0  \
-//   rank 1: batch rows [B, 2B)  --forward/backward-->  g1   }-- all-reduce(avg) --> (g0+g1+...)/dp
-//   ...                                                     /     on every rank, so every rank
+//   rank 0: batch rows [0, B)   --forward/backward-->  g0  ─┐
+//   rank 1: batch rows [B, 2B)  --forward/backward-->  g1  ─┤-- all-reduce(avg) --> (g0+g1+...)/dp
+//   ...                                                     ─┘    on every rank, so every rank
 //                                                                 takes the same optimizer step
 //
 // The average of per-rank mean losses is the mean loss of the global batch (all micro-

@@ -137,7 +137,8 @@ void Comm::check_tensor(const torch::Tensor& t, const char* op) const {
   const auto dt = t.scalar_type();
   comm_check(dt == torch::kFloat32 || dt == torch::kFloat64 || dt == torch::kBFloat16 || dt == torch::kFloat16 ||
                  dt == torch::kInt32 || dt == torch::kInt64,
-             "[rank ", r, "] ", op, ": dtype ", detail::dtype_name(dt), " is not supported (float32, float64, bfloat16, float16, int32, int64)");
+             "[rank ", r, "] ", op, ": dtype ", detail::dtype_name(dt),
+             " is not supported (float32, float64, bfloat16, float16, int32, int64)");
   if (t.is_cuda())
     comm_check(nccl_ && t.device() == device_, "[rank ", r, "] ", op, ": tensor on ", t.device(),
                ", but this Comm's NCCL communicator is ", (nccl_ ? device_.str() : "absent (a CPU Comm)"));

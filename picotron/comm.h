@@ -6,7 +6,7 @@
 //   CUDA tensor -> ncclAllReduce / ncclAllGather / ncclReduceScatter / ncclBroadcast /
 //                  ncclSend + ncclRecv inside ncclGroupStart/End            (comm_nccl.cpp)
 //   CPU tensor  -> MPI_Iallreduce / MPI_Iallgather / MPI_Ireduce_scatter_block /
-//                  MPI_Ibcast / MPI_Isend + MPI_Irecv, then a bounded wait     (comm.cpp)
+//                  MPI_Ibcast / MPI_Isend + MPI_Irecv, then a bounded wait (comm_mpi.cpp)
 //
 // Counts are elements, never bytes. Tensors must be contiguous. A Comm made for CUDA
 // still moves CPU tensors over MPI when MPI is up (not under a multi-process torchrun).

@@ -1,5 +1,5 @@
-// picotron/comm_internal.h — what comm.cpp, comm_nccl.cpp and distributed.cpp share,
-// and a caller of Comm never needs: the MPI return-code check and a Work's state.
+// picotron/comm_internal.h — shared by comm*.cpp and distributed.cpp, never needed by a
+// caller of Comm: the MPI return-code check, message helpers, and a Work's state.
 //
 // The project has two macros for library return codes, both throwing CommError with
 // the rank, file:line and the library's own error string:
@@ -45,7 +45,7 @@ void comm_check(bool ok, const Args&... message) {
       ::picotron::detail::throw_mpi_error(picotron_mpi_code_, #call, __FILE__, __LINE__, (rank)); \
   } while (0)
 
-// One pending operation. MPI (comm.cpp) and NCCL (comm_nccl.cpp) each derive their own.
+// One pending operation. MPI (comm_mpi.cpp) and NCCL (comm_nccl.cpp) each derive their own.
 struct picotron::Work::State {
   virtual ~State() = default;
   // Blocks until the operation is complete, at most the Comm's timeout; throws CommError.

@@ -52,8 +52,9 @@ struct MpiWork final : Work::State {
       if (done) break;
       const auto waited = Clock::now() - start;
       if (waited > timeout)
-        throw CommError(detail::timeout_message(rank, op, timeout, c10::str(numel, " ", detail::dtype_name(dtype), " elements, group rank ",
-                                                                            group_rank, " of ", group_size)));
+        throw CommError(detail::timeout_message(
+            rank, op, timeout,
+            c10::str(numel, " ", detail::dtype_name(dtype), " elements, group rank ", group_rank, " of ", group_size)));
       // Poll hard for a millisecond (small messages finish in microseconds), then
       // sleep between polls so that a rank waiting for a slow peer leaves it the core.
       if (waited < std::chrono::milliseconds(1)) std::this_thread::yield();
@@ -169,6 +170,8 @@ Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, Red
   detail::check_chunks(world_rank_, "reduce_scatter", "in", in, out, size_);
   torch::Tensor in_buf = reduction_buffer(in);    // [p*n]
   torch::Tensor out_buf = reduction_buffer(out);  // [n]
+  // In place (`out` is a slice of `in`, ZeRO's layout): MPI forbids overlapping buffers.
+  if (in_buf.is_alias_of(out_buf)) in_buf = in_buf.clone();
   auto w = mpi_work("reduce_scatter", in, world_rank_, rank_, size_, timeout_);
   w->requests.resize(1);
   PICOTRON_MPI_CHECK(world_rank_, MPI_Ireduce_scatter_block(in_buf.data_ptr(), out_buf.data_ptr(),
@@ -204,12 +207,14 @@ void Comm::batch_p2p(const std::vector<P2POp>& ops) {
 Work Comm::batch_p2p_async(const std::vector<P2POp>& ops) {
   if (ops.empty()) return Work();
   if (ops.front().tensor.is_cuda()) return nccl_batch_p2p(ops, /*async=*/true);
-  auto w = mpi_work("batch_p2p", ops.front().tensor, world_rank_, rank_, size_, timeout_);
-  constexpr int kTag = 0;  // messages between two ranks arrive in the order they were posted
-  for (const P2POp& p : ops) {
+  for (const P2POp& p : ops) {  // check everything before anything is posted
     check_tensor(p.tensor, "batch_p2p");
     comm_check(p.peer >= 0 && p.peer < size_, "[rank ", world_rank_, "] batch_p2p: peer ", p.peer,
                " is not a rank of this group of ", size_);
+  }
+  auto w = mpi_work("batch_p2p", ops.front().tensor, world_rank_, rank_, size_, timeout_);
+  constexpr int kTag = 0;  // messages between two ranks arrive in the order they were posted
+  for (const P2POp& p : ops) {
     MPI_Request req;
     if (p.kind == P2POp::kSend)
       PICOTRON_MPI_CHECK(world_rank_, MPI_Isend(p.tensor.data_ptr(), mpi_count(p.tensor), mpi_type(p.tensor),

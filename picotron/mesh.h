@@ -51,8 +51,9 @@ std::vector<int> cp_dp_group_members(const MeshShape& shape, int rank);
 // Ring neighbours along `axis` (wrapping): the next and previous rank in the group.
 int next_rank(const MeshShape& shape, int rank, Axis axis);
 int prev_rank(const MeshShape& shape, int rank, Axis axis);
-// Throws with one line naming the flags and the numbers if dp*pp*cp*tp != world_size
-// or any size is < 1.
+// Throws std::invalid_argument with one line naming the flags and the numbers if
+// dp*pp*cp*tp != world_size or any size is < 1:
+//   "--dp 2 x --pp 2 x --cp 1 x --tp 3 = 12 ranks, but the job has 8 processes (world size)"
 void check_mesh(const MeshShape& shape, int world_size);
 // Human-readable grid and every group's members (printed by rank 0 at start).
 std::string describe_mesh(const MeshShape& shape);

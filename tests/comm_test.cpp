@@ -105,6 +105,9 @@ void test_collectives(Checker& c, Comm& comm, torch::ScalarType dtype, torch::De
     c.equal(x, k.slice(0, 0, n) * factor, std::string("all_reduce ") + op_name + tag);
     comm.reduce_scatter(out, in, op);
     c.equal(out, k.slice(0, r * n, (r + 1) * n) * factor, std::string("reduce_scatter ") + op_name + tag);
+    torch::Tensor my_chunk = in.slice(0, r * n, (r + 1) * n);  // in place: out is this rank's chunk of in
+    comm.reduce_scatter(my_chunk, in, op);
+    c.equal(my_chunk, out, std::string("reduce_scatter in place ") + op_name + tag);
   }
 
   torch::Tensor mine = fill(iota(5) + 10 * r);
