@@ -221,7 +221,9 @@ int main(int argc, char** argv) {
     return run(cfg, data, dist);
   } catch (const std::exception& e) {
     std::string msg = e.what();
-    std::cerr << "[rank " << dist.rank() << "] error: " << msg.substr(0, msg.find('\n')) << std::endl;
+    msg = msg.substr(0, msg.find('\n'));
+    if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
+    std::cerr << "[rank " << dist.rank() << "] error: " << msg << std::endl;
     dist.abort_job(1);  // a rank that fails takes the job down: nobody waits forever
   }
 }

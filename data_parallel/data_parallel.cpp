@@ -70,6 +70,8 @@ void DataParallel::on_grad_ready(size_t i) {
     p.main_grad.add_(g);  // accumulate into the bucket (fp32 main grad)
     g = torch::Tensor();
   }
+  for (auto& other : buckets_)  // on CPU, MPI sends only while we are inside an MPI call
+    if (other.work) other.work->progress();
   Bucket& b = buckets_[bucket_of_[i]];
   if (--b.pending > 0) return;
   if (!sync_) {  // gradient accumulation: not the last micro-batch, nothing to send yet

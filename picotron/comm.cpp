@@ -56,6 +56,10 @@ Work& Work::operator=(Work&& other) noexcept {
 Work::~Work() {
   if (state_ && !state_->safe_to_destroy()) (void)state_.release();  // leaked on purpose
 }
+void Work::progress() {
+  if (state_) state_->progress();
+}
+
 void Work::wait() {
   if (!state_) return;
   state_->wait();

@@ -68,6 +68,10 @@ class Work {
   Work& operator=(Work&&) noexcept;
   ~Work();
   void wait();
+  // Never blocks. MPI moves a non-blocking collective forward only while the process is
+  // inside an MPI call, so a caller overlapping work with it (data parallelism's
+  // backward) calls this now and then. NCCL progresses on its own: a no-op there.
+  void progress();
   bool valid() const { return state_ != nullptr; }
 
   struct State;  // comm_internal.h: MPI requests or a CUDA event, plus buffers to keep alive

@@ -50,6 +50,8 @@ struct picotron::Work::State {
   virtual ~State() = default;
   // Blocks until the operation is complete, at most the Comm's timeout; throws CommError.
   virtual void wait() = 0;
+  // Lets the library advance the operation without blocking (see Work::progress).
+  virtual void progress() {}
   // False while a library may still write into buffers this state keeps alive: the
   // Work's destructor then leaks the state on purpose rather than free them under MPI.
   virtual bool safe_to_destroy() = 0;

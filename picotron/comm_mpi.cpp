@@ -63,6 +63,11 @@ struct MpiWork final : Work::State {
     if (on_complete) on_complete();
   }
 
+  void progress() override {
+    int done = 0;  // completion is acted on in wait(); here MPI only gets to move bytes
+    PICOTRON_MPI_CHECK(rank, MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+  }
+
   bool safe_to_destroy() override {
     int finalised = 0, done = 0;
     MPI_Finalized(&finalised);
