@@ -46,3 +46,13 @@ picotron_cli_test(cli.empty_data ${EXPECT_FAIL} "error: --data .*empty.txt: file
 picotron_cli_test(cli.truncated_data ${EXPECT_FAIL} "error: --data .*trunc.bin: truncated" --
   sh -c "printf 'PICOTOK1\\002\\000\\000\\000\\000\\000\\000\\000\\144\\000\\000\\000\\000\\000\\000\\000abcd' > ${CMAKE_CURRENT_BINARY_DIR}/trunc.bin && ${TRAIN} --data ${CMAKE_CURRENT_BINARY_DIR}/trunc.bin")
 picotron_cli_test(cli.bad_mesh ${EXPECT_FAIL} "error: --dp 2 x --pp 1 x --cp 1 x --tp 1 = 2 ranks, but the job has 1 processes" -- ${TRAIN} --dp 2)
+
+# The same under mpirun: every rank prints the error and the job exits non-zero, no hang.
+function(picotron_mpi_cli_test name np regex)
+  add_test(NAME ${name} COMMAND ${EXPECT_FAIL} "${regex}" -- ${PICOTRON_MPIRUN} -np ${np} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2)
+endfunction()
+picotron_mpi_cli_test(cli.mpi_bad_mesh 4
+  "\\[rank 3\\] error: --dp 2 x --pp 1 x --cp 1 x --tp 3 = 6 ranks, but the job has 4 processes" ${TRAIN} --dp 2 --tp 3)
+picotron_mpi_cli_test(cli.mpi_tp_not_yet 4 "\\[rank 0\\] error: --tp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --tp 2)
+picotron_mpi_cli_test(cli.mpi_missing_data 2 "\\[rank 1\\] error: --data /nonexistent.bin: no such file" ${TRAIN} --dp 2 --data /nonexistent.bin)
