@@ -10,8 +10,10 @@
 //   mpirun -np 4 build/train --device cpu --dp 4    data parallelism on a laptop
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 #include <thread>
 
@@ -39,6 +41,14 @@ torch::ScalarType scalar_type(Precision p) {
     case Precision::kFP16: return torch::kFloat16;
     default: return torch::kFloat32;
   }
+}
+
+// Full precision, and null for inf/nan (a diverged loss, an fp16 overflow): valid JSON.
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", x);
+  return buf;
 }
 
 // The model summary of --dry-run (and of every run's start): exact counts, no allocation.
@@ -121,7 +131,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
       const Batch batch = loader.micro_batch(step, micro, mesh.coords().dp);
       // Only the last micro-batch's backward communicates (no-sync for the others).
-      data_parallel.set_sync(micro == cfg.grad_acc_steps - 1);
+      data_parallel.prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
       auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) / double(cfg.grad_acc_steps);
       (loss * scaler.scale()).backward();  // [B, S] -> grads
       optimizer.accumulate_grads();        // main_grad += grad (for grads no hook took)
@@ -133,7 +143,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     const double lr = lr_at(step, cfg);
     if (finite) optimizer.step(lr);
     scaler.update(finite);
-    mesh.dp().all_reduce(loss_sum, ReduceOp::kAvg);  // the loss of the whole global batch
+    mesh.dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
     const double loss = loss_sum.item<double>();     // syncs the device: the timer is honest
     const double seconds = timer.seconds();
     const double tokens_per_s = double(loader.tokens_per_step()) / seconds;
@@ -150,19 +160,19 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
       std::cout << line << std::endl;
     }
     if (metrics.is_open()) {
-      char json[512];
-      std::snprintf(json, sizeof(json),
-                    "{\"step\": %lld, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"tokens_per_s\": %.6g, "
-                    "\"mfu\": %s, \"peak_mem_bytes\": %lld}",
-                    (long long)(step + 1), loss, lr, norm, tokens_per_s,
-                    peak_flops > 0 ? std::to_string(mfu).c_str() : "null", (long long)mem);
-      metrics << json << std::endl;
+      metrics << "{\"step\": " << step + 1 << ", \"loss\": " << json_number(loss) << ", \"lr\": " << json_number(lr)
+              << ", \"grad_norm\": " << json_number(norm) << ", \"tokens_per_s\": " << json_number(tokens_per_s)
+              << ", \"mfu\": " << (peak_flops > 0 ? json_number(mfu) : "null") << ", \"peak_mem_bytes\": " << mem
+              << ", \"skipped\": " << (finite ? "false" : "true") << "}" << std::endl;
     }
   }
 
-  // ---- results --------------------------------------------------------------------
+  // ---- results: rank 0 alone, after everybody is done (no one waits on it) ----------
+  world.barrier();
   if (!cfg.save_params.empty() && rank == 0) {
-    save_tensors(cfg.save_params, named);  // data parallelism: every rank holds the full model
+    NamedTensors masters;  // fp32 master weights (fp64 in fp64 runs); every dp rank holds them all
+    for (const auto& p : optimizer.params()) masters.emplace_back(p.name, p.master);
+    save_tensors(cfg.save_params, masters);
     print0(rank, "saved parameters to " + cfg.save_params);
   }
   if (cfg.generate > 0 && rank == 0) {
@@ -176,15 +186,15 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     } else if (cfg.llama.vocab_size <= 256) {
       std::cout << "samples (temperature 0.8):\n";
       for (int i = 0; i < cfg.generate; ++i) {
-        const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, 8);
-        std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + 8);
+        const int64_t n = std::min<int64_t>(8, cfg.seq_len);
+        const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
+        std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + n);
         const auto out = continue_tokens(model, p, 64, -1, 0.8, cfg.seed + i);
         std::cout << "  [" << bytes_to_text(p) << "] " << bytes_to_text(out) << "\n";
       }
       std::cout << std::flush;
     }
   }
-  world.barrier();
   return 0;
 }
 

@@ -14,18 +14,25 @@ DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpM
   // param.grad. It runs right after this parameter's gradient of the micro-batch is complete.
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
-    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+    TORCH_CHECK(acc, "data parallelism: parameter ", params_[i].name, " does not require grad");
+    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           on_grad_ready(i);
           return outputs;
         }));
-    accumulators_.push_back(std::move(acc));  // the parameter only holds it weakly
+    hooks_.emplace_back(std::move(acc), key);
   }
 }
 
 DataParallel::~DataParallel() {
-  // Hooks capture `this`: remove them with the accumulators they live on.
-  for (auto& acc : accumulators_) acc->post_hooks().clear();
+  for (auto& [acc, key] : hooks_) acc->del_post_hook(key);  // they capture `this`
+}
+
+void DataParallel::prepare_backward(bool sync) {
+  sync_ = sync;
+  // Every bucket waits for all its gradients again, whatever the last backward left
+  // (a parameter that got no gradient would otherwise shift the count).
+  for (auto& b : buckets_) b.pending = int(b.params.size());
 }
 
 void DataParallel::build_buckets(double bucket_mb) {
@@ -73,11 +80,7 @@ void DataParallel::on_grad_ready(size_t i) {
   for (auto& other : buckets_)  // on CPU, MPI sends only while we are inside an MPI call
     if (other.work) other.work->progress();
   Bucket& b = buckets_[bucket_of_[i]];
-  if (--b.pending > 0) return;
-  if (!sync_) {  // gradient accumulation: not the last micro-batch, nothing to send yet
-    b.pending = int(b.params.size());
-    return;
-  }
+  if (--b.pending > 0 || !sync_) return;  // no-sync (gradient accumulation): only accumulate
   launch_ready_buckets();
 }
 
@@ -91,17 +94,18 @@ void DataParallel::launch_ready_buckets() {
 }
 
 void DataParallel::launch(Bucket& b, size_t index) {
-  events_.push_back("launch bucket " + std::to_string(index));
+  record("launch bucket " + std::to_string(index));
   b.work = group_.all_reduce_async(b.flat, ReduceOp::kAvg);  // [numel] -> dp-average, in place
 }
 
 void DataParallel::finish_gradient_sync() {
-  events_.push_back("backward end");
+  record("backward end");
   if (mode_ == DpMode::kNaive) {
-    // After backward: one blocking all-reduce per parameter. Nothing overlapped.
+    // After backward: one all-reduce per parameter, each waited for (bounded by the
+    // timeout) before the next. Nothing overlapped.
     for (size_t i = 0; i < params_.size(); ++i) {
-      events_.push_back("launch param " + std::to_string(i));
-      group_.all_reduce(params_[i].main_grad, ReduceOp::kAvg);
+      record("launch param " + std::to_string(i));
+      group_.all_reduce_async(params_[i].main_grad, ReduceOp::kAvg).wait();
     }
     return;
   }
@@ -111,10 +115,9 @@ void DataParallel::finish_gradient_sync() {
   for (auto& b : buckets_) {
     b.work->wait();
     b.work.reset();
-    b.pending = int(b.params.size());  // ready for the next step
   }
   next_to_launch_ = 0;
-  events_.push_back("all buckets reduced");
+  record("all buckets reduced");
 }
 
 }  // namespace picotron

@@ -53,16 +53,18 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  // Whether the next backward is the last micro-batch of the step (communicates).
-  void set_sync(bool sync) { sync_ = sync; }
+  // Call before each micro-batch's backward. `sync`: it is the last micro-batch of the
+  // step, so its gradients are communicated (otherwise they only accumulate: no-sync).
+  void prepare_backward(bool sync);
   // Call after the last micro-batch's backward: naive mode all-reduces every main grad;
   // bucketed mode launches any bucket not yet launched, then waits for all of them.
   void finish_gradient_sync();
 
   int num_buckets() const { return int(buckets_.size()); }
-  // What happened, in order ("launch bucket 3", "backward end", ...): the overlap test reads it.
+  // With record_events on, what happened in order ("launch bucket 3", "backward end",
+  // ...): the overlap test reads it. Off by default (it would grow every step).
+  void set_record_events(bool on) { record_events_ = on; }
   const std::vector<std::string>& events() const { return events_; }
-  void clear_events() { events_.clear(); }
 
  private:
   struct Bucket {
@@ -75,6 +77,7 @@ class DataParallel {
   void on_grad_ready(size_t param_index);  // the hook
   void launch_ready_buckets();             // in bucket order: every rank launches the same sequence
   void launch(Bucket& b, size_t index);
+  void record(const std::string& event) { if (record_events_) events_.push_back(event); }
 
   Comm& group_;
   std::vector<TrainableParam>& params_;
@@ -83,7 +86,9 @@ class DataParallel {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // param index -> bucket index
   size_t next_to_launch_ = 0;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold our hooks
+  // Kept alive (the parameter holds its accumulator only weakly), with our hooks' keys.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  bool record_events_ = false;
   std::vector<std::string> events_;
 };
 

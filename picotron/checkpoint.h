@@ -5,7 +5,7 @@
 // final parameters of a parallel run with the single-process run through it.
 // Format: LibTorch's serialize archive (a zip of tensors), keys = parameter names.
 //
-// Test: ctest -R checkpoint
+// Test: build/tests/unit_tests "[checkpoint]"
 #pragma once
 
 #include <map>

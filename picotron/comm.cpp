@@ -15,6 +15,8 @@
 // Test: ctest -R comm   (tests/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
 #include "picotron/comm.h"
 
+#include <exception>
+
 #include <climits>
 #include <utility>
 
@@ -120,6 +122,12 @@ Comm& Comm::operator=(Comm&& other) noexcept {
 }
 
 Comm::~Comm() {
+  // Unwinding after an error: the job is about to be aborted, and freeing a communicator
+  // whose peers are stuck could block. Leave it to MPI_Abort / process exit.
+  if (std::uncaught_exceptions() > 0) {
+    if (nccl_) nccl_abort();
+    return;
+  }
   int finalised = 0;
   MPI_Finalized(&finalised);
   if (owns_mpi_ && mpi_ != MPI_COMM_NULL && !finalised) MPI_Comm_free(&mpi_);

@@ -4,6 +4,7 @@
 
 #include <cxxopts.hpp>
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -121,7 +122,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   opts.add_options("Hardware")
     ("device", "cpu | cuda | auto (cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("dtype", "fp32 | fp64 | bf16 | fp16 (default: bf16 on cuda, fp32 on cpu)", cxxopts::value<std::string>())
-    ("threads", "CPU intra-op threads per rank (0: cores / ranks on this node)", cxxopts::value<int>()->default_value(s(d.threads)));
+    ("threads", "CPU intra-op threads per rank (0: cores / ranks in the job)", cxxopts::value<int>()->default_value(s(d.threads)));
   opts.add_options("Training")
     ("seq-len", "tokens per sequence (S)", cxxopts::value<int64_t>()->default_value(s(d.seq_len)))
     ("micro-batch-size", "sequences per micro-batch per data-parallel rank (B)", cxxopts::value<int64_t>()->default_value(s(d.micro_batch_size)))
@@ -257,6 +258,13 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
     need(m.num_attention_heads % m.num_key_value_heads == 0,
          "--num-attention-heads " + str(m.num_attention_heads) + " is not divisible by --num-key-value-heads " +
              str(m.num_key_value_heads));
+  for (auto [flag, v] : {std::pair{"--rope-theta", m.rope_theta}, {"--rms-norm-eps", m.rms_norm_eps}, {"--lr", c.lr},
+                         {"--min-lr", c.min_lr}, {"--weight-decay", c.weight_decay}, {"--beta1", c.beta1},
+                         {"--beta2", c.beta2}, {"--adam-eps", c.adam_eps}, {"--grad-clip", c.grad_clip},
+                         {"--init-std", c.init_std}, {"--dp-bucket-mb", c.dp_bucket_mb}})
+    need(std::isfinite(v), std::string(flag) + " must be a finite number, got " + str(v));
+  need(c.warmup_steps < c.steps || c.steps <= 0,
+       "--warmup-steps " + str(c.warmup_steps) + " must be smaller than --steps " + str(c.steps));
   need(m.rope_theta > 0, "--rope-theta must be > 0, got " + str(m.rope_theta));
   need(m.rms_norm_eps > 0, "--rms-norm-eps must be > 0, got " + str(m.rms_norm_eps));
   need(c.seq_len <= m.max_position_embeddings,

@@ -150,7 +150,10 @@ std::shared_ptr<TokenSource> open_data(const std::string& spec, int64_t vocab_si
     for (char ch : bytes) tokens.push_back(static_cast<unsigned char>(ch));
     description = spec + ": text, byte tokens";
   }
-  const int32_t max_token = *std::max_element(tokens.begin(), tokens.end());
+  const auto [min_it, max_it] = std::minmax_element(tokens.begin(), tokens.end());
+  const int32_t max_token = *max_it;
+  if (*min_it < 0)  // a 4-byte token >= 2^31
+    throw data_error(spec + ": holds token " + std::to_string(uint32_t(*min_it)) + ", beyond any vocabulary");
   if (max_token >= vocab_size)
     throw data_error(spec + ": holds token " + std::to_string(max_token) + " but --vocab-size is " + std::to_string(vocab_size));
   if (int64_t(tokens.size()) < seq_len + 1)

@@ -26,7 +26,7 @@
 //   bytes 24-   N tokens
 // A file that does not start with the magic is read as nanoGPT's headerless uint16.
 //
-// Test: ctest -R data
+// Test: build/tests/unit_tests "[data]"   (or ctest -L unit)
 #pragma once
 
 #include <cstdint>

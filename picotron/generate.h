@@ -6,7 +6,7 @@
 // For the default arithmetic data the samples are checked: the model completes
 // "\na+b=" greedily up to the newline, and the report counts exact answers.
 //
-// Test: ctest -R generate
+// Test: ctest -R cli.train_metrics (samples and accuracy of a short run)
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,9 @@ struct ArithmeticReport {
   int correct = 0, total = 0;
   std::vector<std::string> examples;  // "17+45=62 ok", "3+8=10 wrong (11)"
 };
-// Ask `total` problems (drawn with `seed`, not the training stream's) and check each answer.
+// Ask `total` problems drawn with `seed` and check each answer. There are only 10,000
+// possible problems and all of them occur in the training stream: the score measures
+// how many answers the model has learned, not generalisation to unseen sums.
 ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num_examples, uint64_t seed);
 
 // Byte tokens -> printable text (non-printable bytes as \xNN, newlines as "\n").

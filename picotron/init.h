@@ -9,7 +9,7 @@
 //
 //   weight matrices and embeddings ~ N(0, init_std^2)      RMSNorm weights = 1
 //
-// Test: ctest -R init
+// Test: build/tests/unit_tests "[init]"   (or ctest -L unit)
 #pragma once
 
 #include <cstdint>

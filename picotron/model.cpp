@@ -126,12 +126,22 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, int64_t position_offset) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, S], got ", tokens.sizes());
   auto x = model->embed_tokens->forward(tokens);  // [B, S, H]
-  const auto rope = rope_tables(config.head_dim(), config.rope_theta, tokens.size(1), position_offset,
-                                x.scalar_type(), x.device());
+  const auto& rope = rope_for(tokens.size(1), position_offset, x.scalar_type(), x.device());
   for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, rope);  // [B, S, H]
   x = model->norm->forward(x);                                                               // [B, S, H]
   if (lm_head) return lm_head->forward(x);                                                   // [B, S, V]
   return torch::matmul(x, model->embed_tokens->weight.t());                                  // [B, S, V]
+}
+
+const RopeTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len, int64_t offset, torch::ScalarType dtype,
+                                                 torch::Device device) {
+  if (seq_len != rope_len_ || offset != rope_offset_ || !rope_cache_.cos.defined() ||
+      rope_cache_.cos.scalar_type() != dtype || rope_cache_.cos.device() != device) {
+    rope_cache_ = rope_tables(config.head_dim(), config.rope_theta, seq_len, offset, dtype, device);
+    rope_len_ = seq_len;
+    rope_offset_ = offset;
+  }
+  return rope_cache_;
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

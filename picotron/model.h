@@ -25,7 +25,7 @@
 //   Hd   head dim, H / nH                     I    MLP intermediate size
 //   V    vocabulary size                      L    decoder layers
 //
-// Test: ctest -R model
+// Test: build/tests/unit_tests "[model]"   (or ctest -L unit)
 #pragma once
 
 #include <functional>
@@ -114,6 +114,13 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LlamaConfig config;
   LlamaModel model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  // RoPE tables of the last (S, offset, dtype, device): built once, not every forward
+  // (building them on the CPU and copying to a GPU would sync the host each step).
+  const RopeTables& rope_for(int64_t seq_len, int64_t offset, torch::ScalarType dtype, torch::Device device);
+  RopeTables rope_cache_;
+  int64_t rope_len_ = -1, rope_offset_ = -1;
 };
 TORCH_MODULE(LlamaForCausalLM);
 

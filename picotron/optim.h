@@ -19,7 +19,7 @@
 //   w = w - lr wd w   (matrices only: not norms)
 //   w = w - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 //
-// Test: ctest -R optim
+// Test: build/tests/unit_tests "[optim]"   (or ctest -L unit)
 #pragma once
 
 #include <string>

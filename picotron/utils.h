@@ -7,7 +7,7 @@
 //   MFU = flops per token x tokens/s / (peak FLOP/s per GPU x GPUs)
 // Peak: dense bf16 of the device; 989.5 TFLOP/s for H100 and H200 (SXM).
 //
-// Test: ctest -R utils
+// Test: build/tests/unit_tests "[utils]"   (or ctest -L unit)
 #pragma once
 
 #include <chrono>

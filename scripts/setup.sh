@@ -52,11 +52,20 @@ if prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/d
 fi
 cache=${PICOTRON_CACHE:-$HOME/.cache/picotron}
 venv=$cache/torch-$torch_version
+index=()
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  # The PyPI wheel is built for CUDA 13 and its CMake config needs a CUDA toolkit to
+  # build against. Without one, take the CPU-only build of the same version.
+  venv=$cache/torch-$torch_version-cpu
+  index=(--index-url https://download.pytorch.org/whl/cpu)
+  log "no CUDA toolkit (nvcc) found: using the CPU-only torch build"
+fi
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  log "installing torch==$torch_version from PyPI into $venv (a few GB, once per machine)"
+  log "installing torch==$torch_version into $venv (a few GB, once per machine)"
   mkdir -p "$cache"
   python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install -q --progress-bar off "torch==$torch_version" >&2
+  "$venv/bin/pip" install -q --progress-bar off "${index[@]}" "torch==$torch_version" >&2 || {
+    log "could not install torch==$torch_version; install LibTorch yourself and set Torch_DIR"; exit 1; }
 fi
 log "using torch $torch_version from $venv"
 "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null

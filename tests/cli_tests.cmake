@@ -27,9 +27,9 @@ set_tests_properties(cli.train_metrics PROPERTIES PASS_REGULAR_EXPRESSION "arith
 
 # Other data sources: a text file (bytes) and a token file (.bin), grad accumulation, fp64.
 picotron_cli_test(cli.train_text_file sh -c
-  "${TRAIN} --help > ${CMAKE_CURRENT_BINARY_DIR}/help.txt && ${TRAIN} --device cpu --data ${CMAKE_CURRENT_BINARY_DIR}/help.txt --steps 3 --seq-len 32 --micro-batch-size 2 --grad-acc-steps 2 --dtype fp64 --generate 1")
+  "${TRAIN} --help > ${CMAKE_CURRENT_BINARY_DIR}/help.txt && ${TRAIN} --device cpu --data ${CMAKE_CURRENT_BINARY_DIR}/help.txt --steps 3 --warmup-steps 1 --seq-len 32 --micro-batch-size 2 --grad-acc-steps 2 --dtype fp64 --generate 1")
 set_tests_properties(cli.train_text_file PROPERTIES PASS_REGULAR_EXPRESSION "step +3/3.*samples")
-picotron_cli_test(cli.train_synthetic ${TRAIN} --device cpu --data synthetic --model tiny --vocab-size 1000 --steps 2 --seq-len 16 --micro-batch-size 2)
+picotron_cli_test(cli.train_synthetic ${TRAIN} --device cpu --data synthetic --model tiny --vocab-size 1000 --steps 2 --warmup-steps 1 --seq-len 16 --micro-batch-size 2)
 set_tests_properties(cli.train_synthetic PROPERTIES PASS_REGULAR_EXPRESSION "step +2/2")
 
 # Bad input: one line naming the flag or file, non-zero exit.
@@ -56,3 +56,10 @@ picotron_mpi_cli_test(cli.mpi_bad_mesh 4
   "\\[rank 3\\] error: --dp 2 x --pp 1 x --cp 1 x --tp 3 = 6 ranks, but the job has 4 processes" ${TRAIN} --dp 2 --tp 3)
 picotron_mpi_cli_test(cli.mpi_tp_not_yet 4 "\\[rank 0\\] error: --tp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --tp 2)
 picotron_mpi_cli_test(cli.mpi_missing_data 2 "\\[rank 1\\] error: --data /nonexistent.bin: no such file" ${TRAIN} --dp 2 --data /nonexistent.bin)
+
+# Mixed precision on the CPU: bf16 (fp32 master weights) and fp16 (dynamic loss scaling).
+foreach(dtype bf16 fp16)
+  picotron_cli_test(cli.train_${dtype} ${TRAIN} --device cpu --dtype ${dtype} --steps 3 --warmup-steps 1 --seq-len 32
+    --micro-batch-size 4 --generate 0)
+  set_tests_properties(cli.train_${dtype} PROPERTIES PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9]")
+endforeach()

@@ -13,7 +13,7 @@ train=$1; shift
 compare=$(dirname "$train")/tests/compare_runs
 mkdir -p "$work"
 
-ref_args=() dp=1 acc=1
+ref_args=() par_args=() dp=1 acc=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
@@ -23,10 +23,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 mpirun=${MPIEXEC:-mpirun}
+run() {  # LOG COMMAND...: run it, show its step lines, and stop here if it failed
+  local log=$1; shift
+  if ! "$@" >"$log" 2>&1; then cat "$log"; echo "FAILED: $*"; exit 1; fi
+  grep -E "^step|^mesh" "$log" || true
+}
 echo "== reference: 1 process, --grad-acc-steps $((acc * dp)) ${ref_args[*]}"
-"$train" "${ref_args[@]}" --grad-acc-steps $((acc * dp)) \
-  --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params" | grep -E "^step|error" || true
+run "$work/ref.log" "$train" "${ref_args[@]}" --grad-acc-steps $((acc * dp)) \
+  --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
 echo "== parallel: $np processes, --grad-acc-steps $acc ${par_args[*]}"
-$mpirun --oversubscribe --bind-to none -np "$np" "$train" "${par_args[@]}" --grad-acc-steps "$acc" \
-  --metrics-file "$work/run.jsonl" --save-params "$work/run.params" | grep -E "^step|error|mesh" || true
+run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" "$train" "${par_args[@]}" --grad-acc-steps "$acc" \
+  --metrics-file "$work/run.jsonl" --save-params "$work/run.params"
 "$compare" "$work/ref.jsonl" "$work/run.jsonl" "$work/ref.params" "$work/run.params" "$rtol"

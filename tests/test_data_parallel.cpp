@@ -73,13 +73,14 @@ int main() {
     const auto batch = loader.micro_batch(0, 0, rank);
 
     // A no-sync micro-batch (gradient accumulation): nothing is launched.
-    dp.set_sync(false);
+    dp.set_record_events(true);
+    dp.prepare_backward(/*sync=*/false);
     (model->loss(batch.inputs, batch.targets) * 0.5).backward();
     opt.accumulate_grads();
     check(first(dp.events(), "launch") == dp.events().size(), tag + "no-sync backward launched nothing", rank);
 
     // The synchronising micro-batch.
-    dp.set_sync(true);
+    dp.prepare_backward(/*sync=*/true);
     (model->loss(batch.inputs, batch.targets) * 0.5).backward();
     opt.accumulate_grads();
     dp.finish_gradient_sync();

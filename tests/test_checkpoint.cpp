@@ -1,0 +1,44 @@
+// Parameter files round-trip by name; a missing or corrupt file gets one line naming it.
+// Also the small measuring helpers of picotron/utils.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "picotron/checkpoint.h"
+#include "picotron/utils.h"
+
+using namespace picotron;
+
+TEST_CASE("parameter files round-trip every tensor by name", "[checkpoint]") {
+  const auto path = (std::filesystem::temp_directory_path() / "picotron_test_params.pt").string();
+  NamedTensors tensors = {{"model.layers.0.mlp.up_proj.weight", torch::randn({3, 4}, torch::kFloat64)},
+                          {"model.norm.weight", torch::ones({4})},
+                          {"lm_head.weight", torch::randn({5, 4}).to(torch::kBFloat16)}};
+  save_tensors(path, tensors);
+  const auto loaded = load_tensors(path);
+  REQUIRE(loaded.size() == tensors.size());
+  for (const auto& [name, t] : tensors) {
+    INFO(name);
+    REQUIRE(loaded.count(name));
+    CHECK(loaded.at(name).scalar_type() == t.scalar_type());
+    CHECK(torch::equal(loaded.at(name), t));
+  }
+}
+
+TEST_CASE("missing and corrupt parameter files are named in the error", "[checkpoint]") {
+  CHECK_THROWS_WITH(load_tensors("/nonexistent/params.pt"), Catch::Contains("/nonexistent/params.pt") && Catch::Contains("no such file"));
+  const auto path = (std::filesystem::temp_directory_path() / "picotron_test_corrupt.pt").string();
+  std::ofstream(path) << "this is not a parameter file";
+  CHECK_THROWS_WITH(load_tensors(path), Catch::Contains(path) && Catch::Contains("corrupt"));
+}
+
+TEST_CASE("utils: FLOPs per token, thousands separators, byte sizes", "[utils]") {
+  const LlamaConfig c = preset("smollm-135m");
+  CHECK(flops_per_token(c, 2048) == Approx(6.0 * 134515008 + 12.0 * 30 * 576 * 2048));
+  CHECK(with_commas(8030261248) == "8,030,261,248");
+  CHECK(with_commas(999) == "999");
+  CHECK(with_commas(-1000) == "-1,000");
+  CHECK(human_bytes(1536) == "1.50 KiB");
+  CHECK(device_peak_flops(torch::kCPU) == 0.0);
+}
