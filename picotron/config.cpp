@@ -129,7 +129,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("grad-acc-steps", "micro-batches accumulated per optimizer step", cxxopts::value<int64_t>()->default_value(s(d.grad_acc_steps)))
     ("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value(s(d.steps)))
     ("lr", "peak learning rate", cxxopts::value<double>()->default_value(s(d.lr)))
-    ("warmup-steps", "linear warmup steps", cxxopts::value<int64_t>()->default_value(s(d.warmup_steps)))
+    ("warmup-steps", "linear warmup steps (default: 5% of --steps)", cxxopts::value<int64_t>())
     ("min-lr", "learning rate at the end of the cosine decay", cxxopts::value<double>()->default_value(s(d.min_lr)))
     ("weight-decay", "AdamW weight decay (not applied to norms)", cxxopts::value<double>()->default_value(s(d.weight_decay)))
     ("beta1", "AdamW beta1", cxxopts::value<double>()->default_value(s(d.beta1)))
@@ -197,7 +197,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.grad_acc_steps = r["grad-acc-steps"].as<int64_t>();
     c.steps = r["steps"].as<int64_t>();
     c.lr = r["lr"].as<double>();
-    c.warmup_steps = r["warmup-steps"].as<int64_t>();
+    c.warmup_steps = r.count("warmup-steps") ? r["warmup-steps"].as<int64_t>() : c.steps / 20;
     c.min_lr = r["min-lr"].as<double>();
     c.weight_decay = r["weight-decay"].as<double>();
     c.beta1 = r["beta1"].as<double>();

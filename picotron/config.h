@@ -64,7 +64,7 @@ struct TrainConfig {
   int64_t grad_acc_steps = 1;          // micro-batches accumulated per optimizer step
   int64_t steps = 1000;                // optimizer steps
   double lr = 3e-3;                    // peak learning rate
-  int64_t warmup_steps = 50;           // linear warmup from 0 to --lr
+  int64_t warmup_steps = 50;           // linear warmup from 0 to --lr (flag default: 5% of --steps)
   double min_lr = 3e-4;                // cosine decays from --lr to this at the last step
   double weight_decay = 0.1;           // AdamW decoupled weight decay (not on norms)
   double beta1 = 0.9;                  // AdamW first-moment decay
