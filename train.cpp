@@ -78,8 +78,6 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const int rank = dist.rank();
   // ---- device, precision, threads ---------------------------------------------------
   if (cfg.device == "auto") cfg.device = torch::cuda::is_available() ? "cuda" : "cpu";
-  if (cfg.device == "cuda" && !torch::cuda::is_available())
-    throw std::runtime_error("--device cuda: no CUDA device is visible to this process");
   if (!cfg.dtype_given) cfg.dtype = cfg.device == "cuda" ? Precision::kBF16 : Precision::kFP32;
   const torch::Device device = cfg.device == "cuda" ? torch::Device(torch::kCUDA, dist.select_cuda_device())
                                                     : torch::Device(torch::kCPU);
@@ -218,6 +216,10 @@ int main(int argc, char** argv) {
   if (cfg.dry_run) {  // no launch, no allocation: the summary is pure arithmetic
     if (launch.rank == 0) std::cout << model_summary(cfg) << std::endl;
     return 0;
+  }
+  if (cfg.device == "cuda" && !torch::cuda::is_available()) {
+    fail("--device cuda: no CUDA device is visible to this process");
+    return 2;
   }
   std::shared_ptr<TokenSource> data;
   try {

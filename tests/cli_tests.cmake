@@ -63,3 +63,7 @@ foreach(dtype bf16 fp16)
     --micro-batch-size 4 --generate 0)
   set_tests_properties(cli.train_${dtype} PROPERTIES PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9]")
 endforeach()
+# --device cuda without a GPU: one line, before any launch. (Skipped where a GPU is present.)
+add_test(NAME cli.no_cuda_device COMMAND sh -c
+  "nvidia-smi -L >/dev/null 2>&1 && echo 'SKIPPED: a GPU is present' || ${EXPECT_FAIL} 'error: --device cuda: no CUDA device is visible' -- ${TRAIN} --device cuda")
+set_tests_properties(cli.no_cuda_device PROPERTIES LABELS cli TIMEOUT 60 SKIP_REGULAR_EXPRESSION "SKIPPED:")
