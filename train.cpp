@@ -82,7 +82,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const torch::Device device = cfg.device == "cuda" ? torch::Device(torch::kCUDA, dist.select_cuda_device())
                                                     : torch::Device(torch::kCPU);
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.world_size()));
+  torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.local_world_size()));
   const auto dtype = scalar_type(cfg.dtype);
 
   BatchLoader loader(data, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, cfg.dp);
@@ -200,42 +200,59 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
 
 int main(int argc, char** argv) {
   const ParsedArgs args = parse_args(argc, argv);
-  const LaunchInfo launch = detect_launch(process_environment());
-  if (!args.config) {  // --help, or a flag cxxopts could not parse
-    (args.exit_code == 0 ? std::cout : std::cerr) << (args.exit_code == 0 ? "" : "[rank " + std::to_string(launch.rank) + "] ")
-                                                  << args.message << std::endl;
-    return args.exit_code;
-  }
-  const TrainConfig& cfg = *args.config;
-  // Every rank sees the same flags and files, so every rank fails here alike: each prints
-  // the problem and exits before any communication, and none can hang.
-  auto fail = [&](const std::string& e) { std::cerr << "[rank " << launch.rank << "] error: " << e << std::endl; };
-  const auto errors = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
-  for (const auto& e : errors) fail(e);
-  if (!errors.empty()) return 2;
-  if (cfg.dry_run) {  // no launch, no allocation: the summary is pure arithmetic
-    if (launch.rank == 0) std::cout << model_summary(cfg) << std::endl;
+  if (!args.config && args.exit_code == 0) {  // --help
+    std::cout << args.message << std::endl;
     return 0;
   }
-  if (cfg.device == "cuda" && !torch::cuda::is_available()) {
-    fail("--device cuda: no CUDA device is visible to this process");
+  LaunchInfo launch;
+  try {
+    launch = detect_launch(process_environment());
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
     return 2;
   }
+  // Setup problems (flags, mesh, device, data files): every rank sees the same ones.
+  std::vector<std::string> problems;
   std::shared_ptr<TokenSource> data;
-  try {
-    data = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
-  } catch (const std::exception& e) {
-    fail(e.what());
-    return 2;
+  if (!args.config) {
+    problems.push_back(args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0));
+  } else {
+    const TrainConfig& cfg = *args.config;
+    problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
+    if (problems.empty() && cfg.dry_run) {  // no launch, no allocation: the summary is pure arithmetic
+      if (launch.rank == 0) std::cout << model_summary(cfg) << std::endl;
+      return 0;
+    }
+    if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())
+      problems.push_back("--device cuda: no CUDA device is visible to this process");
+    if (problems.empty()) {
+      try {
+        data = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
+      } catch (const std::exception& e) {
+        problems.push_back(e.what());
+      }
+    }
   }
-  Distributed dist(launch);
-  try {
-    return run(cfg, data, dist);
-  } catch (const std::exception& e) {
-    std::string msg = e.what();
-    msg = msg.substr(0, msg.find('\n'));
-    if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
-    std::cerr << "[rank " << dist.rank() << "] error: " << msg << std::endl;
-    dist.abort_job(1);  // a rank that fails takes the job down: nobody waits forever
+  for (const auto& p : problems) std::cerr << "[rank " << launch.rank << "] error: " << p << std::endl;
+  if (problems.empty() || launch.world_size > 1) {
+    std::unique_ptr<Distributed> dist;
+    try {
+      dist = std::make_unique<Distributed>(launch);
+    } catch (const std::exception& e) {
+      std::cerr << "[rank " << launch.rank << "] error: " << e.what() << std::endl;
+      return 2;
+    }
+    // Each rank has printed its problems; leave together so that none is killed first.
+    if (!problems.empty()) dist->exit_together(2, std::chrono::seconds(30));
+    try {
+      return run(*args.config, data, *dist);
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      msg = msg.substr(0, msg.find('\n'));
+      if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
+      std::cerr << "[rank " << dist->rank() << "] error: " << msg << std::endl;
+      dist->abort_job(1);  // a rank that fails takes the job down: nobody waits forever
+    }
   }
+  return 2;
 }

@@ -122,7 +122,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   opts.add_options("Hardware")
     ("device", "cpu | cuda | auto (cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
     ("dtype", "fp32 | fp64 | bf16 | fp16 (default: bf16 on cuda, fp32 on cpu)", cxxopts::value<std::string>())
-    ("threads", "CPU intra-op threads per rank (0: cores / ranks in the job)", cxxopts::value<int>()->default_value(s(d.threads)));
+    ("threads", "CPU intra-op threads per rank (0: cores / ranks on this node)", cxxopts::value<int>()->default_value(s(d.threads)));
   opts.add_options("Training")
     ("seq-len", "tokens per sequence (S)", cxxopts::value<int64_t>()->default_value(s(d.seq_len)))
     ("micro-batch-size", "sequences per micro-batch per data-parallel rank (B)", cxxopts::value<int64_t>()->default_value(s(d.micro_batch_size)))

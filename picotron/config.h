@@ -57,7 +57,7 @@ struct TrainConfig {
   std::string device = "auto";         // cpu | cuda | auto (cuda when a GPU is present)
   Precision dtype = Precision::kFP32;  // compute dtype; --dtype defaults to bf16 on cuda, fp32 on cpu
   bool dtype_given = false;            // whether --dtype was on the command line
-  int threads = 0;                     // CPU intra-op threads per rank (0: cores / ranks in the job)
+  int threads = 0;                     // CPU intra-op threads per rank (0: cores / ranks on this node)
   // --- batch and schedule ---
   int64_t seq_len = 128;               // S: tokens per sequence
   int64_t micro_batch_size = 16;       // B: sequences per micro-batch per data-parallel rank

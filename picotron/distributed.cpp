@@ -23,6 +23,8 @@
 // Test: ctest -R distributed   (tests/test_distributed.cpp: every launcher, bad values)
 #include "picotron/distributed.h"
 
+#include <thread>
+
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +112,7 @@ LaunchInfo from_torchrun(const Env& env) {
     info.master_port = parse_int(env, "MASTER_PORT", /*min_value=*/1);
     if (info.master_port > 65535) bad_env("MASTER_PORT", env.at("MASTER_PORT"), "is not a TCP port (1..65535)");
   }
+  if (env.count("LOCAL_WORLD_SIZE")) info.local_world_size = parse_int(env, "LOCAL_WORLD_SIZE", /*min_value=*/1);
   if (env.count("TORCHELASTIC_USE_AGENT_STORE"))
     info.agent_store = parse_bool(env, "TORCHELASTIC_USE_AGENT_STORE");
   if (env.count("TORCHELASTIC_RESTART_COUNT"))
@@ -182,6 +185,7 @@ Distributed::Distributed(const LaunchInfo& info) : info_(info) {
   PICOTRON_MPI_CHECK(info_.rank, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, /*key=*/mpi_rank,
                                                      MPI_INFO_NULL, &node));
   PICOTRON_MPI_CHECK(info_.rank, MPI_Comm_rank(node, &info_.local_rank));
+  PICOTRON_MPI_CHECK(info_.rank, MPI_Comm_size(node, &info_.local_world_size));
   MPI_Comm_free(&node);
 }
 
@@ -204,6 +208,23 @@ int Distributed::select_cuda_device() const {
                            "] --device cuda: this build has no CUDA support (it needs a CUDA LibTorch, "
                            "a CUDA toolkit and NCCL at configure time)");
 #endif
+}
+
+void Distributed::exit_together(int code, std::chrono::seconds timeout) const {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (mpi_initialised_) {
+    MPI_Request barrier;
+    int done = 0;
+    MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done && std::chrono::steady_clock::now() < deadline) {
+      MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (done && owns_mpi_) MPI_Finalize();  // everyone has reported: leave cleanly
+  }
+  std::_Exit(code);
 }
 
 void Distributed::abort_job(int code) const {

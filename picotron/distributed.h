@@ -20,6 +20,7 @@
 // Test: ctest -R distributed
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -33,6 +34,7 @@ struct LaunchInfo {
   int rank = 0;        // global rank in [0, world_size)
   int world_size = 1;  // number of processes in the job
   int local_rank = 0;  // rank among the processes of this node: picks the GPU
+  int local_world_size = 1;  // processes on this node (from MPI when MPI runs; else 1, or torchrun's LOCAL_WORLD_SIZE)
   std::string master_addr;  // torchrun only
   int master_port = 0;      // torchrun only
   bool agent_store = false; // torchrun with TORCHELASTIC_USE_AGENT_STORE=True
@@ -60,6 +62,7 @@ class Distributed {
   int rank() const { return info_.rank; }
   int world_size() const { return info_.world_size; }
   int local_rank() const { return info_.local_rank; }
+  int local_world_size() const { return info_.local_world_size; }
   bool has_mpi() const { return mpi_initialised_; }
 
   // Select this rank's GPU (local_rank modulo the device count); returns its index.
@@ -67,6 +70,12 @@ class Distributed {
 
   // Kill the whole job after an error on this rank (MPI_Abort, or _exit for torchrun).
   [[noreturn]] void abort_job(int code) const;
+
+  // For setup errors that every rank finds alike (bad flags, a missing file): after each
+  // rank has printed its error, wait (at most `timeout`) until all ranks got here, then
+  // exit with `code`. Without the wait, mpirun kills the slower ranks as soon as the
+  // first one exits, before they could print.
+  [[noreturn]] void exit_together(int code, std::chrono::seconds timeout) const;
 
  private:
   LaunchInfo info_;
