@@ -17,6 +17,8 @@
 #include <iostream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "data_parallel/data_parallel.h"
 #include "picotron/checkpoint.h"
 #include "picotron/comm.h"
@@ -41,6 +43,13 @@ torch::ScalarType scalar_type(Precision p) {
     case Precision::kFP16: return torch::kFloat16;
     default: return torch::kFloat32;
   }
+}
+
+// "[rank r] error: msg" as ONE write(2), so the lines of ranks failing at once never interleave.
+void report_error(int rank, const std::string& msg) {
+  const std::string line = (rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "") + "error: " + msg + "\n";
+  std::fflush(stdout);
+  if (::write(2, line.data(), line.size()) < 0) std::perror("write");
 }
 
 // Full precision, and null for inf/nan (a diverged loss, an fp16 overflow): valid JSON.
@@ -208,7 +217,7 @@ int main(int argc, char** argv) {
   try {
     launch = detect_launch(process_environment());
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << std::endl;
+    report_error(-1, e.what());  // the launch environment itself is broken: no rank to tell
     return 2;
   }
   // Setup problems (flags, mesh, device, data files): every rank sees the same ones.
@@ -233,13 +242,13 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (const auto& p : problems) std::cerr << "[rank " << launch.rank << "] error: " << p << std::endl;
+  for (const auto& p : problems) report_error(launch.rank, p);
   if (problems.empty() || launch.world_size > 1) {
     std::unique_ptr<Distributed> dist;
     try {
       dist = std::make_unique<Distributed>(launch);
     } catch (const std::exception& e) {
-      std::cerr << "[rank " << launch.rank << "] error: " << e.what() << std::endl;
+      report_error(launch.rank, e.what());
       return 2;
     }
     // Each rank has printed its problems; leave together so that none is killed first.
@@ -250,7 +259,7 @@ int main(int argc, char** argv) {
       std::string msg = e.what();
       msg = msg.substr(0, msg.find('\n'));
       if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
-      std::cerr << "[rank " << dist->rank() << "] error: " << msg << std::endl;
+      report_error(dist->rank(), msg);
       dist->abort_job(1);  // a rank that fails takes the job down: nobody waits forever
     }
   }
