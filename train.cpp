@@ -158,12 +158,12 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     const int64_t mem = peak_memory_bytes(device);
 
     if (rank == 0 && ((step + 1) % cfg.log_every == 0 || step == 0 || step + 1 == cfg.steps)) {
-      char line[256];
+      char mfu_text[16] = "n/a", line[256];
+      if (peak_flops > 0) std::snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", mfu * 100);
       std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
                     (long long)(step + 1), (long long)cfg.steps, loss, lr, norm,
-                    with_commas(int64_t(tokens_per_s)).c_str(),
-                    peak_flops > 0 ? (std::to_string(mfu * 100).substr(0, 5) + "%").c_str() : "n/a",
-                    human_bytes(double(mem)).c_str(), finite ? "" : " | overflow: step skipped");
+                    with_commas(int64_t(tokens_per_s)).c_str(), mfu_text, human_bytes(double(mem)).c_str(),
+                    finite ? "" : " | overflow: step skipped");
       std::cout << line << std::endl;
     }
     if (metrics.is_open()) {
