@@ -2,10 +2,10 @@
 # equivalence.sh WORKDIR RTOL NP -- TRAIN FLAGS...
 #
 # Runs TRAIN FLAGS on NP ranks under mpirun, and the single-process reference with the
-# same flags minus the mesh (--dp/--tp/--pp/--cp/--dp-mode/--dp-bucket-mb) and with
-# --grad-acc-steps multiplied by dp, so that both see the same global batch
-# (micro-batch x grad-acc x dp). Then compare_runs checks every step's loss and grad
-# norm and the final parameters within RTOL.
+# same flags minus the mesh (--dp/--tp/--pp/--cp/--dp-mode/--dp-bucket-mb) and the
+# whole global batch (micro-batch x grad-acc x dp rows) as ONE micro-batch, so the
+# reference involves neither data parallelism nor gradient accumulation. Then
+# compare_runs checks every step's loss and grad norm and the final parameters within RTOL.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$1 rtol=$2 np=$3; shift 3; [ "$1" = "--" ] && shift
@@ -13,12 +13,13 @@ train=$1; shift
 compare=$(dirname "$train")/tests/compare_runs
 mkdir -p "$work"
 
-ref_args=() par_args=() dp=1 acc=1
+ref_args=() par_args=() dp=1 acc=1 micro=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
     --tp|--pp|--cp|--dp-mode|--dp-bucket-mb) par_args+=("$1" "$2"); shift 2 ;;
     --grad-acc-steps) acc=$2; shift 2 ;;
+    --micro-batch-size) micro=$2; shift 2 ;;
     *) ref_args+=("$1"); par_args+=("$1"); shift ;;
   esac
 done
@@ -28,10 +29,12 @@ run() {  # LOG COMMAND...: run it, show its step lines, and stop here if it fail
   if ! "$@" >"$log" 2>&1; then cat "$log"; echo "FAILED: $*"; exit 1; fi
   grep -E "^step|^mesh" "$log" || true
 }
-echo "== reference: 1 process, --grad-acc-steps $((acc * dp)) ${ref_args[*]}"
-run "$work/ref.log" "$train" "${ref_args[@]}" --grad-acc-steps $((acc * dp)) \
+global=$((micro * acc * dp))
+echo "== reference: 1 process, one micro-batch of $global rows: ${ref_args[*]}"
+run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$global" --grad-acc-steps 1 \
   --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
-echo "== parallel: $np processes, --grad-acc-steps $acc ${par_args[*]}"
-run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" "$train" "${par_args[@]}" --grad-acc-steps "$acc" \
+echo "== parallel: $np processes, --micro-batch-size $micro --grad-acc-steps $acc ${par_args[*]}"
+run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" "$train" "${par_args[@]}" \
+  --micro-batch-size "$micro" --grad-acc-steps "$acc" \
   --metrics-file "$work/run.jsonl" --save-params "$work/run.params"
 "$compare" "$work/ref.jsonl" "$work/run.jsonl" "$work/ref.params" "$work/run.params" "$rtol"

@@ -1,6 +1,7 @@
 # The equivalence contract (../shared/DESIGN.md): every layout reproduces the
 # single-process run of the same seed, config and global batch — per-step loss, grad
-# norm and final parameters. Grad-norm clipping is active (--grad-clip 0.5 is below the
+# norm and final parameters. The reference takes the whole global batch as one
+# micro-batch (tests/equivalence.sh), so every case also checks gradient accumulation. Grad-norm clipping is active (--grad-clip 0.5 is below the
 # norms these runs see), so a wrong gradient norm would show.
 #
 # Tolerances: float64 1e-9 relative. The parallel run adds the same numbers in another
@@ -33,7 +34,7 @@ function(picotron_equivalence name)
     LABELS "equivalence;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
 endfunction()
 
-# Gradient accumulation alone: 1 rank, 4 x (B/4) against one micro-batch of B.
+# Gradient accumulation alone: 1 rank, 4 micro-batches of 1 against one micro-batch of 4.
 picotron_equivalence(grad_acc_1rank NP 1 ARGS --grad-acc-steps 4 --micro-batch-size 1)
 
 # Data parallelism: dp in {2, 4} x {naive, bucketed with several buckets} x grad-acc in {1, 4}.
