@@ -1,8 +1,9 @@
 // train.cpp — the one entry point. It reads like the Playbook's recipe:
 //
-//   flags -> launch (rank, world) -> mesh -> model (+ init) -> data parallelism ->
-//   optimizer -> loop { micro-batches: forward, backward ; sync grads ; clip ; step } ->
-//   samples
+//   flags -> launch (rank, world) -> mesh -> plan (who holds what) -> model (this rank's
+//   shards, + init) -> [techniques replace slots] -> optimizer -> data parallelism ->
+//   loop { micro-batches: forward, backward ; sync grads ; global norm ; step } ->
+//   samples (full weights gathered on rank 0)
 //
 //   build/train --help                              every flag
 //   build/train                                     tiny model, arithmetic data, CPU or GPU
@@ -12,9 +13,8 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <unistd.h>
@@ -30,20 +30,12 @@
 #include "picotron/mesh.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "picotron/shard.h"
 #include "picotron/utils.h"
 
 using namespace picotron;
 
 namespace {
-
-torch::ScalarType scalar_type(Precision p) {
-  switch (p) {
-    case Precision::kFP64: return torch::kFloat64;
-    case Precision::kBF16: return torch::kBFloat16;
-    case Precision::kFP16: return torch::kFloat16;
-    default: return torch::kFloat32;
-  }
-}
 
 // "[rank r] error: msg" as ONE write(2), so the lines of ranks failing at once never interleave.
 void report_error(int rank, const std::string& msg) {
@@ -52,35 +44,15 @@ void report_error(int rank, const std::string& msg) {
   if (::write(2, line.data(), line.size()) < 0) std::perror("write");
 }
 
-// Full precision, and null for inf/nan (a diverged loss, an fp16 overflow): valid JSON.
-std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", x);
-  return buf;
-}
-
-// The model summary of --dry-run (and of every run's start): exact counts, no allocation.
-std::string model_summary(const TrainConfig& c) {
-  const LlamaConfig& m = c.llama;
-  const int64_t h = m.hidden_size, kv = m.num_key_value_heads * m.head_dim();
-  const int64_t attention = 2 * h * h + 2 * h * kv, mlp = 3 * h * m.intermediate_size, total = count_parameters(m);
-  std::ostringstream o;
-  o << "model " << c.model << ": H=" << h << " I=" << m.intermediate_size << " L=" << m.num_hidden_layers
-    << " nH=" << m.num_attention_heads << " nKV=" << m.num_key_value_heads << " Hd=" << m.head_dim()
-    << " V=" << m.vocab_size << " rope_theta=" << m.rope_theta << " tied=" << (m.tie_word_embeddings ? "yes" : "no") << "\n"
-    << "  embedding          " << with_commas(m.vocab_size * h) << "\n"
-    << "  per layer          " << with_commas(attention + mlp + 2 * h) << " (attention " << with_commas(attention)
-    << ", mlp " << with_commas(mlp) << ", norms " << with_commas(2 * h) << ")\n"
-    << "  " << m.num_hidden_layers << " layers" << std::string(13 - std::to_string(m.num_hidden_layers).size(), ' ')
-    << with_commas(m.num_hidden_layers * (attention + mlp + 2 * h)) << "\n"
-    << "  final norm         " << with_commas(h) << "\n"
-    << "  lm_head            " << (m.tie_word_embeddings ? "tied to the embedding" : with_commas(m.vocab_size * h)) << "\n"
-    << "  total parameters   " << total << " (" << with_commas(total) << ")\n"
-    << "  weights " << human_bytes(double(total) * torch::elementSize(scalar_type(c.dtype))) << " in "
-    << precision_name(c.dtype) << "; AdamW training state ~" << human_bytes(double(total) * 16)
-    << " (fp32 master + 2 moments + main grad)";
-  return o.str();
+// What the rank at `here` holds: every parameter's shard record. A pure function of the
+// config and the mesh coordinates, so any rank can compute any other rank's plan (the
+// gather for sampling and --save-params does). Each technique adds its line here as it
+// lands: tensor parallelism splits the projections over tp, pipeline parallelism keeps
+// a stage's layers, ZeRO-3 shards over dp.
+ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
+  ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
+  (void)here;
+  return plan;
 }
 
 int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
@@ -94,112 +66,100 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.local_world_size()));
   const auto dtype = scalar_type(cfg.dtype);
 
-  BatchLoader loader(data, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, cfg.dp);
-
   // ---- mesh -----------------------------------------------------------------------
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
   const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
   Mesh mesh(world, shape);
+  const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(cfg, c); };
   print0(rank, model_summary(cfg));
   print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
                    " process(es), device " + device.str() + ", " + precision_name(cfg.dtype));
   print0(rank, describe_mesh(shape));
+  print0(rank, plan_summary(cfg, shape, plan_of));
 
-  // ---- model: every mesh starts from the same full-size weights ---------------------
-  LlamaForCausalLM model(cfg.llama);
-  model->to(device, dtype);
-  init_parameters(*model, cfg.seed, cfg.init_std);
+  // ---- model: only this rank's shards, each initialised as its slice of the full tensor
+  const ShardPlan plan = plan_of(mesh.coords());
+  LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
+  init_parameters(*model, plan, cfg.seed, cfg.init_std);
 
-  // ---- optimizer and data parallelism ---------------------------------------------
+  // ---- optimizer and data parallelism (over cp x dp: every rank there sees other tokens)
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-  AdamW optimizer(named, {cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay});
-  DataParallel data_parallel(mesh.dp(), optimizer.params(), cfg.dp_mode, cfg.dp_bucket_mb);
+  AdamW optimizer(named, {cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, plan);
+  DataParallel data_parallel(mesh.cp_dp(), optimizer.params(), cfg.dp_mode, cfg.dp_bucket_mb);
   LossScaler scaler(cfg.dtype == Precision::kFP16);
 
+  BatchLoader loader(data, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
+                     mesh.coords().dp);
   print0(rank, "data: " + std::string(cfg.data == "synthetic" ? "synthetic" : cfg.data) + "; global batch " +
                    std::to_string(loader.global_batch_rows()) + " x " + std::to_string(cfg.seq_len) + " = " +
                    with_commas(loader.tokens_per_step()) + " tokens/step (micro-batch " +
                    std::to_string(cfg.micro_batch_size) + " x grad-acc " + std::to_string(cfg.grad_acc_steps) +
                    " x dp " + std::to_string(cfg.dp) + "); data parallelism: " + dp_mode_name(cfg.dp_mode));
-  std::ofstream metrics;
-  if (rank == 0 && !cfg.metrics_file.empty()) {
-    metrics.open(cfg.metrics_file);
-    if (!metrics) throw std::runtime_error("--metrics-file " + cfg.metrics_file + ": cannot open for writing");
-  }
+  MetricsWriter metrics(rank == 0 ? cfg.metrics_file : "");
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
 
   // ---- the loop ---------------------------------------------------------------------
+  mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = 0; step < cfg.steps; ++step) {
     Timer timer;
     optimizer.zero_main_grads();
-    auto loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+    auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
-      const Batch batch = loader.micro_batch(step, micro, mesh.coords().dp);
+      const Batch batch = loader.micro_batch(step, micro);
       // Only the last micro-batch's backward communicates (no-sync for the others).
       data_parallel.prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
       auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) / double(cfg.grad_acc_steps);
-      (loss * scaler.scale()).backward();  // [B, S] -> grads
-      optimizer.accumulate_grads();        // main_grad += grad (for grads no hook took)
+      (loss * scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
+      optimizer.accumulate_grads();        // main_grad += grad, for bf16/fp16 grads no hook took
       loss_sum += loss.detach().to(torch::kFloat64);
     }
-    data_parallel.finish_gradient_sync();  // main grads now hold the dp-average
-    const bool finite = scaler.unscale_and_check(optimizer.params());
-    const double norm = clip_grad_norm(optimizer.params(), cfg.grad_clip);
+    data_parallel.finish_gradient_sync();  // main grads now hold the cp x dp average
+    // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
+    // identically on every rank. Clipping and unscaling are one factor inside the update.
+    const double norm = global_grad_norm(optimizer.params(), mesh.world(), mesh.coords()) / scaler.scale();
+    const bool finite = std::isfinite(norm);
     const double lr = lr_at(step, cfg);
-    if (finite) optimizer.step(lr);
+    if (finite) optimizer.step(lr, clip_coefficient(norm, cfg.grad_clip) / scaler.scale());
     scaler.update(finite);
-    mesh.dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
-    const double loss = loss_sum.item<double>();     // syncs the device: the timer is honest
-    const double seconds = timer.seconds();
-    const double tokens_per_s = double(loader.tokens_per_step()) / seconds;
-    const double mfu = peak_flops > 0 ? flops_tok * tokens_per_s / peak_flops : 0.0;
-    const int64_t mem = peak_memory_bytes(device);
+    mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
 
-    if (rank == 0 && ((step + 1) % cfg.log_every == 0 || step == 0 || step + 1 == cfg.steps)) {
-      char mfu_text[16] = "n/a", line[256];
-      if (peak_flops > 0) std::snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", mfu * 100);
-      std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
-                    (long long)(step + 1), (long long)cfg.steps, loss, lr, norm,
-                    with_commas(int64_t(tokens_per_s)).c_str(), mfu_text, human_bytes(double(mem)).c_str(),
-                    finite ? "" : " | overflow: step skipped");
-      std::cout << line << std::endl;
-    }
-    if (metrics.is_open()) {
-      metrics << "{\"step\": " << step + 1 << ", \"loss\": " << json_number(loss) << ", \"lr\": " << json_number(lr)
-              << ", \"grad_norm\": " << json_number(norm) << ", \"tokens_per_s\": " << json_number(tokens_per_s)
-              << ", \"mfu\": " << (peak_flops > 0 ? json_number(mfu) : "null") << ", \"peak_mem_bytes\": " << mem
-              << ", \"skipped\": " << (finite ? "false" : "true") << "}" << std::endl;
+    StepStats stats;
+    stats.step = step + 1;
+    stats.steps = cfg.steps;
+    stats.loss = loss_sum.item<double>();  // syncs the device: the timer is honest
+    stats.tokens_per_s = double(loader.tokens_per_step()) / timer.seconds();
+    stats.lr = lr;
+    stats.grad_norm = norm;
+    stats.mfu = peak_flops > 0 ? flops_tok * stats.tokens_per_s / peak_flops : -1.0;
+    stats.peak_mem_bytes = peak_memory_bytes(device);
+    stats.skipped = !finite;
+    if (rank == 0 && should_log(stats.step, cfg.steps, cfg.log_every)) std::cout << step_line(stats) << std::endl;
+    metrics.write(stats);
+  }
+  if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps));
+
+  // ---- results: full tensors reassembled on rank 0 from every rank's shards ----------
+  std::map<std::string, torch::Tensor> weights, masters;
+  for (auto& p : optimizer.params()) {
+    weights[p.name] = p.param;
+    masters[p.name] = p.master;
+  }
+  if (!cfg.save_params.empty()) {  // fp32 master weights (fp64 in fp64 runs)
+    const auto full = gather_full_tensors(masters, cfg.llama, shape, plan_of,
+                                          optimizer.params().front().master.scalar_type(), world);
+    if (rank == 0) {
+      save_tensors(cfg.save_params, full);
+      print0(rank, "saved parameters to " + cfg.save_params);
     }
   }
-
-  // ---- results: rank 0 alone, after everybody is done (no one waits on it) ----------
-  world.barrier();
-  if (!cfg.save_params.empty() && rank == 0) {
-    NamedTensors masters;  // fp32 master weights (fp64 in fp64 runs); every dp rank holds them all
-    for (const auto& p : optimizer.params()) masters.emplace_back(p.name, p.master);
-    save_tensors(cfg.save_params, masters);
-    print0(rank, "saved parameters to " + cfg.save_params);
-  }
-  if (cfg.generate > 0 && rank == 0) {
-    model->eval();
-    if (cfg.data == "arithmetic") {
-      const auto report = evaluate_arithmetic(model, /*total=*/100, cfg.generate, cfg.seed + 1);
-      std::cout << "samples (greedy):\n";
-      for (const auto& e : report.examples) std::cout << "  " << e << "\n";
-      std::cout << "arithmetic accuracy: " << report.correct << "/" << report.total << " problems answered exactly"
-                << std::endl;
-    } else if (cfg.llama.vocab_size <= 256) {
-      std::cout << "samples (temperature 0.8):\n";
-      for (int i = 0; i < cfg.generate; ++i) {
-        const int64_t n = std::min<int64_t>(8, cfg.seq_len);
-        const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
-        std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + n);
-        const auto out = continue_tokens(model, p, 64, -1, 0.8, cfg.seed + i);
-        std::cout << "  [" << bytes_to_text(p) << "] " << bytes_to_text(out) << "\n";
-      }
-      std::cout << std::flush;
+  if (cfg.generate > 0) {  // a whole model on rank 0, whatever the mesh trained
+    const auto full = gather_full_tensors(weights, cfg.llama, shape, plan_of, dtype, world);
+    if (rank == 0) {
+      LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));
+      load_parameters(*whole, full);
+      print_samples(whole, cfg, loader);
     }
   }
   return 0;
@@ -229,7 +189,11 @@ int main(int argc, char** argv) {
     const TrainConfig& cfg = *args.config;
     problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
     if (problems.empty() && cfg.dry_run) {  // no launch, no allocation: the summary is pure arithmetic
-      if (launch.rank == 0) std::cout << model_summary(cfg) << std::endl;
+      if (launch.rank == 0) {
+        const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
+        std::cout << model_summary(cfg) << "\n"
+                  << plan_summary(cfg, shape, [&](const MeshCoords& c) { return plan_for(cfg, c); }) << std::endl;
+      }
       return 0;
     }
     if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())

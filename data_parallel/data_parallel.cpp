@@ -8,8 +8,10 @@ namespace picotron {
 
 DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb)
     : group_(group), params_(params), mode_(mode) {
-  if (mode_ != DpMode::kBucketed) return;
+  // A group of one has nothing to average: no buckets, no hooks, no communication.
+  if (mode_ != DpMode::kBucketed || group_.size() == 1) return;
   build_buckets(bucket_mb);
+  ready_.assign(params_.size(), false);
   // One hook per parameter, on its gradient accumulator: the autograd node that writes
   // param.grad. It runs right after this parameter's gradient of the micro-batch is complete.
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -33,6 +35,7 @@ void DataParallel::prepare_backward(bool sync) {
   // Every bucket waits for all its gradients again, whatever the last backward left
   // (a parameter that got no gradient would otherwise shift the count).
   for (auto& b : buckets_) b.pending = int(b.params.size());
+  ready_.assign(params_.size(), false);
 }
 
 void DataParallel::build_buckets(double bucket_mb) {
@@ -60,6 +63,7 @@ void DataParallel::build_buckets(double bucket_mb) {
       auto view = b.flat.narrow(0, offset, p.main_grad.numel()).view(p.main_grad.sizes());
       view.copy_(p.main_grad);
       p.main_grad = view;  // from now on the optimizer reads the bucket
+      if (p.aliases_grad()) p.param.mutable_grad() = view;  // autograd accumulates into the bucket
       offset += p.main_grad.numel();
       bucket_of_[k] = buckets_.size();
     }
@@ -72,11 +76,15 @@ void DataParallel::build_buckets(double bucket_mb) {
 void DataParallel::on_grad_ready(size_t i) {
   torch::NoGradGuard no_grad;
   auto& p = params_[i];
+  // One gradient per parameter per backward: a second one would launch its bucket early.
+  TORCH_CHECK(!ready_[i], "data parallelism: the gradient hook of ", p.name,
+              " fired twice in one backward (a parameter used by two modules?)");
+  ready_[i] = true;
   auto& g = p.param.mutable_grad();
-  if (g.defined()) {
-    p.main_grad.add_(g);  // accumulate into the bucket (fp32 main grad)
+  if (g.defined() && !g.is_same(p.main_grad)) {
+    p.main_grad.add_(g);  // accumulate into the bucket (bf16 grad -> fp32 main grad)
     g = torch::Tensor();
-  }
+  }  // (fp32/fp64: grad IS the main grad, a view of the bucket: autograd already added it)
   for (auto& other : buckets_)  // on CPU, MPI sends only while we are inside an MPI call
     if (other.work) other.work->progress();
   Bucket& b = buckets_[bucket_of_[i]];
@@ -100,6 +108,7 @@ void DataParallel::launch(Bucket& b, size_t index) {
 
 void DataParallel::finish_gradient_sync() {
   record("backward end");
+  if (group_.size() == 1) return;  // nothing to average
   if (mode_ == DpMode::kNaive) {
     // After backward: one all-reduce per parameter, each waited for (bounded by the
     // timeout) before the next. Nothing overlapped.

@@ -85,6 +85,7 @@ class DataParallel {
   bool sync_ = true;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // param index -> bucket index
+  std::vector<bool> ready_;        // param index -> its gradient arrived in this backward
   size_t next_to_launch_ = 0;
   // Kept alive (the parameter holds its accumulator only weakly), with our hooks' keys.
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;

@@ -1,4 +1,5 @@
-// picotron/checkpoint.h — write and read full parameters by name.
+// picotron/checkpoint.h — write and read full parameters by name; reassemble full
+// parameters from the shards every rank holds.
 //
 // A parameter file maps Hugging Face names to full (unsharded) tensors, so a file
 // written on one mesh can be read on any other: the equivalence harness compares the
@@ -8,12 +9,16 @@
 // Test: build/tests/unit_tests "[checkpoint]"
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "picotron/comm.h"
+#include "picotron/shard.h"
 
 namespace picotron {
 
@@ -24,5 +29,27 @@ void save_tensors(const std::string& path, const NamedTensors& tensors);
 // Reads a file written by save_tensors. Throws one line naming the path if it is
 // missing or corrupt.
 std::map<std::string, torch::Tensor> load_tensors(const std::string& path);
+
+// Copy full tensors into a module's parameters of the same names and shapes (all of
+// them must be given). For a whole model on one rank (sampling, tools).
+void load_parameters(torch::nn::Module& module, const NamedTensors& full);
+
+// The plan of any rank, from its mesh coordinates: a pure function, so rank 0 knows
+// what every other rank holds without asking.
+using PlanOf = std::function<ShardPlan(const MeshCoords&)>;
+
+// Reassemble FULL tensors on world rank 0 from the pieces the ranks hold.
+//
+//   rank r:  the pieces of its plan whose copy counts (counts_once), in name order,
+//            flattened into one buffer  --send-->  rank 0
+//   rank 0:  knows plan_of(coords(r)), so it knows every piece's name, slice and size;
+//            it copies each into full[name].narrow(split_dim, offset, length)
+//
+// Each element of the model travels once (replicas stay home). `local`: this rank's
+// tensors by name (its parameters or master weights), each of its record's local shape.
+// Returns every parameter whole, in `dtype`, on the CPU, in the model's order, on rank
+// 0; an empty list elsewhere. Throws if the plans do not cover every element exactly once.
+NamedTensors gather_full_tensors(const std::map<std::string, torch::Tensor>& local, const LlamaConfig& config,
+                                 const MeshShape& shape, const PlanOf& plan_of, torch::ScalarType dtype, Comm& world);
 
 }  // namespace picotron

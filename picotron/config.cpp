@@ -150,7 +150,8 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   opts.add_options("Output")
     ("metrics-file", "write one JSON object per step to this file", cxxopts::value<std::string>())
     ("save-params", "write the final full parameters to this file", cxxopts::value<std::string>())
-    ("log-every", "print a line every N steps", cxxopts::value<int>()->default_value(s(d.log_every)))
+    ("log-every", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", cxxopts::value<int>()->default_value(s(d.log_every)))
+    ("comm-report", "print, at the end, the calls and elements of every collective per group and per step", cxxopts::value<bool>())
     ("generate", "samples printed after training (0: none)", cxxopts::value<int>()->default_value(s(d.generate)))
     ("h,help", "print this help");
   // clang-format on
@@ -220,6 +221,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     if (r.count("metrics-file")) c.metrics_file = r["metrics-file"].as<std::string>();
     if (r.count("save-params")) c.save_params = r["save-params"].as<std::string>();
     c.log_every = r["log-every"].as<int>();
+    c.comm_report = r.count("comm-report") > 0 && r["comm-report"].as<bool>();
     c.generate = r["generate"].as<int>();
     out.config = c;
   } catch (const std::exception& e) {
@@ -246,7 +248,7 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   positive("--micro-batch-size", c.micro_batch_size);
   positive("--grad-acc-steps", c.grad_acc_steps);
   positive("--steps", c.steps);
-  positive("--log-every", c.log_every);
+  need(c.log_every >= 0, "--log-every must be >= 0 (0: automatic), got " + str(c.log_every));
   positive("--timeout-s", c.timeout_s);
   if (m.hidden_size > 0 && m.num_attention_heads > 0) {
     need(m.hidden_size % m.num_attention_heads == 0,

@@ -83,7 +83,9 @@ struct TrainConfig {
   // --- output ---
   std::string metrics_file;            // one JSON object per step (empty: none)
   std::string save_params;             // write final full parameters here (empty: none)
-  int log_every = 1;                   // print a line every N steps
+  int log_every = 0;                   // print a line every N steps (0: every step up to 50 steps,
+                                       //   else about 50 lines; always the first and last)
+  bool comm_report = false;            // print the communication ledger (per group and kind) at the end
   int generate = 4;                    // samples printed after training (0: none)
   bool dry_run = false;                // print the model summary and exit
 };

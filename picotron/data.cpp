@@ -181,9 +181,11 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
 
 // ---- the loader ---------------------------------------------------------------------
 BatchLoader::BatchLoader(std::shared_ptr<TokenSource> source, uint64_t seed, int64_t seq_len,
-                         int64_t micro_batch_size, int64_t grad_acc_steps, int64_t dp_size)
+                         int64_t micro_batch_size, int64_t grad_acc_steps, int64_t dp_size, int64_t dp_rank)
     : source_(std::move(source)), seed_(seed), seq_len_(seq_len), micro_batch_size_(micro_batch_size),
-      grad_acc_steps_(grad_acc_steps), dp_size_(dp_size) {}
+      grad_acc_steps_(grad_acc_steps), dp_size_(dp_size), dp_rank_(dp_rank) {
+  TORCH_CHECK(dp_rank >= 0 && dp_rank < dp_size, "dp rank ", dp_rank, " out of [0, ", dp_size, ")");
+}
 
 Batch BatchLoader::slice(int64_t step, int64_t first_row, int64_t num_rows) const {
   auto rows = source_->rows(seed_, step, global_batch_rows(), first_row, num_rows, seq_len_ + 1);  // [n, S+1]

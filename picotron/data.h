@@ -99,20 +99,24 @@ struct Batch {
 
 class BatchLoader {
  public:
+  // dp_size / dp_rank: this rank's place on the data-parallel axis of the mesh (train.cpp
+  // passes mesh.shape().dp and mesh.coords().dp: one source of truth).
   BatchLoader(std::shared_ptr<TokenSource> source, uint64_t seed, int64_t seq_len, int64_t micro_batch_size,
-              int64_t grad_acc_steps, int64_t dp_size);
+              int64_t grad_acc_steps, int64_t dp_size, int64_t dp_rank = 0);
   int64_t global_batch_rows() const { return micro_batch_size_ * grad_acc_steps_ * dp_size_; }
   int64_t tokens_per_step() const { return global_batch_rows() * seq_len_; }
   // The whole global batch of `step`: [G, S]. Only for tests and the 1-rank reference.
   Batch global_batch(int64_t step) const;
   // Micro-batch `micro` of data-parallel rank `dp_rank` for `step`: [B, S].
   Batch micro_batch(int64_t step, int64_t micro, int64_t dp_rank) const;
+  // ... of this loader's own dp rank.
+  Batch micro_batch(int64_t step, int64_t micro) const { return micro_batch(step, micro, dp_rank_); }
 
  private:
   Batch slice(int64_t step, int64_t first_row, int64_t num_rows) const;
   std::shared_ptr<TokenSource> source_;
   uint64_t seed_;
-  int64_t seq_len_, micro_batch_size_, grad_acc_steps_, dp_size_;
+  int64_t seq_len_, micro_batch_size_, grad_acc_steps_, dp_size_, dp_rank_;
 };
 
 }  // namespace picotron

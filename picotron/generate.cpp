@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdio>
+#include <iostream>
 
 #include "picotron/data.h"
 
@@ -57,6 +58,28 @@ ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num
       report.examples.push_back(problem.prompt() + bytes_to_text(out) + (ok ? "   correct" : "   wrong (" + problem.answer() + ")"));
   }
   return report;
+}
+
+void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader) {
+  model->eval();
+  if (cfg.data == "arithmetic") {
+    const auto report = evaluate_arithmetic(model, /*total=*/100, cfg.generate, cfg.seed + 1);
+    std::cout << "samples (greedy):\n";
+    for (const auto& e : report.examples) std::cout << "  " << e << "\n";
+    std::cout << "arithmetic accuracy: " << report.correct << "/" << report.total << " problems answered exactly"
+              << std::endl;
+  } else if (cfg.llama.vocab_size <= 256) {
+    std::cout << "samples (temperature 0.8):\n";
+    for (int i = 0; i < cfg.generate; ++i) {
+      const int64_t n = std::min<int64_t>(8, cfg.seq_len);
+      // A prompt from rows no step trained on (step index past the last one).
+      const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
+      std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + n);
+      const auto out = continue_tokens(model, p, 64, -1, 0.8, cfg.seed + i);
+      std::cout << "  [" << bytes_to_text(p) << "] " << bytes_to_text(out) << "\n";
+    }
+    std::cout << std::flush;
+  }
 }
 
 }  // namespace picotron

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "picotron/data.h"
 #include "picotron/model.h"
 
 namespace picotron {
@@ -33,5 +34,11 @@ ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num
 
 // Byte tokens -> printable text (non-printable bytes as \xNN, newlines as "\n").
 std::string bytes_to_text(const std::vector<int64_t>& tokens);
+
+// What --generate N prints after training, from a whole (single-process) model:
+//   arithmetic data: N greedy answers and the exact-answer count over 100 problems;
+//   other byte-level data (V <= 256): N continuations of prompts from the data;
+//   larger vocabularies: nothing (no tokenizer to print with).
+void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader);
 
 }  // namespace picotron

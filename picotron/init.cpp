@@ -24,12 +24,35 @@ torch::Tensor initial_value(const std::string& name, torch::IntArrayRef full_sha
   return torch::normal(/*mean=*/0.0, /*std=*/init_std, full_shape, gen);  // fp32, CPU
 }
 
-void init_parameters(torch::nn::Module& module, uint64_t seed, double init_std) {
+torch::Tensor local_slice(const torch::Tensor& full, const ShardRecord& r) {
+  if (!r.is_split()) return full;
+  const Slice s = r.slice();
+  return full.narrow(r.split_dim, s.offset, s.length);  // a view: no copy yet
+}
+
+void init_parameters(torch::nn::Module& module, const ShardPlan& plan, uint64_t seed, double init_std) {
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters()) {
+    const auto it = plan.find(item.key());
+    TORCH_CHECK(it != plan.end(), "init: parameter ", item.key(), " has no shard record");
+    const ShardRecord& r = it->second;
     auto& p = item.value();
-    p.copy_(initial_value(item.key(), p.sizes(), seed, init_std));  // one full parameter at a time
+    TORCH_CHECK(p.sizes() == torch::IntArrayRef(r.local_shape()), "init: ", item.key(), " is ", p.sizes(),
+                " but its record says ", torch::IntArrayRef(r.local_shape()));
+    const auto full = initial_value(item.key(), r.full_shape, seed, init_std);  // one full parameter at a time
+    p.copy_(local_slice(full, r));                                             // [local_shape]
   }
+}
+
+void init_parameters(torch::nn::Module& module, uint64_t seed, double init_std) {
+  ShardPlan whole;
+  for (auto& item : module.named_parameters()) {
+    ShardRecord r;
+    r.name = item.key();
+    r.full_shape = item.value().sizes().vec();
+    whole[r.name] = r;
+  }
+  init_parameters(module, whole, seed, init_std);
 }
 
 }  // namespace picotron

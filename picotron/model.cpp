@@ -1,4 +1,4 @@
-// picotron/model.cpp — the LLaMA forward pass. See model.h for the picture and shapes.
+// picotron/model.cpp — the LLaMA forward pass. See model.h for the picture, shapes and slots.
 #include "picotron/model.h"
 
 namespace picotron {
@@ -11,27 +11,58 @@ static torch::ScalarType accumulate_type(torch::ScalarType t) {
   return t == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
+// The record of `name`, with a clear error when the plan lacks it.
+static const ShardRecord& record_of(const ShardPlan& plan, const std::string& name) {
+  const auto it = plan.find(name);
+  TORCH_CHECK(it != plan.end(), "shard plan: no record for ", name,
+              " (a plan must hold every parameter of a block it holds)");
+  return it->second;
+}
+
+// ---- building blocks ------------------------------------------------------------
+LinearImpl::LinearImpl(int64_t in, int64_t out, torch::TensorOptions opts) {
+  weight = register_parameter("weight", torch::empty({out, in}, opts));  // init_parameters fills it
+}
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+
+EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, torch::TensorOptions opts) {
+  weight = register_parameter("weight", torch::empty({num, dim}, opts));
+}
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+
+torch::nn::AnyModule make_linear(const ShardRecord& r, torch::TensorOptions opts) {
+  const auto shape = r.local_shape();  // [out, in]
+  return torch::nn::AnyModule(Linear(/*in=*/shape.at(1), /*out=*/shape.at(0), opts));
+}
+
+void replace_slot(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
+                  torch::nn::AnyModule replacement) {
+  if (owner.named_children().contains(name)) owner.replace_module(name, replacement.ptr());
+  else owner.register_module(name, replacement.ptr());
+  slot = std::move(replacement);
+}
+
 // ---- RMSNorm ----------------------------------------------------------------------
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, torch::TensorOptions opts) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}, opts));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto xf = x.to(accumulate_type(x.scalar_type()));                         // [..., H]
+  auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
   auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);  // [..., 1]
-  return weight * (xf * inv_rms).to(x.scalar_type());                      // [..., H]
+  return weight * (xf * inv_rms).to(x.scalar_type());                              // [..., H]
 }
 
 // ---- RoPE -------------------------------------------------------------------------
-RopeTables rope_tables(int64_t head_dim, double theta, int64_t seq_len, int64_t offset,
-                       torch::ScalarType dtype, torch::Device device) {
+RopeTables rope_tables(int64_t head_dim, double theta, const torch::Tensor& positions, torch::ScalarType dtype,
+                       torch::Device device) {
   // Computed in fp64 on the CPU, then rounded once to the compute dtype.
   auto opts = torch::TensorOptions().dtype(torch::kFloat64);
-  auto i = torch::arange(0, head_dim, 2, opts);                        // [Hd/2]
-  auto inv_freq = torch::pow(theta, -i / double(head_dim));            // [Hd/2]
-  auto pos = torch::arange(offset, offset + seq_len, opts);            // [S]
-  auto freqs = torch::outer(pos, inv_freq);                            // [S, Hd/2]
-  auto angles = torch::cat({freqs, freqs}, /*dim=*/-1);                // [S, Hd]
+  auto i = torch::arange(0, head_dim, 2, opts);                          // [Hd/2]
+  auto inv_freq = torch::pow(theta, -i / double(head_dim));              // [Hd/2]
+  auto pos = positions.to(torch::kCPU, torch::kFloat64);                 // [S]
+  auto freqs = torch::outer(pos, inv_freq);                              // [S, Hd/2]
+  auto angles = torch::cat({freqs, freqs}, /*dim=*/-1);                  // [S, Hd]
   return {angles.cos().to(device, dtype), angles.sin().to(device, dtype)};
 }
 
@@ -52,17 +83,13 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                           /*is_causal=*/true);  // [B, nH, S, Hd]
 }
 
-torch::nn::AnyModule make_linear(int64_t in, int64_t out) {
-  return torch::nn::AnyModule(torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
-}
-
-AttentionImpl::AttentionImpl(const LlamaConfig& c)
-    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim()) {
-  const int64_t h = c.hidden_size;
-  q_proj = make_linear(h, num_heads * head_dim);
-  k_proj = make_linear(h, num_kv_heads * head_dim);
-  v_proj = make_linear(h, num_kv_heads * head_dim);
-  o_proj = make_linear(num_heads * head_dim, h);
+AttentionImpl::AttentionImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix,
+                             torch::TensorOptions opts)
+    : head_dim(c.head_dim()) {
+  q_proj = make_linear(record_of(plan, prefix + "q_proj.weight"), opts);
+  k_proj = make_linear(record_of(plan, prefix + "k_proj.weight"), opts);
+  v_proj = make_linear(record_of(plan, prefix + "v_proj.weight"), opts);
+  o_proj = make_linear(record_of(plan, prefix + "o_proj.weight"), opts);
   register_module("q_proj", q_proj.ptr());
   register_module("k_proj", k_proj.ptr());
   register_module("v_proj", v_proj.ptr());
@@ -71,21 +98,23 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c)
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   const int64_t b = x.size(0), s = x.size(1);
-  auto q = q_proj.forward(x).view({b, s, num_heads, head_dim}).transpose(1, 2);     // [B, nH, S, Hd]
-  auto k = k_proj.forward(x).view({b, s, num_kv_heads, head_dim}).transpose(1, 2);  // [B, nKV, S, Hd]
-  auto v = v_proj.forward(x).view({b, s, num_kv_heads, head_dim}).transpose(1, 2);  // [B, nKV, S, Hd]
-  q = apply_rope(q, rope);
-  k = apply_rope(k, rope);
-  auto out = core(q, k, v);                                                          // [B, nH, S, Hd]
-  out = out.transpose(1, 2).reshape({b, s, num_heads * head_dim});                   // [B, S, nH*Hd]
-  return o_proj.forward(out);                                                        // [B, S, H]
+  auto q = q_proj.forward(x);  // [B, S, nH*Hd]  (nH: the heads this rank holds)
+  auto k = k_proj.forward(x);  // [B, S, nKV*Hd]
+  auto v = v_proj.forward(x);  // [B, S, nKV*Hd]
+  const int64_t n_heads = q.size(-1) / head_dim, n_kv = k.size(-1) / head_dim;  // from the tensors
+  q = apply_rope(q.view({b, s, n_heads, head_dim}).transpose(1, 2), rope);      // [B, nH, S, Hd]
+  k = apply_rope(k.view({b, s, n_kv, head_dim}).transpose(1, 2), rope);         // [B, nKV, S, Hd]
+  v = v.view({b, s, n_kv, head_dim}).transpose(1, 2);                          // [B, nKV, S, Hd]
+  auto out = core(q, k, v);                                                     // [B, nH, S, Hd]
+  out = out.transpose(1, 2).reshape({b, s, n_heads * head_dim});                // [B, S, nH*Hd]
+  return o_proj.forward(out);                                                   // [B, S, H]
 }
 
 // ---- SwiGLU MLP -------------------------------------------------------------------
-MLPImpl::MLPImpl(const LlamaConfig& c) {
-  gate_proj = make_linear(c.hidden_size, c.intermediate_size);
-  up_proj = make_linear(c.hidden_size, c.intermediate_size);
-  down_proj = make_linear(c.intermediate_size, c.hidden_size);
+MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::TensorOptions opts) {
+  gate_proj = make_linear(record_of(plan, prefix + "gate_proj.weight"), opts);
+  up_proj = make_linear(record_of(plan, prefix + "up_proj.weight"), opts);
+  down_proj = make_linear(record_of(plan, prefix + "down_proj.weight"), opts);
   register_module("gate_proj", gate_proj.ptr());
   register_module("up_proj", up_proj.ptr());
   register_module("down_proj", down_proj.ptr());
@@ -97,11 +126,14 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 }
 
 // ---- decoder layer ----------------------------------------------------------------
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c) {
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  self_attn = register_module("self_attn", Attention(c));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  mlp = register_module("mlp", MLP(c));
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix,
+                                   torch::TensorOptions opts) {
+  const auto norm_size = [&](const std::string& n) { return record_of(plan, prefix + n + ".weight").local_shape()[0]; };
+  input_layernorm = register_module("input_layernorm", RMSNorm(norm_size("input_layernorm"), c.rms_norm_eps, opts));
+  self_attn = register_module("self_attn", Attention(c, plan, prefix + "self_attn.", opts));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(norm_size("post_attention_layernorm"), c.rms_norm_eps, opts));
+  mlp = register_module("mlp", MLP(plan, prefix + "mlp.", opts));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
@@ -109,45 +141,99 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables
   return h + mlp->forward(post_attention_layernorm->forward(h));      // [B, S, H]
 }
 
+void DecoderStackImpl::add(int64_t global_index, DecoderLayer layer) {
+  register_module(std::to_string(global_index), layer);
+  items.emplace_back(global_index, layer);
+}
+
 // ---- whole model ------------------------------------------------------------------
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) {
-  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const ShardPlan& plan, torch::TensorOptions opts) {
+  if (plan.count("model.embed_tokens.weight")) {
+    const auto shape = plan.at("model.embed_tokens.weight").local_shape();  // [V(/tp), H]
+    embed_tokens = torch::nn::AnyModule(Embedding(shape[0], shape[1], opts));
+    register_module("embed_tokens", embed_tokens.ptr());
+  }
+  layers = register_module("layers", DecoderStack());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    if (plan.count(prefix + "input_layernorm.weight")) layers->add(i, DecoderLayer(c, plan, prefix, opts));
+  }
+  if (plan.count("model.norm.weight"))
+    norm = register_module("norm", RMSNorm(plan.at("model.norm.weight").local_shape()[0], c.rms_norm_eps, opts));
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c) : config(c) {
-  model = register_module("model", LlamaModel(c));
-  if (!c.tie_word_embeddings)
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const ShardPlan& plan, torch::TensorOptions opts)
+    : config(c) {
+  model = register_module("model", LlamaModel(c, plan, opts));
+  if (!c.tie_word_embeddings && plan.count("lm_head.weight")) {
+    lm_head = make_linear(plan.at("lm_head.weight"), opts);  // [V(/tp), H]
+    register_module("lm_head", lm_head.ptr());
+  }
+  // Every parameter in the plan must now exist, and nothing else.
+  const auto params = named_parameters();
+  for (const auto& [name, record] : plan)
+    TORCH_CHECK(params.contains(name), "shard plan lists ", name, ", which this model (", c.num_hidden_layers,
+                " layers, tied=", c.tie_word_embeddings, ") does not have");
 }
 
-torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, int64_t position_offset) {
+torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, S], got ", tokens.sizes());
-  auto x = model->embed_tokens->forward(tokens);  // [B, S, H]
-  const auto& rope = rope_for(tokens.size(1), position_offset, x.scalar_type(), x.device());
-  for (const auto& layer : *model->layers) x = layer->as<DecoderLayer>()->forward(x, rope);  // [B, S, H]
-  x = model->norm->forward(x);                                                               // [B, S, H]
-  if (lm_head) return lm_head->forward(x);                                                   // [B, S, V]
-  return torch::matmul(x, model->embed_tokens->weight.t());                                  // [B, S, V]
+  TORCH_CHECK(!model->embed_tokens.is_empty(), "this rank holds no embedding");
+  return model->embed_tokens.forward(tokens);  // [B, S, H]
 }
 
-const RopeTables& LlamaForCausalLMImpl::rope_for(int64_t seq_len, int64_t offset, torch::ScalarType dtype,
-                                                 torch::Device device) {
-  if (seq_len != rope_len_ || offset != rope_offset_ || !rope_cache_.cos.defined() ||
-      rope_cache_.cos.scalar_type() != dtype || rope_cache_.cos.device() != device) {
-    rope_cache_ = rope_tables(config.head_dim(), config.rope_theta, seq_len, offset, dtype, device);
-    rope_len_ = seq_len;
-    rope_offset_ = offset;
+torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Tensor& positions) {
+  const auto& rope = rope_for(positions, x.size(1), x.scalar_type(), x.device());
+  for (auto& [index, layer] : model->layers->items)
+    x = layer_runner ? layer_runner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
+  return x;
+}
+
+torch::Tensor LlamaForCausalLMImpl::final_norm(const torch::Tensor& x) {
+  TORCH_CHECK(model->norm, "this rank holds no final norm");
+  return model->norm->forward(x);  // [B, S, H]
+}
+
+torch::Tensor LlamaForCausalLMImpl::head_weight() {
+  if (!lm_head.is_empty()) return lm_head.ptr()->named_parameters(/*recurse=*/false)["weight"];
+  TORCH_CHECK(config.tie_word_embeddings && !model->embed_tokens.is_empty(), "this rank holds no lm_head");
+  return model->embed_tokens.ptr()->named_parameters(/*recurse=*/false)["weight"];  // tied: [V, H]
+}
+
+torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& hidden) {
+  if (head) return head(hidden);
+  return torch::linear(hidden, head_weight());  // [B, S, H] x [V, H]^T -> [B, S, V]
+}
+
+torch::Tensor LlamaForCausalLMImpl::loss_from_hidden(const torch::Tensor& hidden, const torch::Tensor& targets) {
+  if (loss_fn) return loss_fn(hidden, targets);
+  auto z = logits(hidden);                                 // [B, S, V]
+  z = z.to(accumulate_type(z.scalar_type()));              // fp32 softmax for bf16/fp16
+  return F::cross_entropy(z.view({-1, z.size(-1)}), targets.reshape({-1}));  // scalar, mean over B*S
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  return logits(final_norm(run_layers(embed(tokens), positions)));  // [B, S, V]
+}
+
+torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                         const torch::Tensor& positions) {
+  return loss_from_hidden(final_norm(run_layers(embed(tokens), positions)), targets);
+}
+
+const RopeTables& LlamaForCausalLMImpl::rope_for(const torch::Tensor& positions, int64_t seq_len,
+                                                 torch::ScalarType dtype, torch::Device device) {
+  // [S] int64 on the CPU; no positions means 0..S-1. Comparing S integers is cheap.
+  const torch::Tensor pos = positions.defined() ? positions.to(torch::kCPU, torch::kInt64)
+                                                : torch::arange(seq_len, torch::kInt64);
+  TORCH_CHECK(pos.dim() == 1 && pos.size(0) == seq_len, "positions must be [S] = [", seq_len, "], got ", pos.sizes());
+  const bool same_positions = rope_positions_.defined() && rope_positions_.size(0) == seq_len &&
+                              torch::equal(pos, rope_positions_);
+  if (!same_positions || rope_cache_.cos.scalar_type() != dtype || rope_cache_.cos.device() != device) {
+    rope_positions_ = pos.clone();
+    rope_cache_ = rope_tables(config.head_dim(), config.rope_theta, rope_positions_, dtype, device);
   }
   return rope_cache_;
-}
-
-torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto logits = forward(tokens);                                          // [B, S, V]
-  logits = logits.to(accumulate_type(logits.scalar_type()));            // fp32 softmax for bf16/fp16
-  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));  // scalar, mean over B*S
 }
 
 }  // namespace picotron

@@ -6,17 +6,28 @@
 // all speak the same language.
 //
 //   tokens [B, S]
-//     -> embed_tokens                                  [B, S, H]
-//     -> L x DecoderLayer:                             [B, S, H]
-//          x = x + o_proj(attn(rope(q), rope(k), v))    (input_layernorm first)
+//     -> embed(tokens):       embed_tokens                        [B, S, H]
+//     -> run_layers(x, pos):  this rank's DecoderLayers, each     [B, S, H]
+//          x = x + o_proj(core(rope(q), rope(k), v))   (input_layernorm first)
 //          x = x + down_proj(silu(gate_proj(x)) * up_proj(x))   (post_attention_layernorm first)
-//     -> norm                                          [B, S, H]
-//     -> lm_head (or embed_tokens.weight^T when tied)  [B, S, V]
+//     -> final_norm(x):       norm                                [B, S, H]
+//     -> logits(h) / loss_from_hidden(h, targets):  lm_head       [B, S, V] / scalar
 //
-// Made to be taken apart by the parallel techniques: the projections are AnyModules
-// (tensor parallelism swaps in column/row-parallel linears), the attention core is a
-// std::function (context parallelism swaps in ring attention), positions can start at
-// an offset, and the layer list is a ModuleList (pipeline parallelism keeps a slice).
+// Built from a ShardPlan (picotron/shard.h): the model allocates exactly the tensors
+// the plan lists, each with its LOCAL shape, directly on the requested device and
+// dtype. A layer exists if the plan holds its parameters (a pipeline stage holding
+// layers 8-15 still calls them model.layers.8 ...), the embedding if the plan holds
+// "model.embed_tokens.weight", and so on. Nothing here knows any parallel technique.
+//
+// The seams (slots) a technique replaces instead of editing this file:
+//   projections   q/k/v/o_proj, gate/up/down_proj   AnyModule; replace with replace_slot()
+//   embedding     LlamaModel::embed_tokens          AnyModule (ids [B, S] -> [B, S, H])
+//   head          LlamaForCausalLM::head            hidden -> logits (default: @ head_weight()^T)
+//   loss          LlamaForCausalLM::loss_fn         final hidden states + targets -> mean loss
+//   attention     Attention::core                   q, k, v -> attention output
+//   layer runner  LlamaForCausalLM::layer_runner    every decoder layer is run through it
+//   positions     run_layers(x, positions)          RoPE angles from any positions tensor
+// Local head counts come from the projections' output sizes, never from the config.
 //
 // ---- Shape alphabet (used in every comment of the project) ----------------------
 //   B    micro-batch size (sequences)         S    sequence length
@@ -33,27 +44,47 @@
 #include <torch/torch.h>
 
 #include "picotron/config.h"
+#include "picotron/shard.h"
 
 namespace picotron {
+
+// y = x W^T, no bias; W [out, in] (a shard's local shape).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, torch::TensorOptions opts = {});
+  torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
+  torch::Tensor weight;                            // [out, in]
+};
+TORCH_MODULE(Linear);
+
+// Row lookup: ids [B, S] -> weight[ids] [B, S, H]; weight [V, H].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t num, int64_t dim, torch::TensorOptions opts = {});
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;  // [V, H]
+};
+TORCH_MODULE(Embedding);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (fp64 for fp64 inputs).
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps, torch::TensorOptions opts = {});
   torch::Tensor forward(const torch::Tensor& x);  // [..., H] -> [..., H]
-  torch::Tensor weight;                            // [H], initialised to ones
+  torch::Tensor weight;                            // [H], ones
   double eps;
 };
 TORCH_MODULE(RMSNorm);
 
-// RoPE tables for positions [offset, offset + S): cos and sin, [S, Hd], in `dtype`.
+// RoPE tables for the given positions (any set: 0..S-1, an offset, or two separate
+// chunks under zigzag context parallelism): cos and sin, [S, Hd], in `dtype`.
 // Hugging Face convention: inv_freq_i = theta^(-2i/Hd) for i < Hd/2, and the table is
 // [freqs, freqs] so that rotate_half pairs dimension j with j + Hd/2.
 struct RopeTables {
   torch::Tensor cos, sin;  // [S, Hd]
 };
-RopeTables rope_tables(int64_t head_dim, double theta, int64_t seq_len, int64_t offset,
-                       torch::ScalarType dtype, torch::Device device);
+RopeTables rope_tables(int64_t head_dim, double theta, const torch::Tensor& positions, torch::ScalarType dtype,
+                       torch::Device device);
 // x * cos + rotate_half(x) * sin, with rotate_half([x1, x2]) = [-x2, x1].
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t);  // [B, n, S, Hd]
 
@@ -64,19 +95,27 @@ using AttentionCore = std::function<torch::Tensor(const torch::Tensor& q, const 
 // each group of nH/nKV query heads sharing one key/value head.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
+// Replace the module in a slot AND in its owner's registered children, so that
+// named_parameters() lists the new parameters. (Assigning the AnyModule alone leaves the
+// old child registered: its weight would still be listed, and the new one would never
+// be seen by the optimizer: it would silently never train.)
+void replace_slot(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
+                  torch::nn::AnyModule replacement);
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const LlamaConfig& c);
+  // `prefix`: "model.layers.3.self_attn." — where the plan keeps this block's records.
+  AttentionImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix, torch::TensorOptions opts);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);  // [B, S, H] -> [B, S, H]
   torch::nn::AnyModule q_proj, k_proj, v_proj, o_proj;
   AttentionCore core = causal_attention;
-  int64_t num_heads, num_kv_heads, head_dim;  // local counts (tensor parallelism divides them)
+  int64_t head_dim;
 };
 TORCH_MODULE(Attention);
 
 class MLPImpl : public torch::nn::Module {
  public:
-  explicit MLPImpl(const LlamaConfig& c);
+  MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::TensorOptions opts);
   torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
   torch::nn::AnyModule gate_proj, up_proj, down_proj;
 };
@@ -84,7 +123,7 @@ TORCH_MODULE(MLP);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  explicit DecoderLayerImpl(const LlamaConfig& c);
+  DecoderLayerImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix, torch::TensorOptions opts);
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);  // [B, S, H] -> [B, S, H]
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
@@ -92,39 +131,76 @@ class DecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(DecoderLayer);
 
+// The decoder layers this rank holds, registered under their GLOBAL index ("8", "9",
+// ...), so a pipeline stage's names match the single-process model's.
+class DecoderStackImpl : public torch::nn::Module {
+ public:
+  void add(int64_t global_index, DecoderLayer layer);
+  std::vector<std::pair<int64_t, DecoderLayer>> items;  // ascending global index
+};
+TORCH_MODULE(DecoderStack);
+
 // The body: registered as "model" so names read "model.layers.0....".
 class LlamaModelImpl : public torch::nn::Module {
  public:
-  explicit LlamaModelImpl(const LlamaConfig& c);
-  torch::nn::Embedding embed_tokens{nullptr};
-  torch::nn::ModuleList layers{nullptr};
-  RMSNorm norm{nullptr};
+  LlamaModelImpl(const LlamaConfig& c, const ShardPlan& plan, torch::TensorOptions opts);
+  torch::nn::AnyModule embed_tokens;   // empty when the plan holds no embedding
+  DecoderStack layers{nullptr};
+  RMSNorm norm{nullptr};               // null when the plan holds no final norm
 };
 TORCH_MODULE(LlamaModel);
 
+// Runs decoder layer `index` (its global index) on x [B, S, H].
+using LayerRunner = std::function<torch::Tensor(int64_t index, DecoderLayer& layer, const torch::Tensor& x,
+                                                const RopeTables& rope)>;
+using HeadFn = std::function<torch::Tensor(const torch::Tensor& hidden)>;  // [B, S, H] -> [B, S, V(/tp)]
+using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const torch::Tensor& targets)>;
+
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
-  explicit LlamaForCausalLMImpl(const LlamaConfig& c);
-  // tokens [B, S] (int64) -> logits [B, S, V]. Positions start at `position_offset`.
-  torch::Tensor forward(const torch::Tensor& tokens, int64_t position_offset = 0);
-  // Mean next-token cross-entropy: logits of tokens [B, S] against targets [B, S],
-  // computed in fp32 when the model runs in bf16/fp16.
-  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+  // Only what `plan` lists is allocated, with its local shape, on `opts`' device and
+  // dtype (uninitialised: call init_parameters). Without a plan: the whole model.
+  LlamaForCausalLMImpl(const LlamaConfig& c, const ShardPlan& plan, torch::TensorOptions opts = {});
+  explicit LlamaForCausalLMImpl(const LlamaConfig& c) : LlamaForCausalLMImpl(c, replicated_plan(c)) {}
+
+  // ---- the forward pass, in the pieces a pipeline stage runs -------------------
+  torch::Tensor embed(const torch::Tensor& tokens);  // [B, S] -> [B, S, H]
+  // This rank's layers in order, each through layer_runner. positions: [S] int64 (the
+  // RoPE positions of the S tokens); undefined means 0..S-1.
+  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions = {});  // [B, S, H] -> [B, S, H]
+  torch::Tensor final_norm(const torch::Tensor& x);                                 // [B, S, H] -> [B, S, H]
+  torch::Tensor logits(const torch::Tensor& hidden);                                // head slot: -> [B, S, V]
+  // Mean next-token cross-entropy over the B*S tokens (fp32 softmax for bf16/fp16).
+  torch::Tensor loss_from_hidden(const torch::Tensor& hidden, const torch::Tensor& targets);  // loss slot
+
+  // The whole model on one rank: tokens [B, S] -> logits [B, S, V] / mean loss.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {});
+  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets, const torch::Tensor& positions = {});
+
+  // The lm_head matrix [V, H]: lm_head's weight, or (tied) the weight of whatever
+  // module sits in the embedding slot.
+  torch::Tensor head_weight();
 
   LlamaConfig config;
   LlamaModel model{nullptr};
-  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+  torch::nn::AnyModule lm_head;  // empty when tied (or when the plan holds no head)
+
+  // ---- slots (empty: the single-process default) --------------------------------
+  HeadFn head;                // default: hidden @ head_weight()^T
+  LossFn loss_fn;             // default: cross_entropy(logits(hidden), targets) in fp32
+  LayerRunner layer_runner;   // default: layer->forward(x, rope)
 
  private:
-  // RoPE tables of the last (S, offset, dtype, device): built once, not every forward
+  // RoPE tables of the last (positions, dtype, device): built once, not every forward
   // (building them on the CPU and copying to a GPU would sync the host each step).
-  const RopeTables& rope_for(int64_t seq_len, int64_t offset, torch::ScalarType dtype, torch::Device device);
+  const RopeTables& rope_for(const torch::Tensor& positions, int64_t seq_len, torch::ScalarType dtype,
+                             torch::Device device);
   RopeTables rope_cache_;
-  int64_t rope_len_ = -1, rope_offset_ = -1;
+  torch::Tensor rope_positions_;  // [S] int64 on the CPU: what the cache was built for
 };
 TORCH_MODULE(LlamaForCausalLM);
 
-// A linear layer without bias, [in] -> [out], wrapped for the AnyModule slots.
-torch::nn::AnyModule make_linear(int64_t in, int64_t out);
+// A bias-free linear of a record's local shape ([out, in]), wrapped for the AnyModule slots.
+torch::nn::AnyModule make_linear(const ShardRecord& record, torch::TensorOptions opts = {});
 
 }  // namespace picotron

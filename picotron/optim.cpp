@@ -5,7 +5,8 @@
 
 namespace picotron {
 
-AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, AdamWOptions opts)
+AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, AdamWOptions opts,
+             const ShardPlan& plan)
     : opts_(opts) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : named_params) {
@@ -19,55 +20,88 @@ AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_par
     tp.exp_avg = torch::zeros_like(tp.master);
     tp.exp_avg_sq = torch::zeros_like(tp.master);
     tp.decay = p.dim() >= 2;
+    if (plan.empty()) {  // a whole parameter that only this process holds
+      tp.record.name = name;
+      tp.record.full_shape = p.sizes().vec();
+    } else {
+      const auto it = plan.find(name);
+      TORCH_CHECK(it != plan.end(), "optimizer: parameter ", name, " has no shard record");
+      tp.record = it->second;
+    }
     params_.push_back(std::move(tp));
   }
+  zero_main_grads();
 }
 
 void AdamW::accumulate_grads() {
   torch::NoGradGuard no_grad;
   for (auto& p : params_) {
     auto& g = p.param.mutable_grad();
-    if (!g.defined()) continue;  // already taken (a data-parallel hook) or unused
-    p.main_grad.add_(g);         // bf16 -> fp32 happens in the add
-    g = torch::Tensor();         // free it: the next micro-batch writes a fresh one
+    if (!g.defined() || g.is_same(p.main_grad)) continue;  // taken by a hook, unused, or already main_grad
+    p.main_grad.add_(g);                                    // bf16 -> fp32 happens in the add
+    g = torch::Tensor();                                    // free it: the next micro-batch writes a fresh one
   }
 }
 
 void AdamW::zero_main_grads() {
-  for (auto& p : params_) p.main_grad.zero_();
+  for (auto& p : params_) {
+    p.main_grad.zero_();
+    // Same dtype: let autograd accumulate into main_grad itself (in place, no copy). Set
+    // every step: a data-parallel bucket may have replaced main_grad by a view.
+    if (p.aliases_grad()) p.param.mutable_grad() = p.main_grad;
+  }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double c) {
   torch::NoGradGuard no_grad;
   ++t_;
-  const double bias1 = 1.0 - std::pow(opts_.beta1, double(t_));
-  const double bias2 = 1.0 - std::pow(opts_.beta2, double(t_));
+  const double b1 = opts_.beta1, b2 = opts_.beta2;
+  const double bias1 = 1.0 - std::pow(b1, double(t_));
+  const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t_)));
   for (auto& p : params_) {
-    const auto& g = p.main_grad;
-    p.exp_avg.mul_(opts_.beta1).add_(g, 1.0 - opts_.beta1);                 // m = b1 m + (1-b1) g
-    p.exp_avg_sq.mul_(opts_.beta2).addcmul_(g, g, 1.0 - opts_.beta2);       // v = b2 v + (1-b2) g^2
+    const auto& g = p.main_grad;  // the update uses c * g
+    if (c == 1.0) p.exp_avg.lerp_(g, 1.0 - b1);                            // m = b1 m + (1-b1) g
+    else p.exp_avg.mul_(b1).add_(g, (1.0 - b1) * c);                        // m = b1 m + (1-b1) c g
+    p.exp_avg_sq.mul_(b2).addcmul_(g, g, (1.0 - b2) * c * c);              // v = b2 v + (1-b2) (c g)^2
     if (p.decay && opts_.weight_decay != 0) p.master.mul_(1.0 - lr * opts_.weight_decay);  // decoupled decay
-    auto denom = (p.exp_avg_sq / bias2).sqrt_().add_(opts_.eps);            // sqrt(v_hat) + eps
+    auto denom = p.exp_avg_sq.sqrt().div_(bias2_sqrt).add_(opts_.eps);      // sqrt(v_hat) + eps
     p.master.addcdiv_(p.exp_avg, denom, -lr / bias1);                       // w -= lr m_hat / denom
     if (!p.master.is_same(p.param)) p.param.copy_(p.master);                // round to bf16/fp16
   }
 }
 
-double grad_norm(const std::vector<TrainableParam>& params) {
+torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, const MeshCoords& here) {
   torch::NoGradGuard no_grad;
-  if (params.empty()) return 0.0;
-  std::vector<torch::Tensor> squares;
-  for (const auto& p : params) squares.push_back(p.main_grad.to(torch::kFloat64).pow(2).sum());
-  return std::sqrt(torch::stack(squares).sum().item<double>());  // one device sync per step
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.record.counts_once(here)) grads.push_back(p.main_grad);
+  const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().main_grad.device();
+  if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  // One multi-tensor pass, each norm in the grad's own dtype (reductions accumulate wider).
+  const auto norms = torch::_foreach_norm(grads, /*ord=*/2);       // [n] 0-d tensors
+  return torch::stack(norms).to(torch::kFloat64).square().sum();    // 0-d, fp64
+}
+
+double global_grad_norm(const std::vector<TrainableParam>& params, Comm& world, const MeshCoords& here) {
+  auto sum = local_grad_square_sum(params, here).reshape({1});  // [1] fp64
+  world.all_reduce(sum, ReduceOp::kSum);                        // every rank's counted shards
+  return std::sqrt(sum.item<double>());                         // one host sync per step
+}
+
+double grad_norm(const std::vector<TrainableParam>& params) {
+  return std::sqrt(local_grad_square_sum(params).item<double>());
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0 || !std::isfinite(norm)) return 1.0;
+  return std::min(1.0, max_norm / (norm + 1e-6));
 }
 
 double clip_grad_norm(std::vector<TrainableParam>& params, double max_norm) {
   const double norm = grad_norm(params);
-  if (max_norm > 0 && std::isfinite(norm)) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0)
-      for (auto& p : params) p.main_grad.mul_(coef);
-  }
+  const double coef = clip_coefficient(norm, max_norm);
+  if (coef < 1.0)
+    for (auto& p : params) p.main_grad.mul_(coef);
   return norm;
 }
 
@@ -76,13 +110,6 @@ double lr_at(int64_t step, const TrainConfig& c) {
   const int64_t decay_steps = std::max<int64_t>(1, c.steps - c.warmup_steps - 1);
   const double progress = std::min(1.0, double(step - c.warmup_steps) / double(decay_steps));  // 0 -> 1
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * progress));
-}
-
-bool LossScaler::unscale_and_check(std::vector<TrainableParam>& params) {
-  if (!enabled_) return true;
-  torch::NoGradGuard no_grad;
-  for (auto& p : params) p.main_grad.mul_(1.0 / scale_);
-  return std::isfinite(grad_norm(params));
 }
 
 void LossScaler::update(bool step_was_finite) {

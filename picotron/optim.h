@@ -12,7 +12,20 @@
 //
 //   per micro-batch:  backward; main_grad += grad; grad = None   (accumulate_grads, or a
 //                                                                  data-parallel hook)
-//   per step:         [all-reduce main_grad] -> clip -> AdamW on master -> param = master
+//   per step:         [all-reduce main_grad] -> norm -> AdamW(c * main_grad) -> param = master
+//
+// Only the passes over the gradients that the precision and the mesh need:
+//   * fp32/fp64 runs: param.grad IS main_grad (set before backward), so autograd
+//     accumulates in place and there is no copy and no extra buffer;
+//   * the norm is one multi-tensor pass (_foreach_norm) in the gradients' own dtype
+//     (CPU and CUDA reductions accumulate in a wider type), no fp64 copies;
+//   * clipping and the fp16 unscaling are folded into the AdamW update as one factor
+//     c = clip / loss_scale on the gradient, instead of two more passes.
+//
+// Global norm over shards: each rank sums the squares of the shards it holds whose copy
+// counts (ShardRecord::counts_once: replicas counted once), then one all-reduce of that
+// one number over the world. Every rank gets the same norm, so the clipping factor and
+// the fp16 overflow decision (the norm is inf/nan) agree everywhere.
 //
 // AdamW (Loshchilov & Hutter, arXiv 1711.05101), step t = 1, 2, ...:
 //   m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
@@ -27,17 +40,24 @@
 
 #include <torch/torch.h>
 
+#include "picotron/comm.h"
 #include "picotron/config.h"
+#include "picotron/shard.h"
 
 namespace picotron {
 
 struct TrainableParam {
   std::string name;
   torch::Tensor param;      // what the model uses (requires grad)
-  torch::Tensor main_grad;  // accumulated gradient, fp32 (fp64); data parallelism may make it a bucket view
+  torch::Tensor main_grad;  // accumulated gradient, fp32 (fp64); data parallelism may make it a bucket view;
+                            // IS param.grad when param is fp32/fp64 (see aliases_grad)
   torch::Tensor master;     // fp32 (fp64) weight; aliases `param` when they have the same dtype
   torch::Tensor exp_avg, exp_avg_sq;
   bool decay = true;        // weight decay applies (matrices and embeddings, not norm gains)
+  ShardRecord record;       // which piece of the full parameter this is (norms, gathers, checkpoints)
+
+  // param and main_grad share a dtype: autograd accumulates straight into main_grad.
+  bool aliases_grad() const { return param.scalar_type() == main_grad.scalar_type(); }
 };
 
 struct AdamWOptions {
@@ -46,14 +66,20 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, AdamWOptions opts);
+  // `plan` gives each parameter its shard record; without one every parameter is whole
+  // and held by this rank alone.
+  AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, AdamWOptions opts,
+        const ShardPlan& plan = {});
 
   std::vector<TrainableParam>& params() { return params_; }
-  // main_grad += param.grad, then drop param.grad (params whose grad a hook already took are skipped).
+  // main_grad += param.grad, then drop param.grad (params whose grad a hook already took,
+  // or whose grad IS the main grad, are skipped).
   void accumulate_grads();
+  // Zero the main grads, and point param.grad at them where the dtypes match.
   void zero_main_grads();
-  // One AdamW update of every master weight from its main_grad, then param = master.
-  void step(double lr);
+  // One AdamW update of every master weight from grad_scale * main_grad, then param =
+  // master. grad_scale folds clipping and fp16 unscaling into the update.
+  void step(double lr, double grad_scale = 1.0);
   int64_t steps_taken() const { return t_; }
 
  private:
@@ -62,10 +88,19 @@ class AdamW {
   int64_t t_ = 0;
 };
 
-// sqrt(sum over params of ||main_grad||^2), accumulated in fp64.
+// Sum over the params whose copy counts at `here` of ||main_grad||^2: a 0-d fp64 tensor
+// on the gradients' device (no host sync).
+torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, const MeshCoords& here = {});
+// sqrt of the sum of local_grad_square_sum over every rank of `world`: the norm of the
+// FULL gradient, each element counted once, identical on every rank.
+double global_grad_norm(const std::vector<TrainableParam>& params, Comm& world, const MeshCoords& here);
+// The same on one process (every parameter counts): sqrt(sum ||main_grad||^2).
 double grad_norm(const std::vector<TrainableParam>& params);
-// Scale every main_grad by min(1, max_norm / (norm + 1e-6)); returns the norm before clipping.
-// max_norm == 0 turns clipping off (the norm is still returned for logging).
+// Clipping factor min(1, max_norm / (norm + 1e-6)); 1 when max_norm == 0 (off) or the
+// norm is not finite.
+double clip_coefficient(double norm, double max_norm);
+// Scale every main_grad by clip_coefficient(norm); returns the norm before clipping.
+// (The training loop folds the factor into AdamW::step instead; this is for tests and tools.)
 double clip_grad_norm(std::vector<TrainableParam>& params, double max_norm);
 
 // Linear warmup to lr over warmup_steps, then cosine decay to min_lr at the last step.
@@ -80,8 +115,8 @@ class LossScaler {
   explicit LossScaler(bool enabled, double initial_scale = 65536.0, int growth_interval = 1000)
       : enabled_(enabled), scale_(enabled ? initial_scale : 1.0), growth_interval_(growth_interval) {}
   double scale() const { return scale_; }
-  // Divide main grads by the scale; returns false (skip the step) if any is inf/nan.
-  bool unscale_and_check(std::vector<TrainableParam>& params);
+  // After a step: `step_was_finite` is whether the global grad norm was finite (the
+  // optimizer step is skipped when it was not). Grads are unscaled inside AdamW::step.
   void update(bool step_was_finite);
 
  private:

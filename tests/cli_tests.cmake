@@ -67,3 +67,16 @@ endforeach()
 add_test(NAME cli.no_cuda_device COMMAND sh -c
   "nvidia-smi -L >/dev/null 2>&1 && echo 'SKIPPED: a GPU is present' || ${EXPECT_FAIL} 'error: --device cuda: no CUDA device is visible' -- ${TRAIN} --device cuda")
 set_tests_properties(cli.no_cuda_device PROPERTIES LABELS cli TIMEOUT 60 SKIP_REGULAR_EXPRESSION "SKIPPED:")
+
+# The dry run prints what each rank of the mesh allocates under its plan (pure arithmetic).
+picotron_cli_test(cli.dry_run_plan sh -c "ulimit -v 6291456 && ${TRAIN} --model llama3-8b --dp 4 --dtype bf16 --dry-run")
+set_tests_properties(cli.dry_run_plan PROPERTIES PASS_REGULAR_EXPRESSION
+  "parameters per rank \\(bf16 weights.*\n  ranks 0-3: 8,030,261,248 parameters, weights 14.96 GiB")
+# Default logging: every step of short runs, ~50 lines otherwise, always the first and last.
+picotron_cli_test(cli.log_interval sh -c
+  "${TRAIN} --device cpu --steps 100 --seq-len 16 --micro-batch-size 1 --generate 0 --num-hidden-layers 1 | grep -c '^step' | grep -x 51")
+# Sampling after training works on every mesh training works on: full weights gathered on rank 0.
+add_test(NAME cli.mpi_generate_dp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --steps 3
+  --seq-len 32 --micro-batch-size 2 --generate 2 --threads 1)
+set_tests_properties(cli.mpi_generate_dp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "samples \\(greedy\\):.*arithmetic accuracy: [0-9]+/100")

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "picotron/checkpoint.h"
 
 namespace {
@@ -20,9 +22,9 @@ struct StepMetrics {
 };
 
 double field(const std::string& line, const std::string& key) {
-  const auto at = line.find("\"" + key + "\": ");
-  if (at == std::string::npos) throw std::runtime_error("metrics line lacks \"" + key + "\": " + line);
-  return std::stod(line.substr(at + key.size() + 4));
+  const auto j = nlohmann::json::parse(line);
+  if (!j.contains(key)) throw std::runtime_error("metrics line lacks \"" + key + "\": " + line);
+  return j[key].is_null() ? NAN : j[key].get<double>();  // null: non-finite
 }
 
 std::vector<StepMetrics> read_metrics(const std::string& path) {

@@ -109,7 +109,7 @@ TEST_CASE("RMSNorm matches x / sqrt(mean(x^2) + eps) * w", "[model]") {
 
 TEST_CASE("RoPE rotates each (j, j + Hd/2) pair by pos * theta^(-2j/Hd)", "[model]") {
   auto x = torch::randn({2, 3, 7, 8}, kF64);  // [B, n, S, Hd]
-  auto t = rope_tables(8, 10000.0, 7, 0, torch::kFloat64, torch::kCPU);
+  auto t = rope_tables(8, 10000.0, torch::arange(7), torch::kFloat64, torch::kCPU);
   CHECK(max_abs_diff(apply_rope(x, t), ref_rope(x, 10000.0)) < 1e-12);
   // Relative positions: <rope(q, i), rope(k, j)> depends only on i - j.
   auto q = torch::randn({1, 1, 1, 8}, kF64).expand({1, 1, 7, 8}).contiguous();

@@ -1,0 +1,107 @@
+// picotron/shard.cpp — shard records and plans: pure arithmetic. See shard.h.
+#include "picotron/shard.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace picotron {
+
+Slice even_slice(int64_t full, int index, int count) {
+  if (count < 1 || index < 0 || index >= count)
+    throw std::invalid_argument("even_slice: index " + std::to_string(index) + " of " + std::to_string(count));
+  const int64_t base = full / count, extra = full % count;  // the first `extra` slices get one more
+  return {index * base + std::min<int64_t>(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+Slice ShardRecord::slice() const {
+  if (!is_split()) return {0, full_shape.empty() ? 1 : full_shape[0]};
+  return even_slice(full_shape.at(split_dim), index, count);
+}
+
+std::vector<int64_t> ShardRecord::local_shape() const {
+  std::vector<int64_t> shape = full_shape;
+  if (is_split()) shape.at(split_dim) = slice().length;
+  return shape;
+}
+
+static int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t ShardRecord::local_numel() const { return product(local_shape()); }
+int64_t ShardRecord::full_numel() const { return product(full_shape); }
+
+int coordinate(const MeshCoords& c, Axis axis) {
+  switch (axis) {
+    case Axis::kDp: return c.dp;
+    case Axis::kPp: return c.pp;
+    case Axis::kCp: return c.cp;
+    default: return c.tp;
+  }
+}
+
+bool ShardRecord::counts_once(const MeshCoords& here) const {
+  if (here.pp != stage) return false;  // a copy held for another stage (a tied lm_head)
+  for (Axis a : replica_axes)
+    if (coordinate(here, a) != 0) return false;  // another replica counts
+  return true;
+}
+
+void ShardRecord::split(int dim, Axis axis, int index_, int count_) {
+  if (dim < 0 || dim >= int(full_shape.size()))
+    throw std::invalid_argument(name + ": cannot split dim " + std::to_string(dim) + " of a " +
+                                std::to_string(full_shape.size()) + "-d parameter");
+  if (full_shape[dim] < count_)
+    throw std::invalid_argument(name + ": dim " + std::to_string(dim) + " has " + std::to_string(full_shape[dim]) +
+                                " entries, fewer than the " + std::to_string(count_) + " --" + axis_name(axis) +
+                                " ranks it is split over");
+  split_dim = dim;
+  split_axis = axis;
+  index = index_;
+  count = count_;
+  replica_axes.erase(std::remove(replica_axes.begin(), replica_axes.end(), axis), replica_axes.end());
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const LlamaConfig& c) {
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim(), kv = c.num_key_value_heads * c.head_dim();
+  const int64_t i = c.intermediate_size;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});  // [V, H]
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    out.push_back({p + "input_layernorm.weight", {h}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, h}});   // [nH*Hd, H]   (Linear: [out, in])
+    out.push_back({p + "self_attn.k_proj.weight", {kv, h}});  // [nKV*Hd, H]
+    out.push_back({p + "self_attn.v_proj.weight", {kv, h}});  // [nKV*Hd, H]
+    out.push_back({p + "self_attn.o_proj.weight", {h, q}});   // [H, nH*Hd]
+    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    out.push_back({p + "mlp.gate_proj.weight", {i, h}});      // [I, H]
+    out.push_back({p + "mlp.up_proj.weight", {i, h}});        // [I, H]
+    out.push_back({p + "mlp.down_proj.weight", {h, i}});      // [H, I]
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});  // [V, H]
+  return out;
+}
+
+ShardPlan replicated_plan(const LlamaConfig& c) {
+  ShardPlan plan;
+  for (auto& [name, shape] : parameter_shapes(c)) {
+    ShardRecord r;
+    r.name = name;
+    r.full_shape = shape;
+    r.replica_axes = {Axis::kDp, Axis::kCp, Axis::kTp};
+    plan[name] = r;
+  }
+  return plan;
+}
+
+int64_t local_parameter_count(const ShardPlan& plan) {
+  int64_t n = 0;
+  for (const auto& [name, r] : plan) n += r.local_numel();
+  return n;
+}
+
+}  // namespace picotron
