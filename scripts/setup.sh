@@ -42,7 +42,8 @@ if [ -n "${Torch_DIR:-}" ] && [ -f "$Torch_DIR/TorchConfig.cmake" ]; then
   log "using LibTorch from Torch_DIR=$Torch_DIR"
   echo "$Torch_DIR"; exit 0
 fi
-if prefix=$(find_config ${CMAKE_PREFIX_PATH//:/ }); then
+prefix_path=${CMAKE_PREFIX_PATH:-}  # may be unset on a fresh machine (set -u)
+if prefix=$(find_config ${prefix_path//:/ }); then
   log "using LibTorch from CMAKE_PREFIX_PATH ($prefix)"
   echo "$prefix"; exit 0
 fi
