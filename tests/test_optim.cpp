@@ -129,3 +129,53 @@ TEST_CASE("a tiny model learns: loss falls well below its start in 40 steps", "[
   CHECK(first == Approx(std::log(256.0)).epsilon(0.05));  // uniform over 256 bytes at init
   CHECK(last < 0.5 * first);
 }
+
+TEST_CASE("fp32/fp64 main grads ARE param.grad: accumulation in place, equal to a plain backward", "[optim]") {
+  auto src = open_data("arithmetic", 256, 16);
+  BatchLoader loader(src, 5, 16, /*B=*/2, /*acc=*/2, 1);
+  LlamaForCausalLM m(tiny64()), ref(tiny64());
+  m->to(torch::kFloat64);
+  ref->to(torch::kFloat64);
+  init_parameters(*m, 3, 0.02);
+  init_parameters(*ref, 3, 0.02);
+  AdamW opt(named(*m), {});
+  opt.zero_main_grads();
+  for (int64_t k = 0; k < 2; ++k) {  // two micro-batches, no hooks: autograd accumulates into main_grad
+    auto b = loader.micro_batch(0, k, 0);
+    (m->loss(b.inputs, b.targets) / 2.0).backward();
+    (ref->loss(b.inputs, b.targets) / 2.0).backward();
+    opt.accumulate_grads();  // a no-op for aliased grads
+  }
+  for (auto& p : opt.params()) {
+    CHECK(p.aliases_grad());
+    CHECK(p.param.grad().is_same(p.main_grad));
+    CHECK(torch::allclose(p.main_grad, ref->named_parameters()[p.name].grad(), 1e-12, 1e-15));
+  }
+  // bf16 params: a separate fp32 main grad that the bf16 grads are added into.
+  LlamaForCausalLM h(tiny64());
+  h->to(torch::kBFloat16);
+  AdamW opt16(named(*h), {});
+  CHECK_FALSE(opt16.params().front().aliases_grad());
+  CHECK(opt16.params().front().main_grad.scalar_type() == torch::kFloat32);
+}
+
+TEST_CASE("clipping folded into the update equals clipping the grads, then stepping", "[optim]") {
+  auto make = [] {
+    auto w = torch::tensor({3.0, -4.0, 1.0}, torch::kFloat64).requires_grad_();
+    AdamW opt({{"w", w}}, {0.9, 0.95, 1e-8, 0.1});
+    return std::make_pair(w, opt);
+  };
+  auto [w1, a] = make();
+  auto [w2, b] = make();
+  for (int step = 0; step < 3; ++step) {
+    a.params()[0].main_grad.copy_(torch::tensor({30.0, 40.0, -5.0 * step}, torch::kFloat64));
+    b.params()[0].main_grad.copy_(a.params()[0].main_grad);
+    const double norm = clip_grad_norm(a.params(), 1.0);
+    a.step(0.01);
+    b.step(0.01, clip_coefficient(norm, 1.0));
+    CHECK(torch::allclose(w1, w2, 1e-13, 1e-15));
+  }
+  CHECK(clip_coefficient(0.5, 1.0) == 1.0);
+  CHECK(clip_coefficient(INFINITY, 1.0) == 1.0);
+  CHECK(clip_coefficient(10.0, 0.0) == 1.0);  // clipping off
+}
