@@ -13,6 +13,7 @@
 // its own: walk X's digit from 0 to size(X)-1. Communicators come from
 // world.split(color, key) with color = the index of the group (its other digits as
 // one number) and key = the world rank, so group rank i is the member with X-digit i.
+// That is also why a ring neighbour's group rank is just its coordinate +-1 (mod size).
 //
 // Test: ctest -R mesh   (tests/test_mesh.cpp: every factorisation of 1..8 ranks;
 //                        tests/comm_test.cpp: the communicators, under mpirun)
@@ -116,6 +117,17 @@ int prev_rank(const MeshShape& s, int rank, Axis axis) {
   MeshCoords c = coords_of(s, rank);
   digit(c, axis) = (digit(c, axis) + extent(s, axis) - 1) % extent(s, axis);
   return rank_of(s, c);
+}
+
+// Within a group along `axis`, a member's group rank is its coordinate on that axis.
+int next_in_group(const MeshShape& s, int rank, Axis axis) {
+  MeshCoords c = coords_of(s, rank);
+  return (digit(c, axis) + 1) % extent(s, axis);
+}
+
+int prev_in_group(const MeshShape& s, int rank, Axis axis) {
+  MeshCoords c = coords_of(s, rank);
+  return (digit(c, axis) + extent(s, axis) - 1) % extent(s, axis);
 }
 
 void check_mesh(const MeshShape& s, int world_size) {

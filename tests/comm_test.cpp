@@ -16,14 +16,14 @@
 // CUDA floats get a relative tolerance of 1e-2 (16-bit) or 1e-6.
 //
 // Then: sub-group collectives on every group of every factorisation of the world size
-// into dp x pp x cp x tp (a Mesh per factorisation), async operations in flight
-// together, and argument errors.
+// into dp x pp x cp x tp (a Mesh per factorisation), the pp / cp ring neighbours used
+// as group ranks, async operations in flight together, and argument errors.
 //
 // A failed check prints "[rank r] FAILED: ..." and aborts the whole job (MPI_Abort),
 // so a failure on one rank can never leave the others waiting. Success: rank 0 prints
 // "N passed, 0 failed".
 //
-// Run:  mpirun -np 4 build-rt/tests/comm_tests [--device cuda] [--timeout-s 60]
+// Run:  mpirun -np 4 build/tests/comm_tests [--device cuda] [--timeout-s 60]
 // Test: ctest -R comm   (1, 2, 3, 4 and 8 ranks)
 #include <algorithm>
 #include <cstdio>
@@ -168,6 +168,37 @@ void test_async(Checker& c, Comm& comm, torch::Device dev) {
   c.equal(recv, torch::full({8}, double((r + p - 1) % p)), "async batch_p2p ring");
 }
 
+// ---- pp / cp ring neighbours are ranks within mesh.pp() / mesh.cp() ---------------
+// Every rank sends its global rank to mesh.pp_next() over mesh.pp() and receives from
+// mesh.pp_prev(): what arrives must be the global rank of the previous stage,
+// prev_rank(). Same for cp. With dp 1 pp 2 cp 2 tp 2 (8 ranks) global and group ranks
+// differ, so neighbours given as global ranks would fail here (peer out of range);
+// pp 4 (4 ranks) checks a longer ring.
+void test_neighbours(Checker& c, Mesh& mesh, torch::Device dev, const std::string& tag) {
+  const MeshShape& shape = mesh.shape();
+  const int me = mesh.rank();
+  struct Ring { const char* name; Comm& comm; int next, prev; Axis axis; };
+  const Ring rings[] = {{"pp", mesh.pp(), mesh.pp_next(), mesh.pp_prev(), Axis::kPp},
+                        {"cp", mesh.cp(), mesh.cp_next(), mesh.cp_prev(), Axis::kCp}};
+  for (const Ring& ring : rings) {
+    const std::string what = std::string(ring.name) + " ring neighbours" + tag;
+    c.check(ring.next >= 0 && ring.next < ring.comm.size() && ring.prev >= 0 && ring.prev < ring.comm.size(),
+            what + ": next " + std::to_string(ring.next) + " / prev " + std::to_string(ring.prev) +
+                " are not ranks of a group of " + std::to_string(ring.comm.size()));
+    torch::Tensor mine = torch::full({1}, me, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+    torch::Tensor from_prev = torch::full({1}, -1, mine.options());
+    ring.comm.batch_p2p({{P2POp::kSend, mine, ring.next}, {P2POp::kRecv, from_prev, ring.prev}});
+    c.equal(from_prev, torch::full({1}, prev_rank(shape, me, ring.axis)), what);
+  }
+  // Exactly one first and one last stage in every pp group, at its ends.
+  const std::vector<int> stages = group_members(shape, me, Axis::kPp);
+  c.check(mesh.is_first_stage() == (me == stages.front()) && mesh.is_last_stage() == (me == stages.back()),
+          "is_first_stage / is_last_stage" + tag);
+  torch::Tensor firsts = torch::tensor({int64_t(mesh.is_first_stage()), int64_t(mesh.is_last_stage())}).to(dev);
+  mesh.pp().all_reduce(firsts);  // how many first / last stages the group has
+  c.equal(firsts, torch::full({2}, 1), "one first and one last stage per pp group" + tag);
+}
+
 // ---- every group of every factorisation into dp x pp x cp x tp ----------------
 void test_mesh_groups(Checker& c, Comm& world, torch::Device dev) {
   const int w = world.size(), me = world.rank();
@@ -202,14 +233,7 @@ void test_mesh_groups(Checker& c, Comm& world, torch::Device dev) {
             g.comm.broadcast(last, /*root=*/size - 1);
             c.equal(last, torch::full({1}, double(g.members.back())), what + ": broadcast from the last rank");
           }
-          // pp and cp rings: what arrives from the previous group rank is mesh.pp_prev() / cp_prev().
-          for (auto [comm, prev] : {std::pair<Comm*, int>{&mesh.pp(), mesh.pp_prev()}, {&mesh.cp(), mesh.cp_prev()}}) {
-            const int n = comm->size(), r = comm->rank();
-            torch::Tensor out = torch::full({1}, me, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-            torch::Tensor in = torch::full({1}, -1, out.options());
-            comm->batch_p2p({{P2POp::kSend, out, (r + 1) % n}, {P2POp::kRecv, in, (r + n - 1) % n}});
-            c.equal(in, torch::full({1}, prev), "ring neighbour" + tag);
-          }
+          test_neighbours(c, mesh, dev, tag);
         }
 }
 
