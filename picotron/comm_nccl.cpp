@@ -1,5 +1,7 @@
 // picotron/comm_nccl.cpp — Comm's collectives for CUDA tensors: raw NCCL on CUDA streams.
 // Compiled only in CUDA builds (PICOTRON_WITH_CUDA); comm.cpp has the stubs otherwise.
+// The public entry points (comm.cpp) check the arguments, shortcut groups of one and
+// keep the ledger, then call the nccl_* body here.
 //
 // Every function has the same shape: choose the stream, make the one NCCL call, return.
 //
@@ -216,10 +218,9 @@ void Comm::nccl_split(Comm& sub, int color, int key) {
 
 void Comm::nccl_abort() { nccl_->abort(); }
 
-// ---- collectives ---------------------------------------------------------------
+// ---- collectives (arguments already checked by the entry points in comm.cpp) --------
 
 Work Comm::nccl_all_reduce(torch::Tensor& t, ReduceOp op, bool async) {
-  check_reduce(t, op, "all_reduce");
   c10::cuda::CUDAGuard guard(t.device());
   cudaStream_t stream = choose_stream(*nccl_, async, {t});
   PICOTRON_NCCL_CHECK(world_rank_, ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), nccl_op(op),
@@ -228,21 +229,15 @@ Work Comm::nccl_all_reduce(torch::Tensor& t, ReduceOp op, bool async) {
 }
 
 Work Comm::nccl_all_gather(torch::Tensor& out, const torch::Tensor& in, bool async) {
-  check_tensor(in, "all_gather");
-  check_tensor(out, "all_gather");
-  detail::check_chunks(world_rank_, "all_gather", "out", out, in, size_);
   c10::cuda::CUDAGuard guard(in.device());
   cudaStream_t stream = choose_stream(*nccl_, async, {in, out});
   // sendcount = elements per rank; in place when `in` is this rank's slot of `out`.
   PICOTRON_NCCL_CHECK(world_rank_, ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in),
                                                  nccl_->comm, stream));
-  return finish(nccl_, async, "all_gather", in.numel(), world_rank_, timeout_);
+  return finish(nccl_, async, "all_gather", out.numel(), world_rank_, timeout_);
 }
 
 Work Comm::nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async) {
-  check_reduce(in, op, "reduce_scatter");
-  check_tensor(out, "reduce_scatter");
-  detail::check_chunks(world_rank_, "reduce_scatter", "in", in, out, size_);
   c10::cuda::CUDAGuard guard(in.device());
   cudaStream_t stream = choose_stream(*nccl_, async, {in, out});
   // recvcount = elements per rank (out); rank r receives chunk r of the reduced `in`.
@@ -252,7 +247,6 @@ Work Comm::nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, Redu
 }
 
 void Comm::nccl_broadcast(torch::Tensor& t, int root) {
-  check_tensor(t, "broadcast");
   c10::cuda::CUDAGuard guard(t.device());
   cudaStream_t stream = choose_stream(*nccl_, /*async=*/false, {t});
   PICOTRON_NCCL_CHECK(world_rank_, ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root,
@@ -263,13 +257,8 @@ void Comm::nccl_broadcast(torch::Tensor& t, int root) {
 // them together, so a ring (everyone sends right and receives from the left) cannot
 // deadlock on who goes first.
 Work Comm::nccl_batch_p2p(const std::vector<P2POp>& ops, bool async) {
-  int64_t numel = 0;
-  for (const P2POp& p : ops) {  // check everything before the group opens
-    check_tensor(p.tensor, "batch_p2p");
-    detail::comm_check(p.peer >= 0 && p.peer < size_, "[rank ", world_rank_, "] batch_p2p: peer ", p.peer,
-                       " is not a rank of this group of ", size_);
-    numel += p.tensor.numel();
-  }
+  int64_t numel = 0;  // for the messages: every element sent or received
+  for (const P2POp& p : ops) numel += p.tensor.numel();
   c10::cuda::CUDAGuard guard(device_);
   cudaStream_t stream = choose_stream(*nccl_, async, {});
   PICOTRON_NCCL_CHECK(world_rank_, ncclGroupStart());

@@ -24,11 +24,13 @@
 // pp_next() / pp_prev() / cp_next() / cp_prev() are group ranks, for mesh.pp() / mesh.cp().
 //
 // MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic,
-// tested without any communication; Mesh builds one Comm per group.
+// tested without any communication; Mesh builds one Comm per group, names it ("world",
+// "tp", "cp", "pp", "dp", "cp_dp") and reports what each group's ledger counted.
 //
 // Test: ctest -R mesh
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,16 @@ class Mesh {
   int cp_prev() const { return prev_in_group(shape_, rank(), Axis::kCp); }
   bool is_first_stage() const { return coords_.pp == 0; }             // holds the embedding
   bool is_last_stage() const { return coords_.pp == shape_.pp - 1; }  // holds the head and loss
+
+  // ---- the communication ledgers of world, tp, cp, pp, dp, cp_dp -------------------
+  void reset_ledgers();
+  // A table with one row per (group, kind) that was called since the last reset: group,
+  // its size, kind, calls, elements, and both per step (divided by `steps` >= 1), e.g.
+  //   communication of rank 0 over 10 steps (elements of the full buffer, see comm.h)
+  //   group   size  kind               calls      elements  calls/step  elements/step
+  //   dp         2  all_reduce            10       1234560           1         123456
+  // or one line saying there was no communication.
+  std::string comm_report(int64_t steps) const;
 
  private:
   Comm& world_;
