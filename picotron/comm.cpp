@@ -12,7 +12,8 @@
 //
 // so every raw library call is one step away from here:
 //   comm_mpi.cpp   CPU tensors: MPI_Iallreduce, ... and the bounded wait
-//   comm_nccl.cpp  CUDA tensors: ncclAllReduce, ... on CUDA streams (CUDA builds only)
+//   comm_nccl.cpp  CUDA tensors: ncclAllReduce, ... on CUDA streams, and the watchdog
+//                  that bounds synchronous calls (CUDA builds only)
 //
 // Life of a communicator:
 //   Comm::world(dist, device)     MPI_Comm_dup(MPI_COMM_WORLD)  (+ ncclCommInitRank for CUDA)
@@ -227,8 +228,8 @@ void copy_unless_same(torch::Tensor& out, const torch::Tensor& in) {
 }  // namespace
 
 // ---- collectives: check, shortcut a group of one, record, then NCCL or MPI ----------
-// Synchronous CUDA calls return once NCCL is enqueued on the current stream (stream
-// order does the rest); synchronous CPU calls wait for MPI, bounded by the timeout.
+// Synchronous CUDA calls return once NCCL is enqueued on the current stream (the
+// watchdog bounds them); synchronous CPU calls wait for MPI, bounded by the timeout.
 
 void Comm::all_reduce(torch::Tensor& t, ReduceOp op) {
   check_reduce(t, op, "all_reduce");
@@ -319,6 +320,8 @@ void Comm::barrier() {
   nccl_all_reduce(one, ReduceOp::kSum, /*async=*/true).wait();
 }
 
+size_t Comm::pending_sync_ops() const { return nccl_ ? nccl_pending_sync_ops() : 0; }
+
 // ---- without CUDA: the NCCL path cannot be reached (world() makes no NCCL comm) ----
 #ifndef PICOTRON_WITH_CUDA
 namespace {
@@ -334,6 +337,7 @@ Work Comm::nccl_all_gather(torch::Tensor&, const torch::Tensor&, bool) { no_cuda
 Work Comm::nccl_reduce_scatter(torch::Tensor&, const torch::Tensor&, ReduceOp, bool) { no_cuda(world_rank_); }
 void Comm::nccl_broadcast(torch::Tensor&, int) { no_cuda(world_rank_); }
 Work Comm::nccl_batch_p2p(const std::vector<P2POp>&, bool) { no_cuda(world_rank_); }
+size_t Comm::nccl_pending_sync_ops() const { return 0; }
 #endif
 
 }  // namespace picotron

@@ -49,8 +49,9 @@
 // rank, the operation and the timeout; the caller (train.cpp's main) prints it and
 // aborts the job. NCCL's asynchronous errors are polled (ncclCommGetAsyncError)
 // while waiting, as PyTorch's watchdog does, and the communicator is aborted.
-// (A synchronous CUDA call does not wait on the host, so the bound applies where the
-// host waits: Work::wait and barrier.)
+// A synchronous CUDA call has no host wait to bound: a watchdog thread of the
+// communicator (comm_nccl.cpp) watches an event recorded after it, and past the
+// timeout aborts the communicator, prints one line and ends the process.
 //
 // Test: ctest -R comm   (tests/comm_test.cpp; failure modes in tests/comm_failure.cpp)
 #pragma once
@@ -147,6 +148,10 @@ class Comm {
   const std::map<std::string, CommCount>& ledger() const { return ledger_; }
   void reset_ledger() { ledger_.clear(); }
 
+  // Synchronous NCCL operations enqueued but not yet seen complete by the watchdog
+  // (comm_nccl.cpp); 0 for a CPU Comm. For tests: it drains once the GPU has run them.
+  size_t pending_sync_ops() const;
+
   // ---- collectives (in place where the shapes allow) ---------------------------
   void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum);               // t: [n] -> [n]
   void all_gather(torch::Tensor& out, const torch::Tensor& in);                  // in: [n] -> out: [size*n]
@@ -197,7 +202,7 @@ class Comm {
   Work mpi_barrier();
 
   // The CUDA path, one function per NCCL call (comm_nccl.cpp; without CUDA they only
-  // throw). async=false: the current stream, no host wait.
+  // throw). async=false: the current stream, no host wait, the watchdog bounds it.
   // async=true: a side stream, and the returned Work waits on its event. Arguments are
   // already checked (comm.cpp).
   void nccl_init_world(const Distributed& dist);
@@ -208,6 +213,7 @@ class Comm {
   Work nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async);
   void nccl_broadcast(torch::Tensor& t, int root);
   Work nccl_batch_p2p(const std::vector<P2POp>& ops, bool async);
+  size_t nccl_pending_sync_ops() const;
 
   int rank_ = 0;
   int size_ = 1;
@@ -218,8 +224,8 @@ class Comm {
   torch::Device device_{torch::kCPU};
   MPI_Comm mpi_ = MPI_COMM_NULL;  // CPU path (null when torchrun launched several processes)
   bool owns_mpi_ = false;         // mpi_ is ours to MPI_Comm_free
-  // The ncclComm_t and its side stream (nccl.h stays out of this header). Shared with
-  // the Works in flight, so a communicator outlives the operations that use it.
+  // The ncclComm_t, its side stream and its watchdog (nccl.h stays out of this header).
+  // Shared with the Works in flight, so a communicator outlives the operations using it.
   std::shared_ptr<detail::NcclComm> nccl_;
 };
 
