@@ -1,23 +1,33 @@
-// picotron/comm.cpp — the Comm object: creation, sub-groups, teardown, checks, Work.
+// picotron/comm.cpp — the Comm object: creation, sub-groups, teardown, checks, Work,
+// and the entry point of every collective.
 //
-// The collectives themselves are one file further, next to their library calls:
+// Each public collective is a few lines, always the same four steps:
+//
+//   Comm::all_reduce(t, op)
+//     1. check_reduce(t, op)                     throws CommError on bad arguments
+//     2. size_ == 1 ? return                     a group of one moves nothing
+//     3. record("all_reduce", t.numel())         the ledger (calls, elements)
+//     4. t.is_cuda() ? nccl_all_reduce(...)      ncclAllReduce      (comm_nccl.cpp)
+//                    : mpi_all_reduce(...)       MPI_Iallreduce     (comm_mpi.cpp)
+//
+// so every raw library call is one step away from here:
 //   comm_mpi.cpp   CPU tensors: MPI_Iallreduce, ... and the bounded wait
-//   comm_nccl.cpp  CUDA tensors: ncclAllReduce, ... on CUDA streams (CUDA builds only)
+//   comm_nccl.cpp  CUDA tensors: ncclAllReduce, ... on CUDA streams, and the watchdog
+//                  that bounds synchronous calls (CUDA builds only)
 //
 // Life of a communicator:
-//   Comm::world(dist, device)  MPI_Comm_dup(MPI_COMM_WORLD)  (+ ncclCommInitRank for CUDA)
+//   Comm::world(dist, device)     MPI_Comm_dup(MPI_COMM_WORLD)  (+ ncclCommInitRank for CUDA)
 //        |
-//   comm.split(color, key)     MPI_Comm_split                (+ ncclCommSplit)
-//        |                     ranks with the same color form a group, ordered by key
-//   ~Comm                      MPI_Comm_free                 (+ ncclCommDestroy, or
-//                                                               ncclCommAbort after abort())
+//   comm.split(color, key, name)  MPI_Comm_split                (+ ncclCommSplit)
+//        |                        ranks with the same color form a group, ordered by key
+//   ~Comm                         MPI_Comm_free                 (+ ncclCommDestroy, or
+//                                                                  ncclCommAbort after abort())
 //
 // Test: ctest -R comm   (tests/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
 #include "picotron/comm.h"
 
-#include <exception>
-
 #include <climits>
+#include <exception>
 #include <utility>
 
 #include "picotron/comm_internal.h"
@@ -76,6 +86,7 @@ Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::sec
   c.size_ = dist.world_size();
   c.timeout_ = timeout;
   c.device_ = device;
+  c.name_ = "world";
   if (dist.has_mpi()) {
     PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_dup(MPI_COMM_WORLD, &c.mpi_));
     c.owns_mpi_ = true;
@@ -89,12 +100,13 @@ Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::sec
   return c;
 }
 
-Comm Comm::split(int color, int key) {
+Comm Comm::split(int color, int key, std::string name) {
   comm_check(color >= 0, "[rank ", world_rank_, "] Comm::split: color ", color, " must be >= 0");
   Comm sub;
   sub.world_rank_ = world_rank_;
   sub.timeout_ = timeout_;
   sub.device_ = device_;
+  sub.name_ = name.empty() ? name_ + "/split" : std::move(name);
   if (mpi_ != MPI_COMM_NULL) {
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_split(mpi_, color, key, &sub.mpi_));
     sub.owns_mpi_ = true;
@@ -115,6 +127,8 @@ Comm& Comm::operator=(Comm&& other) noexcept {
   world_rank_ = other.world_rank_;
   timeout_ = other.timeout_;
   device_ = other.device_;
+  name_ = std::move(other.name_);
+  ledger_ = std::move(other.ledger_);
   mpi_ = std::exchange(other.mpi_, MPI_COMM_NULL);
   owns_mpi_ = std::exchange(other.owns_mpi_, false);
   nccl_ = std::move(other.nccl_);
@@ -168,6 +182,28 @@ void Comm::check_reduce(const torch::Tensor& t, ReduceOp reduce, const char* op)
              " tensor would truncate; use kSum and divide in floating point");
 }
 
+void Comm::check_all_gather(const torch::Tensor& out, const torch::Tensor& in) const {
+  check_tensor(in, "all_gather");
+  check_tensor(out, "all_gather");
+  detail::check_chunks(world_rank_, "all_gather", "out", out, in, size_);
+}
+
+void Comm::check_reduce_scatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op) const {
+  check_reduce(in, op, "reduce_scatter");
+  check_tensor(out, "reduce_scatter");
+  detail::check_chunks(world_rank_, "reduce_scatter", "in", in, out, size_);
+}
+
+void Comm::check_p2p(const std::vector<P2POp>& ops) const {
+  for (const P2POp& p : ops) {  // everything is checked before anything is posted
+    check_tensor(p.tensor, "batch_p2p");
+    comm_check(p.peer >= 0 && p.peer < size_, "[rank ", world_rank_, "] batch_p2p: peer ", p.peer,
+               " is not a rank of this group of ", size_);
+    comm_check(p.tensor.is_cuda() == ops.front().tensor.is_cuda(), "[rank ", world_rank_,
+               "] batch_p2p: CPU and CUDA tensors in one batch (they go over MPI and NCCL respectively)");
+  }
+}
+
 void detail::check_chunks(int rank, const char* op, const char* whole_name, const torch::Tensor& whole,
                           const torch::Tensor& chunk, int size) {
   comm_check(whole.numel() == size * chunk.numel() && whole.scalar_type() == chunk.scalar_type(), "[rank ", rank,
@@ -175,6 +211,116 @@ void detail::check_chunks(int rank, const char* op, const char* whole_name, cons
              " elements, expected ", size, " x ", chunk.numel(), " ", dtype_name(chunk.scalar_type()));
 }
 
+// ---- the ledger ------------------------------------------------------------------
+
+void Comm::record(const char* kind, int64_t elements) {
+  CommCount& count = ledger_[kind];
+  count.calls += 1;
+  count.elements += elements;
+}
+
+namespace {
+// A group of one: the gathered / reduced result is this rank's own input. out and in hold
+// the same number of elements (checked); nothing to do when they are the same memory.
+void copy_unless_same(torch::Tensor& out, const torch::Tensor& in) {
+  if (out.data_ptr() != in.data_ptr()) out.view_as(in).copy_(in);
+}
+}  // namespace
+
+// ---- collectives: check, shortcut a group of one, record, then NCCL or MPI ----------
+// Synchronous CUDA calls return once NCCL is enqueued on the current stream (the
+// watchdog bounds them); synchronous CPU calls wait for MPI, bounded by the timeout.
+
+void Comm::all_reduce(torch::Tensor& t, ReduceOp op) {
+  check_reduce(t, op, "all_reduce");
+  if (size_ == 1) return;  // the sum, max or average of one tensor is itself
+  record("all_reduce", t.numel());
+  if (t.is_cuda()) nccl_all_reduce(t, op, /*async=*/false);  // ncclAllReduce
+  else mpi_all_reduce(t, op).wait();                          // MPI_Iallreduce + bounded wait
+}
+
+Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op) {
+  check_reduce(t, op, "all_reduce");
+  if (size_ == 1) return Work();
+  record("all_reduce", t.numel());
+  return t.is_cuda() ? nccl_all_reduce(t, op, /*async=*/true) : mpi_all_reduce(t, op);
+}
+
+void Comm::all_gather(torch::Tensor& out, const torch::Tensor& in) {  // in: [n] -> out: [size*n]
+  check_all_gather(out, in);
+  if (size_ == 1) return copy_unless_same(out, in);
+  record("all_gather", out.numel());
+  if (in.is_cuda()) nccl_all_gather(out, in, /*async=*/false);  // ncclAllGather
+  else mpi_all_gather(out, in).wait();                           // MPI_Iallgather + bounded wait
+}
+
+Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
+  check_all_gather(out, in);
+  if (size_ == 1) {
+    copy_unless_same(out, in);
+    return Work();
+  }
+  record("all_gather", out.numel());
+  return in.is_cuda() ? nccl_all_gather(out, in, /*async=*/true) : mpi_all_gather(out, in);
+}
+
+void Comm::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {  // [size*n] -> [n]
+  check_reduce_scatter(out, in, op);
+  if (size_ == 1) return copy_unless_same(out, in);
+  record("reduce_scatter", in.numel());
+  if (in.is_cuda()) nccl_reduce_scatter(out, in, op, /*async=*/false);  // ncclReduceScatter
+  else mpi_reduce_scatter(out, in, op).wait();                           // MPI_Ireduce_scatter_block
+}
+
+Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {
+  check_reduce_scatter(out, in, op);
+  if (size_ == 1) {
+    copy_unless_same(out, in);
+    return Work();
+  }
+  record("reduce_scatter", in.numel());
+  return in.is_cuda() ? nccl_reduce_scatter(out, in, op, /*async=*/true) : mpi_reduce_scatter(out, in, op);
+}
+
+void Comm::broadcast(torch::Tensor& t, int root) {
+  check_tensor(t, "broadcast");
+  comm_check(root >= 0 && root < size_, "[rank ", world_rank_, "] broadcast: root ", root,
+             " is not a rank of this group of ", size_);
+  if (size_ == 1) return;  // the root already holds its own values
+  record("broadcast", t.numel());
+  if (t.is_cuda()) nccl_broadcast(t, root);  // ncclBroadcast
+  else mpi_broadcast(t, root).wait();         // MPI_Ibcast + bounded wait
+}
+
+// ---- point to point: never shortcut (a rank may send to itself) ----------------------
+
+void Comm::send(const torch::Tensor& t, int peer) { batch_p2p({{P2POp::kSend, t, peer}}); }
+void Comm::recv(torch::Tensor& t, int peer) { batch_p2p({{P2POp::kRecv, t, peer}}); }
+
+void Comm::batch_p2p(const std::vector<P2POp>& ops) {
+  check_p2p(ops);
+  if (ops.empty()) return;
+  for (const P2POp& p : ops) record(p.kind == P2POp::kSend ? "send" : "recv", p.tensor.numel());
+  if (ops.front().tensor.is_cuda()) nccl_batch_p2p(ops, /*async=*/false);  // ncclSend/ncclRecv in a group
+  else mpi_batch_p2p(ops).wait();                                           // MPI_Isend/MPI_Irecv
+}
+
+Work Comm::batch_p2p_async(const std::vector<P2POp>& ops) {
+  check_p2p(ops);
+  if (ops.empty()) return Work();
+  for (const P2POp& p : ops) record(p.kind == P2POp::kSend ? "send" : "recv", p.tensor.numel());
+  return ops.front().tensor.is_cuda() ? nccl_batch_p2p(ops, /*async=*/true) : mpi_batch_p2p(ops);
+}
+
+void Comm::barrier() {
+  record("barrier", 0);
+  if (mpi_ != MPI_COMM_NULL) return mpi_barrier().wait();  // MPI_Ibarrier + bounded wait
+  // torchrun (NCCL only): a one-element all-reduce on the side stream, waited by the host.
+  torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));
+  nccl_all_reduce(one, ReduceOp::kSum, /*async=*/true).wait();
+}
+
+size_t Comm::pending_sync_ops() const { return nccl_ ? nccl_pending_sync_ops() : 0; }
 
 // ---- without CUDA: the NCCL path cannot be reached (world() makes no NCCL comm) ----
 #ifndef PICOTRON_WITH_CUDA
@@ -191,6 +337,7 @@ Work Comm::nccl_all_gather(torch::Tensor&, const torch::Tensor&, bool) { no_cuda
 Work Comm::nccl_reduce_scatter(torch::Tensor&, const torch::Tensor&, ReduceOp, bool) { no_cuda(world_rank_); }
 void Comm::nccl_broadcast(torch::Tensor&, int) { no_cuda(world_rank_); }
 Work Comm::nccl_batch_p2p(const std::vector<P2POp>&, bool) { no_cuda(world_rank_); }
+size_t Comm::nccl_pending_sync_ops() const { return 0; }
 #endif
 
 }  // namespace picotron

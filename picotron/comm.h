@@ -1,15 +1,36 @@
 // picotron/comm.h — Comm: one process group, raw NCCL for CUDA tensors, MPI for CPU.
 //
 // Every collective is a few lines around the library call, so a student can see
-// exactly what goes over the wire:
+// exactly what goes over the wire. Each public collective (comm.cpp) checks its
+// tensors, records itself in the ledger, shortcuts a group of one, then calls its body:
 //
-//   CUDA tensor -> ncclAllReduce / ncclAllGather / ncclReduceScatter / ncclBroadcast /
+//   CUDA tensor -> nccl_*: ncclAllReduce / ncclAllGather / ncclReduceScatter / ncclBroadcast /
 //                  ncclSend + ncclRecv inside ncclGroupStart/End            (comm_nccl.cpp)
-//   CPU tensor  -> MPI_Iallreduce / MPI_Iallgather / MPI_Ireduce_scatter_block /
+//   CPU tensor  -> mpi_*:  MPI_Iallreduce / MPI_Iallgather / MPI_Ireduce_scatter_block /
 //                  MPI_Ibcast / MPI_Isend + MPI_Irecv, then a bounded wait (comm_mpi.cpp)
 //
 // Counts are elements, never bytes. Tensors must be contiguous. A Comm made for CUDA
 // still moves CPU tensors over MPI when MPI is up (not under a multi-process torchrun).
+//
+// A group of one moves nothing: all_reduce returns at once, all_gather / reduce_scatter
+// copy `in` to `out` (nothing when they are the same memory), broadcast returns; none of
+// them reaches the library or the ledger. (The arguments are still checked, so a bad call
+// fails on one rank as it would on eight. Point-to-point and barrier are not shortcut.)
+//
+// The ledger. Every Comm has a name ("world", "tp", "cp", "pp", "dp", "cp_dp" in a Mesh)
+// and counts, per collective kind, its calls and their elements, so the communication
+// volume of a technique can be tested against its formula. Elements are those of the
+// FULL buffer of the collective, the same on every rank of the group:
+//
+//   kind             elements per call                  e.g. p = 4 ranks, 10 elements each
+//   all_reduce       n  (the tensor)                      10
+//   all_gather       out.numel()  = p x the per-rank in   40
+//   reduce_scatter   in.numel()   = p x the per-rank out  40
+//   broadcast        n                                    10
+//   send / recv      the elements sent / received: one entry per P2POp of a batch
+//   barrier          0
+//
+// Async variants count when they are posted. Groups of one record nothing.
 //
 // Streams (CUDA). A synchronous call enqueues NCCL on the current stream and returns:
 // stream order alone makes later kernels see the result, and the host keeps launching.
@@ -28,16 +49,20 @@
 // rank, the operation and the timeout; the caller (train.cpp's main) prints it and
 // aborts the job. NCCL's asynchronous errors are polled (ncclCommGetAsyncError)
 // while waiting, as PyTorch's watchdog does, and the communicator is aborted.
-// (A synchronous CUDA call does not wait on the host, so the bound applies where the
-// host waits: Work::wait and barrier.)
+// A synchronous CUDA call has no host wait to bound: a watchdog thread of the
+// communicator (comm_nccl.cpp) watches an event recorded after it, and past the
+// timeout aborts the communicator, prints one line and ends the process.
 //
 // Test: ctest -R comm   (tests/comm_test.cpp; failure modes in tests/comm_failure.cpp)
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <mpi.h>
@@ -81,6 +106,15 @@ class Work {
   std::unique_ptr<State> state_;
 };
 
+// One line of a Comm's ledger: how many calls of one kind, and their elements (see above).
+struct CommCount {
+  int64_t calls = 0, elements = 0;
+};
+
+// The ledger's kinds, in the order reports list them.
+inline constexpr const char* kCommKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+                                             "send",       "recv",       "barrier"};
+
 // One point-to-point operation of a batch (rings, pipelines).
 struct P2POp {
   enum Kind { kSend, kRecv } kind;
@@ -107,6 +141,16 @@ class Comm {
   int size() const { return size_; }
   std::chrono::seconds timeout() const { return timeout_; }
   torch::Device device() const { return device_; }
+  const std::string& name() const { return name_; }  // "world", "tp", ... (for reports)
+  void set_name(std::string name) { name_ = std::move(name); }
+
+  // ---- the ledger: calls and elements per kind ("all_reduce", ...; see the header) ----
+  const std::map<std::string, CommCount>& ledger() const { return ledger_; }
+  void reset_ledger() { ledger_.clear(); }
+
+  // Synchronous NCCL operations enqueued but not yet seen complete by the watchdog
+  // (comm_nccl.cpp); 0 for a CPU Comm. For tests: it drains once the GPU has run them.
+  size_t pending_sync_ops() const;
 
   // ---- collectives (in place where the shapes allow) ---------------------------
   void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum);               // t: [n] -> [n]
@@ -128,8 +172,9 @@ class Comm {
   Work batch_p2p_async(const std::vector<P2POp>& ops);
 
   // Split into sub-groups: ranks with the same color form a group, ordered by key
-  // (MPI_Comm_split / ncclCommSplit). Collective over this Comm.
-  Comm split(int color, int key);
+  // (MPI_Comm_split / ncclCommSplit). Collective over this Comm. The sub-group is
+  // called `name` (default: this Comm's name + "/split") and starts with an empty ledger.
+  Comm split(int color, int key, std::string name = "");
 
   // Tear down without waiting for peers (ncclCommAbort); used on error paths.
   void abort();
@@ -139,10 +184,27 @@ class Comm {
   // device, no integer average; throws CommError naming the rank, op and numbers.
   void check_tensor(const torch::Tensor& t, const char* op) const;
   void check_reduce(const torch::Tensor& t, ReduceOp reduce, const char* op) const;
+  // The argument checks of each collective (comm.cpp), shared by its sync and async forms.
+  void check_all_gather(const torch::Tensor& out, const torch::Tensor& in) const;
+  void check_reduce_scatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op) const;
+  void check_p2p(const std::vector<P2POp>& ops) const;
+  // One more call of `kind` moving `elements` elements, in the ledger.
+  void record(const char* kind, int64_t elements);
+
+  // The CPU path, one function per MPI call (comm_mpi.cpp). Each posts the non-blocking
+  // MPI call and returns a Work whose wait() is bounded by the timeout. Arguments are
+  // already checked (comm.cpp).
+  Work mpi_all_reduce(torch::Tensor& t, ReduceOp op);
+  Work mpi_all_gather(torch::Tensor& out, const torch::Tensor& in);
+  Work mpi_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op);
+  Work mpi_broadcast(torch::Tensor& t, int root);
+  Work mpi_batch_p2p(const std::vector<P2POp>& ops);
+  Work mpi_barrier();
 
   // The CUDA path, one function per NCCL call (comm_nccl.cpp; without CUDA they only
-  // throw). async=false: the current stream, no host wait. async=true: a side stream,
-  // and the returned Work waits on its event.
+  // throw). async=false: the current stream, no host wait, the watchdog bounds it.
+  // async=true: a side stream, and the returned Work waits on its event. Arguments are
+  // already checked (comm.cpp).
   void nccl_init_world(const Distributed& dist);
   void nccl_split(Comm& sub, int color, int key);
   void nccl_abort();
@@ -151,16 +213,19 @@ class Comm {
   Work nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async);
   void nccl_broadcast(torch::Tensor& t, int root);
   Work nccl_batch_p2p(const std::vector<P2POp>& ops, bool async);
+  size_t nccl_pending_sync_ops() const;
 
   int rank_ = 0;
   int size_ = 1;
   int world_rank_ = 0;  // this process's global rank: every error message starts with it
   std::chrono::seconds timeout_{300};
+  std::string name_;                        // "world", "tp", ...
+  std::map<std::string, CommCount> ledger_;  // kind -> calls, elements
   torch::Device device_{torch::kCPU};
   MPI_Comm mpi_ = MPI_COMM_NULL;  // CPU path (null when torchrun launched several processes)
   bool owns_mpi_ = false;         // mpi_ is ours to MPI_Comm_free
-  // The ncclComm_t and its side stream (nccl.h stays out of this header). Shared with
-  // the Works in flight, so a communicator outlives the operations that use it.
+  // The ncclComm_t, its side stream and its watchdog (nccl.h stays out of this header).
+  // Shared with the Works in flight, so a communicator outlives the operations using it.
   std::shared_ptr<detail::NcclComm> nccl_;
 };
 

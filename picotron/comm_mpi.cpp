@@ -1,12 +1,14 @@
 // picotron/comm_mpi.cpp — Comm's collectives for CPU tensors: MPI, with a bounded wait.
-// (CUDA tensors are handed to comm_nccl.cpp at the top of each function.)
+// The public entry points (comm.cpp) check the arguments, shortcut groups of one and
+// keep the ledger, then call the mpi_* body here (CUDA tensors go to comm_nccl.cpp).
 //
 // Every CPU collective takes the same three steps:
-//   1. check the tensor (contiguous, dtype, sizes);
-//   2. post the non-blocking MPI call (MPI_Iallreduce, ...), which returns an MPI_Request;
-//   3. wait with a deadline: MPI_Testall in a loop (each call also drives MPI's progress),
-//      yielding the core between polls. Past the deadline a peer died or stopped
-//      answering: throw CommError. A blocking MPI_Allreduce would wait forever instead.
+//   1. the tensors were checked by the entry point (contiguous, dtype, sizes);
+//   2. mpi_*: post the non-blocking MPI call (MPI_Iallreduce, ...), which returns an
+//      MPI_Request, and hand it back in a Work;
+//   3. Work::wait: wait with a deadline: MPI_Testall in a loop (each call also drives
+//      MPI's progress), yielding the core between polls. Past the deadline a peer died
+//      or stopped answering: throw CommError. A blocking MPI_Allreduce would wait forever.
 //
 // What the collectives compute, for a group of p ranks holding x_0 .. x_{p-1}:
 //   all_reduce      every rank:  y = x_0 + x_1 + ... + x_{p-1}       (or max, or sum / p)
@@ -29,7 +31,6 @@
 namespace picotron {
 
 using Clock = std::chrono::steady_clock;
-using detail::comm_check;
 
 namespace {
 
@@ -122,16 +123,9 @@ std::unique_ptr<MpiWork> mpi_work(const char* op, const torch::Tensor& t, int wo
 
 }  // namespace
 
-// ---- collectives ---------------------------------------------------------------
+// ---- collectives (arguments already checked by the entry points in comm.cpp) --------
 
-void Comm::all_reduce(torch::Tensor& t, ReduceOp op) {
-  if (t.is_cuda()) nccl_all_reduce(t, op, /*async=*/false);  // stream-ordered: no host wait
-  else all_reduce_async(t, op).wait();
-}
-
-Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op) {
-  if (t.is_cuda()) return nccl_all_reduce(t, op, /*async=*/true);
-  check_reduce(t, op, "all_reduce");
+Work Comm::mpi_all_reduce(torch::Tensor& t, ReduceOp op) {
   torch::Tensor buf = reduction_buffer(t);  // [n]: t itself, or its fp32 copy
   auto w = mpi_work("all_reduce", t, world_rank_, rank_, size_, timeout_);
   w->requests.resize(1);
@@ -142,16 +136,7 @@ Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op) {
   return Work(std::move(w));
 }
 
-void Comm::all_gather(torch::Tensor& out, const torch::Tensor& in) {
-  if (in.is_cuda()) nccl_all_gather(out, in, /*async=*/false);
-  else all_gather_async(out, in).wait();
-}
-
-Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
-  if (in.is_cuda()) return nccl_all_gather(out, in, /*async=*/true);
-  check_tensor(in, "all_gather");
-  check_tensor(out, "all_gather");
-  detail::check_chunks(world_rank_, "all_gather", "out", out, in, size_);
+Work Comm::mpi_all_gather(torch::Tensor& out, const torch::Tensor& in) {  // in: [n] -> out: [p*n]
   // In place when `in` already is this rank's slot of `out` (ZeRO's layout): MPI_IN_PLACE.
   const bool in_place = in.data_ptr() == static_cast<char*>(out.data_ptr()) + rank_ * in.nbytes();
   auto w = mpi_work("all_gather", in, world_rank_, rank_, size_, timeout_);
@@ -163,16 +148,7 @@ Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
   return Work(std::move(w));
 }
 
-void Comm::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {
-  if (in.is_cuda()) nccl_reduce_scatter(out, in, op, /*async=*/false);
-  else reduce_scatter_async(out, in, op).wait();
-}
-
-Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {
-  if (in.is_cuda()) return nccl_reduce_scatter(out, in, op, /*async=*/true);
-  check_reduce(in, op, "reduce_scatter");
-  check_tensor(out, "reduce_scatter");
-  detail::check_chunks(world_rank_, "reduce_scatter", "in", in, out, size_);
+Work Comm::mpi_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {  // [p*n] -> [n]
   torch::Tensor in_buf = reduction_buffer(in);    // [p*n]
   torch::Tensor out_buf = reduction_buffer(out);  // [n]
   // In place (`out` is a slice of `in`, ZeRO's layout): MPI forbids overlapping buffers.
@@ -187,36 +163,17 @@ Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, Red
   return Work(std::move(w));
 }
 
-void Comm::broadcast(torch::Tensor& t, int root) {
-  comm_check(root >= 0 && root < size_, "[rank ", world_rank_, "] broadcast: root ", root,
-             " is not a rank of this group of ", size_);
-  if (t.is_cuda()) return nccl_broadcast(t, root);
-  check_tensor(t, "broadcast");
+Work Comm::mpi_broadcast(torch::Tensor& t, int root) {
   auto w = mpi_work("broadcast", t, world_rank_, rank_, size_, timeout_);
   w->requests.resize(1);
   PICOTRON_MPI_CHECK(world_rank_, MPI_Ibcast(t.data_ptr(), mpi_count(t), mpi_type(t), root, mpi_, &w->requests[0]));
   w->buffers = {t};
-  Work(std::move(w)).wait();
+  return Work(std::move(w));
 }
 
 // ---- point to point ----------------------------------------------------------------
 
-void Comm::send(const torch::Tensor& t, int peer) { batch_p2p({{P2POp::kSend, t, peer}}); }
-void Comm::recv(torch::Tensor& t, int peer) { batch_p2p({{P2POp::kRecv, t, peer}}); }
-
-void Comm::batch_p2p(const std::vector<P2POp>& ops) {
-  if (!ops.empty() && ops.front().tensor.is_cuda()) nccl_batch_p2p(ops, /*async=*/false);
-  else batch_p2p_async(ops).wait();
-}
-
-Work Comm::batch_p2p_async(const std::vector<P2POp>& ops) {
-  if (ops.empty()) return Work();
-  if (ops.front().tensor.is_cuda()) return nccl_batch_p2p(ops, /*async=*/true);
-  for (const P2POp& p : ops) {  // check everything before anything is posted
-    check_tensor(p.tensor, "batch_p2p");
-    comm_check(p.peer >= 0 && p.peer < size_, "[rank ", world_rank_, "] batch_p2p: peer ", p.peer,
-               " is not a rank of this group of ", size_);
-  }
+Work Comm::mpi_batch_p2p(const std::vector<P2POp>& ops) {
   auto w = mpi_work("batch_p2p", ops.front().tensor, world_rank_, rank_, size_, timeout_);
   constexpr int kTag = 0;  // messages between two ranks arrive in the order they were posted
   for (const P2POp& p : ops) {
@@ -233,17 +190,11 @@ Work Comm::batch_p2p_async(const std::vector<P2POp>& ops) {
   return Work(std::move(w));
 }
 
-void Comm::barrier() {
-  if (mpi_ == MPI_COMM_NULL) {  // torchrun: NCCL only; a one-element all-reduce, host-waited
-    torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));
-    all_reduce_async(one).wait();
-    return;
-  }
+Work Comm::mpi_barrier() {
   auto w = mpi_work("barrier", torch::Tensor(), world_rank_, rank_, size_, timeout_);
   w->requests.resize(1);
   PICOTRON_MPI_CHECK(world_rank_, MPI_Ibarrier(mpi_, &w->requests[0]));
-  Work(std::move(w)).wait();
+  return Work(std::move(w));
 }
-
 
 }  // namespace picotron

@@ -1,10 +1,13 @@
-// picotron/comm_nccl.cpp — Comm's collectives for CUDA tensors: raw NCCL on CUDA streams.
+// picotron/comm_nccl.cpp — Comm's collectives for CUDA tensors: raw NCCL on CUDA streams,
+// and the watchdog that keeps a synchronous call from hanging the job forever.
 // Compiled only in CUDA builds (PICOTRON_WITH_CUDA); comm.cpp has the stubs otherwise.
+// The public entry points (comm.cpp) check the arguments, shortcut groups of one and
+// keep the ledger, then call the nccl_* body here.
 //
 // Every function has the same shape: choose the stream, make the one NCCL call, return.
 //
-//   synchronous:  current stream ──[ncclAllReduce]──> later kernels see the result
-//                 (stream order is enough: the host does not wait)
+//   synchronous:  current stream ──[ncclAllReduce]──●done──> later kernels see the result
+//                 (stream order is enough: the host does not wait; the watchdog watches `done`)
 //
 //   async (DP):   current stream ──●ready
 //                 side stream        └─wait─[ncclAllReduce]──●done
@@ -14,6 +17,31 @@
 //                 for ordering). The tensors are recordStream'ed on the side stream so the
 //                 caching allocator does not hand their memory out while NCCL uses it.
 //
+// The watchdog (why a thread?). A synchronous call only enqueues NCCL's kernel and
+// returns; nobody on the host ever waits for it. If a peer died, that kernel spins
+// forever, the next .item() or checkpoint blocks in CUDA forever, and the job hangs
+// with no message: the DESIGN's "no collective waits forever" would not hold. So,
+// as PyTorch's ProcessGroupNCCL does with its watchdog thread, each communicator
+// records a cheap event (timing disabled) after every synchronous call and hands
+// (event, op, elements, deadline = now + timeout) to a thread of its own:
+//
+//   main thread:  ncclAllReduce ─ cudaEventRecord(e) ─ push {e, "all_reduce", n, deadline}
+//                                                          │ (mutex; the main thread only pushes)
+//   watchdog:     every 2 ms:  ncclCommGetAsyncError(comm)   NCCL saw an error -> die
+//                              oldest entry: cudaEventQuery   done -> drop it, look at the next
+//                                            past deadline    -> die
+//   die:          one write(2) to stderr: "[rank R] error: all_reduce timed out after T s: a peer
+//                 died or stopped answering (N elements, NCCL watchdog)", ncclCommAbort (the
+//                 kernels stop without waiting for peers), std::_Exit(1).
+//
+// Why end the process rather than throw? The error is found on the watchdog thread,
+// while the main thread may be stuck inside a CUDA call that will never return; no
+// exception can reach it. _Exit skips destructors (ncclCommDestroy, a CUDA sync would
+// block again), and under mpirun a rank that exits non-zero takes the job down. The
+// line is written before the abort so that it is seen even if the abort were to stall.
+// Entries complete in order on one stream, so the oldest pending entry has the nearest
+// deadline: the watchdog only ever looks at the front of its queue.
+//
 // NCCL's unique id (rank 0 creates it, every rank needs it before ncclCommInitRank):
 //   MPI up (mpirun, srun, single)  MPI_Bcast of its 128 bytes
 //   torchrun                        a c10d TCPStore at MASTER_ADDR:MASTER_PORT; rank 0 is
@@ -21,12 +49,21 @@
 //                                   (TORCHELASTIC_USE_AGENT_STORE): then all are clients and
 //                                   keys live under /worker/attempt_<restart count>/
 //
-// Test (GPU machine): mpirun -np 2 build-rt/tests/comm_tests --device cuda
+// Test (GPU machine): mpirun -np 2 build/tests/comm_tests --device cuda
+//                    build/tests/unit_tests "[gpu]"   (the watchdog drains; skipped without a GPU)
+#include <unistd.h>  // write(2)
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <nccl.h>
@@ -55,29 +92,121 @@ namespace {
       throw_nccl_error(picotron_nccl_code_, #call, __FILE__, __LINE__, (rank));            \
   } while (0)
 
-// One NCCL communicator and the side stream its async operations run on (RAII).
+using Clock = std::chrono::steady_clock;
+
+// One NCCL communicator, the side stream its async operations run on, and the watchdog
+// thread that bounds its synchronous operations (RAII: the destructor joins the thread,
+// then ncclCommDestroy).
 struct detail::NcclComm {
   ncclComm_t comm;
   c10::cuda::CUDAStream side;
-  bool aborted = false;
+  c10::DeviceIndex device;
+  int world_rank;                 // for the watchdog's message
+  std::chrono::seconds timeout;   // the Comm's: how long a synchronous operation may take
+  std::atomic<bool> aborted{false};
 
-  NcclComm(ncclComm_t c, c10::DeviceIndex device)
-      : comm(c), side(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)) {}
+  NcclComm(ncclComm_t c, c10::DeviceIndex dev, int rank, std::chrono::seconds limit)
+      : comm(c), side(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, dev)), device(dev),
+        world_rank(rank), timeout(limit) {}
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
   ~NcclComm() {
+    stop_watchdog();
     if (!aborted) ncclCommDestroy(comm);
   }
   // Kills the communicator's kernels without waiting for the peers (they may be dead).
+  // The watchdog is stopped first: it must not touch a communicator that abort frees.
   void abort() {
-    if (!aborted) ncclCommAbort(comm);
-    aborted = true;
+    stop_watchdog();
+    if (!aborted.exchange(true)) ncclCommAbort(comm);
+  }
+
+  // ---- the watchdog (see the file's header) ------------------------------------------
+  struct SyncOp {
+    cudaEvent_t done;               // recorded on the stream right after the NCCL call
+    const char* op;                 // "all_reduce", ...
+    int64_t numel;
+    Clock::time_point deadline;     // enqueue time + timeout
+  };
+
+  // Main thread, right after a synchronous NCCL call on `stream`.
+  void watch(cudaStream_t stream, const char* op, int64_t numel) {
+    cudaEvent_t done;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));  // timing off: cheaper
+    C10_CUDA_CHECK(cudaEventRecord(done, stream));
+    std::lock_guard<std::mutex> lock(mutex);
+    queue.push_back({done, op, numel, Clock::now() + timeout});
+    if (!thread.joinable()) thread = std::thread([this] { watchdog_loop(); });  // started lazily
+  }
+
+  size_t pending() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return queue.size();
+  }
+
+ private:
+  mutable std::mutex mutex;         // guards queue and stopping
+  std::condition_variable wake;
+  std::deque<SyncOp> queue;         // oldest first
+  bool stopping = false;
+  std::thread thread;
+
+  void stop_watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    if (thread.joinable()) thread.join();
+    for (SyncOp& s : queue) cudaEventDestroy(s.done);  // destroying a pending event is allowed
+    queue.clear();
+  }
+
+  void watchdog_loop() {
+    cudaSetDevice(device);  // this thread's CUDA calls go to the communicator's device
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      // Poll every 2 ms while something is pending; otherwise every 100 ms (async errors).
+      const auto poll = queue.empty() ? std::chrono::milliseconds(100) : std::chrono::milliseconds(2);
+      if (wake.wait_for(lock, poll, [this] { return stopping; })) return;
+      // 1. NCCL noticed an error by itself (a connection broke, ...).
+      ncclResult_t async_error = ncclSuccess;
+      ncclCommGetAsyncError(comm, &async_error);
+      if (async_error != ncclSuccess && async_error != ncclInProgress)
+        die(c10::str(queue.empty() ? "NCCL communicator" : queue.front().op, " failed: ",
+                     ncclGetErrorString(async_error), " (",
+                     queue.empty() ? 0 : queue.front().numel, " elements, NCCL watchdog)"));
+      // 2. Drop what the GPU has finished, oldest first; stop at the first pending entry.
+      while (!queue.empty()) {
+        const SyncOp& oldest = queue.front();
+        const cudaError_t state = cudaEventQuery(oldest.done);
+        if (state == cudaSuccess) {
+          cudaEventDestroy(oldest.done);
+          queue.pop_front();
+          continue;
+        }
+        if (state != cudaErrorNotReady)
+          die(c10::str(oldest.op, " failed: CUDA error ", cudaGetErrorString(state), " (", oldest.numel,
+                       " elements, NCCL watchdog)"));
+        if (Clock::now() > oldest.deadline)
+          die(c10::str(oldest.op, " timed out after ", timeout.count(), " s: a peer died or stopped answering (",
+                       oldest.numel, " elements, NCCL watchdog)"));
+        break;  // still running, within its deadline
+      }
+    }
+  }
+
+  // One line in one write(2) (ranks' lines never interleave), abort, end the process.
+  [[noreturn]] void die(const std::string& what) {
+    const std::string line = "[rank " + std::to_string(world_rank) + "] error: " + what + "\n";
+    ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)written;  // nothing more we could do if stderr is gone
+    if (!aborted.exchange(true)) ncclCommAbort(comm);
+    std::_Exit(1);
   }
 };
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 ncclDataType_t nccl_type(const torch::Tensor& t) {
   switch (t.scalar_type()) {
@@ -139,10 +268,14 @@ cudaStream_t choose_stream(detail::NcclComm& nc, bool async, std::initializer_li
   return nc.side.stream();
 }
 
-// After the NCCL call: nothing to wait for (sync), or a Work on the side stream's event.
-Work finish(const std::shared_ptr<detail::NcclComm>& nc, bool async, const char* op, int64_t numel, int rank,
-            std::chrono::seconds timeout) {
-  if (!async) return Work();
+// After the NCCL call on `stream`. Synchronous: nothing to wait for, the watchdog watches
+// it. Async: a Work on the side stream's event.
+Work finish(const std::shared_ptr<detail::NcclComm>& nc, cudaStream_t stream, bool async, const char* op,
+            int64_t numel, int rank, std::chrono::seconds timeout) {
+  if (!async) {
+    nc->watch(stream, op, numel);
+    return Work();
+  }
   auto w = std::make_unique<NcclWork>();
   w->nccl = nc;
   w->done.record(nc->side);
@@ -200,14 +333,14 @@ void Comm::nccl_init_world(const Distributed& dist) {
     store = share_id_through_store(dist.info(), id, timeout_);
   ncclComm_t comm;
   PICOTRON_NCCL_CHECK(world_rank_, ncclCommInitRank(&comm, size_, id, rank_));
-  nccl_ = std::make_shared<detail::NcclComm>(comm, device_.index());
+  nccl_ = std::make_shared<detail::NcclComm>(comm, device_.index(), world_rank_, timeout_);
 }
 
 void Comm::nccl_split(Comm& sub, int color, int key) {
   c10::cuda::CUDAGuard guard(device_.index());
   ncclComm_t comm;
   PICOTRON_NCCL_CHECK(world_rank_, ncclCommSplit(nccl_->comm, color, key, &comm, /*config=*/nullptr));
-  sub.nccl_ = std::make_shared<detail::NcclComm>(comm, device_.index());
+  sub.nccl_ = std::make_shared<detail::NcclComm>(comm, device_.index(), world_rank_, timeout_);
   if (sub.mpi_ == MPI_COMM_NULL) {  // no MPI to tell us: ask NCCL
     PICOTRON_NCCL_CHECK(world_rank_, ncclCommUserRank(comm, &sub.rank_));
     PICOTRON_NCCL_CHECK(world_rank_, ncclCommCount(comm, &sub.size_));
@@ -216,60 +349,50 @@ void Comm::nccl_split(Comm& sub, int color, int key) {
 
 void Comm::nccl_abort() { nccl_->abort(); }
 
-// ---- collectives ---------------------------------------------------------------
+size_t Comm::nccl_pending_sync_ops() const { return nccl_->pending(); }
+
+// ---- collectives (arguments already checked by the entry points in comm.cpp) --------
 
 Work Comm::nccl_all_reduce(torch::Tensor& t, ReduceOp op, bool async) {
-  check_reduce(t, op, "all_reduce");
   c10::cuda::CUDAGuard guard(t.device());
   cudaStream_t stream = choose_stream(*nccl_, async, {t});
   PICOTRON_NCCL_CHECK(world_rank_, ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), nccl_op(op),
                                                  nccl_->comm, stream));
-  return finish(nccl_, async, "all_reduce", t.numel(), world_rank_, timeout_);
+  return finish(nccl_, stream, async, "all_reduce", t.numel(), world_rank_, timeout_);
 }
 
 Work Comm::nccl_all_gather(torch::Tensor& out, const torch::Tensor& in, bool async) {
-  check_tensor(in, "all_gather");
-  check_tensor(out, "all_gather");
-  detail::check_chunks(world_rank_, "all_gather", "out", out, in, size_);
   c10::cuda::CUDAGuard guard(in.device());
   cudaStream_t stream = choose_stream(*nccl_, async, {in, out});
   // sendcount = elements per rank; in place when `in` is this rank's slot of `out`.
   PICOTRON_NCCL_CHECK(world_rank_, ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in),
                                                  nccl_->comm, stream));
-  return finish(nccl_, async, "all_gather", in.numel(), world_rank_, timeout_);
+  return finish(nccl_, stream, async, "all_gather", out.numel(), world_rank_, timeout_);
 }
 
 Work Comm::nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async) {
-  check_reduce(in, op, "reduce_scatter");
-  check_tensor(out, "reduce_scatter");
-  detail::check_chunks(world_rank_, "reduce_scatter", "in", in, out, size_);
   c10::cuda::CUDAGuard guard(in.device());
   cudaStream_t stream = choose_stream(*nccl_, async, {in, out});
   // recvcount = elements per rank (out); rank r receives chunk r of the reduced `in`.
   PICOTRON_NCCL_CHECK(world_rank_, ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in),
                                                      nccl_op(op), nccl_->comm, stream));
-  return finish(nccl_, async, "reduce_scatter", in.numel(), world_rank_, timeout_);
+  return finish(nccl_, stream, async, "reduce_scatter", in.numel(), world_rank_, timeout_);
 }
 
 void Comm::nccl_broadcast(torch::Tensor& t, int root) {
-  check_tensor(t, "broadcast");
   c10::cuda::CUDAGuard guard(t.device());
   cudaStream_t stream = choose_stream(*nccl_, /*async=*/false, {t});
   PICOTRON_NCCL_CHECK(world_rank_, ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root,
                                                  nccl_->comm, stream));
+  finish(nccl_, stream, /*async=*/false, "broadcast", t.numel(), world_rank_, timeout_);
 }
 
 // The sends and receives of one batch are posted inside one NCCL group: NCCL then runs
 // them together, so a ring (everyone sends right and receives from the left) cannot
 // deadlock on who goes first.
 Work Comm::nccl_batch_p2p(const std::vector<P2POp>& ops, bool async) {
-  int64_t numel = 0;
-  for (const P2POp& p : ops) {  // check everything before the group opens
-    check_tensor(p.tensor, "batch_p2p");
-    detail::comm_check(p.peer >= 0 && p.peer < size_, "[rank ", world_rank_, "] batch_p2p: peer ", p.peer,
-                       " is not a rank of this group of ", size_);
-    numel += p.tensor.numel();
-  }
+  int64_t numel = 0;  // for the messages: every element sent or received
+  for (const P2POp& p : ops) numel += p.tensor.numel();
   c10::cuda::CUDAGuard guard(device_);
   cudaStream_t stream = choose_stream(*nccl_, async, {});
   PICOTRON_NCCL_CHECK(world_rank_, ncclGroupStart());
@@ -283,7 +406,7 @@ Work Comm::nccl_batch_p2p(const std::vector<P2POp>& ops, bool async) {
                                                 nccl_->comm, stream));
   }
   PICOTRON_NCCL_CHECK(world_rank_, ncclGroupEnd());
-  return finish(nccl_, async, "batch_p2p", numel, world_rank_, timeout_);
+  return finish(nccl_, stream, async, "batch_p2p", numel, world_rank_, timeout_);
 }
 
 }  // namespace picotron

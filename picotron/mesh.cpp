@@ -13,6 +13,9 @@
 // its own: walk X's digit from 0 to size(X)-1. Communicators come from
 // world.split(color, key) with color = the index of the group (its other digits as
 // one number) and key = the world rank, so group rank i is the member with X-digit i.
+// That is also why a ring neighbour's group rank is just its coordinate +-1 (mod size).
+//
+// Each group's Comm is named after its axis; comm_report() prints their ledgers.
 //
 // Test: ctest -R mesh   (tests/test_mesh.cpp: every factorisation of 1..8 ranks;
 //                        tests/comm_test.cpp: the communicators, under mpirun)
@@ -118,6 +121,17 @@ int prev_rank(const MeshShape& s, int rank, Axis axis) {
   return rank_of(s, c);
 }
 
+// Within a group along `axis`, a member's group rank is its coordinate on that axis.
+int next_in_group(const MeshShape& s, int rank, Axis axis) {
+  MeshCoords c = coords_of(s, rank);
+  return (digit(c, axis) + 1) % extent(s, axis);
+}
+
+int prev_in_group(const MeshShape& s, int rank, Axis axis) {
+  MeshCoords c = coords_of(s, rank);
+  return (digit(c, axis) + extent(s, axis) - 1) % extent(s, axis);
+}
+
 void check_mesh(const MeshShape& s, int world_size) {
   for (Axis a : {Axis::kDp, Axis::kPp, Axis::kCp, Axis::kTp})
     if (extent(s, a) < 1)
@@ -180,17 +194,52 @@ Mesh::Mesh(Comm& world, const MeshShape& shape) : world_(world), shape_(shape) {
   const int rank = world_.rank();
   coords_ = coords_of(shape_, rank);
   // Every rank calls split() five times in the same order: each call is collective.
-  tp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kTp), /*key=*/rank);
-  cp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kCp), /*key=*/rank);
-  pp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kPp), /*key=*/rank);
-  dp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kDp), /*key=*/rank);
+  tp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kTp), /*key=*/rank, "tp");
+  cp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kCp), /*key=*/rank, "cp");
+  pp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kPp), /*key=*/rank, "pp");
+  dp_ = world_.split(/*color=*/group_index(shape_, rank, Axis::kDp), /*key=*/rank, "dp");
   // cp x dp: the ranks sharing (pp_i, tp_i); the group's index is pp_i * tp + tp_i.
-  cp_dp_ = world_.split(/*color=*/coords_.pp * shape_.tp + coords_.tp, /*key=*/rank);
+  cp_dp_ = world_.split(/*color=*/coords_.pp * shape_.tp + coords_.tp, /*key=*/rank, "cp_dp");
 
   // The group rank is the coordinate along the axis (key = world rank keeps the order).
   if (tp_.rank() != coords_.tp || cp_.rank() != coords_.cp || pp_.rank() != coords_.pp || dp_.rank() != coords_.dp ||
       cp_dp_.rank() != coords_.dp * shape_.cp + coords_.cp)
     throw CommError("[rank " + std::to_string(rank) + "] Mesh: a split communicator disagrees with the grid");
+}
+
+// ---- ledgers ------------------------------------------------------------------
+
+void Mesh::reset_ledgers() {
+  for (Comm* c : {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_}) c->reset_ledger();
+}
+
+std::string Mesh::comm_report(int64_t steps) const {
+  if (steps < 1) throw std::invalid_argument("comm_report: steps must be at least 1, got " + std::to_string(steps));
+  std::ostringstream out;
+  out << "communication of rank " << rank() << " over " << steps << " step" << (steps == 1 ? "" : "s")
+      << " (elements of the full buffer, see comm.h)\n";
+  auto per_step = [&](int64_t total) {  // an integer when it divides, else one decimal
+    std::ostringstream v;
+    if (total % steps == 0) v << total / steps;
+    else v << std::fixed << std::setprecision(1) << double(total) / double(steps);
+    return v.str();
+  };
+  std::ostringstream rows;
+  const Comm* groups[] = {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_};
+  for (const Comm* c : groups)
+    for (const char* kind : kCommKinds) {
+      auto it = c->ledger().find(kind);
+      if (it == c->ledger().end() || it->second.calls == 0) continue;
+      const CommCount& n = it->second;
+      rows << std::left << std::setw(8) << c->name() << std::right << std::setw(4) << c->size() << "  " << std::left
+           << std::setw(16) << kind << std::right << std::setw(8) << n.calls << std::setw(14) << n.elements
+           << std::setw(12) << per_step(n.calls) << std::setw(15) << per_step(n.elements) << "\n";
+    }
+  if (rows.str().empty()) return out.str() + "no communication: every ledger is empty\n";
+  out << std::left << std::setw(8) << "group" << std::right << std::setw(4) << "size" << "  " << std::left
+      << std::setw(16) << "kind" << std::right << std::setw(8) << "calls" << std::setw(14) << "elements"
+      << std::setw(12) << "calls/step" << std::setw(15) << "elements/step" << "\n";
+  return out.str() + rows.str();
 }
 
 }  // namespace picotron

@@ -16,12 +16,21 @@
 // cp×dp is the group that shares (pp, tp): gradients are averaged over it once
 // context parallelism exists (every cp rank sees different tokens of the same batch).
 //
+// Ring neighbours come in two flavours. next_rank / prev_rank give GLOBAL ranks (to
+// print, or to address the world). next_in_group / prev_in_group give the neighbour's
+// rank WITHIN the group along the axis (its coordinate on that axis), which is what a
+// send on that group's Comm takes: in the example, rank 5 (pp stage 0) sends the next
+// stage's input to global rank 7, which is rank 1 of mesh.pp() = {5, 7}; Mesh's
+// pp_next() / pp_prev() / cp_next() / cp_prev() are group ranks, for mesh.pp() / mesh.cp().
+//
 // MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic,
-// tested without any communication; Mesh builds one Comm per group.
+// tested without any communication; Mesh builds one Comm per group, names it ("world",
+// "tp", "cp", "pp", "dp", "cp_dp") and reports what each group's ledger counted.
 //
 // Test: ctest -R mesh
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,9 +57,15 @@ int rank_of(const MeshShape& shape, const MeshCoords& c);
 std::vector<int> group_members(const MeshShape& shape, int rank, Axis axis);
 // Members of `rank`'s cp×dp group (all ranks sharing its pp and tp coordinates).
 std::vector<int> cp_dp_group_members(const MeshShape& shape, int rank);
-// Ring neighbours along `axis` (wrapping): the next and previous rank in the group.
+// Ring neighbours along `axis` (wrapping): the GLOBAL rank of the next / previous member.
 int next_rank(const MeshShape& shape, int rank, Axis axis);
 int prev_rank(const MeshShape& shape, int rank, Axis axis);
+// The same neighbours as ranks WITHIN the group along `axis` (0 .. size(axis)-1): the
+// `peer` to pass to that group's Comm. For dp 2 x pp 2 x cp 2 x tp 2, global rank 5 is
+// (dp 0, pp 1, cp 0, tp 1): its pp neighbours are group rank 0 (global 1) both ways,
+// its cp next is group rank 1 (global 7).
+int next_in_group(const MeshShape& shape, int rank, Axis axis);
+int prev_in_group(const MeshShape& shape, int rank, Axis axis);
 // Throws std::invalid_argument with one line naming the flags and the numbers if
 // dp*pp*cp*tp != world_size or any size is < 1:
 //   "--dp 2 x --pp 2 x --cp 1 x --tp 3 = 12 ranks, but the job has 8 processes (world size)"
@@ -76,11 +91,24 @@ class Mesh {
   Comm& dp() { return dp_; }
   Comm& cp_dp() { return cp_dp_; }
 
-  // Global ranks of the pp / cp ring neighbours.
-  int pp_next() const { return next_rank(shape_, rank(), Axis::kPp); }
-  int pp_prev() const { return prev_rank(shape_, rank(), Axis::kPp); }
-  int cp_next() const { return next_rank(shape_, rank(), Axis::kCp); }
-  int cp_prev() const { return prev_rank(shape_, rank(), Axis::kCp); }
+  // The pp / cp ring neighbours as ranks WITHIN mesh.pp() / mesh.cp() (wrapping):
+  //   mesh.pp().send(activations, mesh.pp_next());
+  int pp_next() const { return next_in_group(shape_, rank(), Axis::kPp); }
+  int pp_prev() const { return prev_in_group(shape_, rank(), Axis::kPp); }
+  int cp_next() const { return next_in_group(shape_, rank(), Axis::kCp); }
+  int cp_prev() const { return prev_in_group(shape_, rank(), Axis::kCp); }
+  bool is_first_stage() const { return coords_.pp == 0; }             // holds the embedding
+  bool is_last_stage() const { return coords_.pp == shape_.pp - 1; }  // holds the head and loss
+
+  // ---- the communication ledgers of world, tp, cp, pp, dp, cp_dp -------------------
+  void reset_ledgers();
+  // A table with one row per (group, kind) that was called since the last reset: group,
+  // its size, kind, calls, elements, and both per step (divided by `steps` >= 1), e.g.
+  //   communication of rank 0 over 10 steps (elements of the full buffer, see comm.h)
+  //   group   size  kind               calls      elements  calls/step  elements/step
+  //   dp         2  all_reduce            10       1234560           1         123456
+  // or one line saying there was no communication.
+  std::string comm_report(int64_t steps) const;
 
  private:
   Comm& world_;

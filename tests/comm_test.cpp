@@ -16,20 +16,29 @@
 // CUDA floats get a relative tolerance of 1e-2 (16-bit) or 1e-6.
 //
 // Then: sub-group collectives on every group of every factorisation of the world size
-// into dp x pp x cp x tp (a Mesh per factorisation), async operations in flight
-// together, and argument errors.
+// into dp x pp x cp x tp (a Mesh per factorisation), the pp / cp ring neighbours used
+// as group ranks, async operations in flight together, argument errors, and the
+// communication ledger:
+//
+//   ledger  a known sequence of calls on world, tp, dp (pp and cp: groups of one) gives
+//           exactly the calls and elements of comm.h's convention; groups of one record
+//           nothing and still give the right results; reset clears; comm_report's rows
+//           (compared word by word) hold the same numbers.
 //
 // A failed check prints "[rank r] FAILED: ..." and aborts the whole job (MPI_Abort),
 // so a failure on one rank can never leave the others waiting. Success: rank 0 prints
 // "N passed, 0 failed".
 //
-// Run:  mpirun -np 4 build-rt/tests/comm_tests [--device cuda] [--timeout-s 60]
+// Run:  mpirun -np 4 build/tests/comm_tests [--device cuda] [--timeout-s 60]
 // Test: ctest -R comm   (1, 2, 3, 4 and 8 ranks)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -168,6 +177,37 @@ void test_async(Checker& c, Comm& comm, torch::Device dev) {
   c.equal(recv, torch::full({8}, double((r + p - 1) % p)), "async batch_p2p ring");
 }
 
+// ---- pp / cp ring neighbours are ranks within mesh.pp() / mesh.cp() ---------------
+// Every rank sends its global rank to mesh.pp_next() over mesh.pp() and receives from
+// mesh.pp_prev(): what arrives must be the global rank of the previous stage,
+// prev_rank(). Same for cp. With dp 1 pp 2 cp 2 tp 2 (8 ranks) global and group ranks
+// differ, so neighbours given as global ranks would fail here (peer out of range);
+// pp 4 (4 ranks) checks a longer ring.
+void test_neighbours(Checker& c, Mesh& mesh, torch::Device dev, const std::string& tag) {
+  const MeshShape& shape = mesh.shape();
+  const int me = mesh.rank();
+  struct Ring { const char* name; Comm& comm; int next, prev; Axis axis; };
+  const Ring rings[] = {{"pp", mesh.pp(), mesh.pp_next(), mesh.pp_prev(), Axis::kPp},
+                        {"cp", mesh.cp(), mesh.cp_next(), mesh.cp_prev(), Axis::kCp}};
+  for (const Ring& ring : rings) {
+    const std::string what = std::string(ring.name) + " ring neighbours" + tag;
+    c.check(ring.next >= 0 && ring.next < ring.comm.size() && ring.prev >= 0 && ring.prev < ring.comm.size(),
+            what + ": next " + std::to_string(ring.next) + " / prev " + std::to_string(ring.prev) +
+                " are not ranks of a group of " + std::to_string(ring.comm.size()));
+    torch::Tensor mine = torch::full({1}, me, torch::TensorOptions().dtype(torch::kInt64).device(dev));
+    torch::Tensor from_prev = torch::full({1}, -1, mine.options());
+    ring.comm.batch_p2p({{P2POp::kSend, mine, ring.next}, {P2POp::kRecv, from_prev, ring.prev}});
+    c.equal(from_prev, torch::full({1}, prev_rank(shape, me, ring.axis)), what);
+  }
+  // Exactly one first and one last stage in every pp group, at its ends.
+  const std::vector<int> stages = group_members(shape, me, Axis::kPp);
+  c.check(mesh.is_first_stage() == (me == stages.front()) && mesh.is_last_stage() == (me == stages.back()),
+          "is_first_stage / is_last_stage" + tag);
+  torch::Tensor firsts = torch::tensor({int64_t(mesh.is_first_stage()), int64_t(mesh.is_last_stage())}).to(dev);
+  mesh.pp().all_reduce(firsts);  // how many first / last stages the group has
+  c.equal(firsts, torch::full({2}, 1), "one first and one last stage per pp group" + tag);
+}
+
 // ---- every group of every factorisation into dp x pp x cp x tp ----------------
 void test_mesh_groups(Checker& c, Comm& world, torch::Device dev) {
   const int w = world.size(), me = world.rank();
@@ -202,14 +242,7 @@ void test_mesh_groups(Checker& c, Comm& world, torch::Device dev) {
             g.comm.broadcast(last, /*root=*/size - 1);
             c.equal(last, torch::full({1}, double(g.members.back())), what + ": broadcast from the last rank");
           }
-          // pp and cp rings: what arrives from the previous group rank is mesh.pp_prev() / cp_prev().
-          for (auto [comm, prev] : {std::pair<Comm*, int>{&mesh.pp(), mesh.pp_prev()}, {&mesh.cp(), mesh.cp_prev()}}) {
-            const int n = comm->size(), r = comm->rank();
-            torch::Tensor out = torch::full({1}, me, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-            torch::Tensor in = torch::full({1}, -1, out.options());
-            comm->batch_p2p({{P2POp::kSend, out, (r + 1) % n}, {P2POp::kRecv, in, (r + n - 1) % n}});
-            c.equal(in, torch::full({1}, prev), "ring neighbour" + tag);
-          }
+          test_neighbours(c, mesh, dev, tag);
         }
 }
 
@@ -227,6 +260,134 @@ void test_errors(Checker& c, Comm& comm, torch::Device dev) {
   torch::Tensor t = torch::zeros({2}, f32);
   c.throws([&] { comm.broadcast(t, p); }, "is not a rank of this group", "broadcast from a missing root");
   c.throws([&] { comm.send(t, -1); }, "is not a rank of this group", "send to a missing peer");
+}
+
+// ---- the communication ledger -------------------------------------------------------
+using Ledger = std::map<std::string, CommCount>;
+
+std::string show(const Ledger& ledger) {
+  std::string text;
+  for (const auto& [kind, n] : ledger)
+    text += kind + " " + std::to_string(n.calls) + " calls " + std::to_string(n.elements) + " elements; ";
+  return text.empty() ? "(empty)" : text;
+}
+
+void expect_ledger(Checker& c, const Comm& comm, const Ledger& want, const std::string& what) {
+  const Ledger& got = comm.ledger();
+  bool same = got.size() == want.size();
+  for (const auto& [kind, n] : want) {
+    auto it = got.find(kind);
+    same = same && it != got.end() && it->second.calls == n.calls && it->second.elements == n.elements;
+  }
+  c.check(same, what + ", group " + comm.name() + "\n  got:  " + show(got) + "\n  want: " + show(want));
+}
+
+// The words of the report's row for (group, kind); empty if there is none.
+std::vector<std::string> report_row(const std::string& report, const std::string& group, const std::string& kind) {
+  std::istringstream lines(report);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    const std::vector<std::string> w{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    if (w.size() >= 3 && w[0] == group && w[2] == kind) return w;
+  }
+  return {};
+}
+
+void test_ledger(Checker& c, Comm& world, torch::Device dev) {
+  const int w = world.size(), me = world.rank();
+  const int tp = w % 2 == 0 ? 2 : 1, dp = w / tp;  // pp and cp: groups of one on every world size
+  Mesh mesh(world, MeshShape{dp, 1, 1, tp});
+  c.check(world.name() == "world" && mesh.tp().name() == "tp" && mesh.cp().name() == "cp" &&
+              mesh.pp().name() == "pp" && mesh.dp().name() == "dp" && mesh.cp_dp().name() == "cp_dp",
+          "groups are named world, tp, cp, pp, dp, cp_dp");
+  c.check(!world.ledger().empty(), "the world counted the earlier tests (at least their barriers and p2p)");
+  mesh.reset_ledgers();
+  Comm* const groups[] = {&mesh.world(), &mesh.tp(), &mesh.cp(), &mesh.pp(), &mesh.dp(), &mesh.cp_dp()};
+  for (Comm* g : groups) expect_ledger(c, *g, {}, "after reset_ledgers");
+
+  // A known sequence, twice ("2 steps"). Per call, elements of the full buffer (comm.h).
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(dev);
+  for (int step = 0; step < 2; ++step) {
+    torch::Tensor x = torch::ones({10}, f32);
+    world.all_reduce(x);  // world all_reduce: 10
+    c.equal(x, torch::full({10}, double(w)), "ledger sequence: all_reduce");
+    torch::Tensor shard = torch::full({3}, double(me), f32), full = torch::empty({3 * tp}, f32);
+    mesh.tp().all_gather(full, shard);  // tp all_gather: 3 x tp
+    torch::Tensor grads = torch::ones({4 * dp}, f32), mine = torch::empty({4}, f32);
+    mesh.dp().reduce_scatter(mine, grads);  // dp reduce_scatter: 4 x dp
+    c.equal(mine, torch::full({4}, double(dp)), "ledger sequence: reduce_scatter");
+    torch::Tensor y = torch::ones({5}, f32);
+    mesh.dp().all_reduce_async(y, ReduceOp::kAvg).wait();  // dp all_reduce: 5
+    torch::Tensor t = torch::full({7}, double(me), f32);
+    mesh.tp().broadcast(t, /*root=*/0);  // tp broadcast: 7
+    const int n = mesh.dp().size(), r = mesh.dp().rank();
+    torch::Tensor out = torch::full({6}, double(me), f32), in = torch::empty({6}, f32);
+    mesh.dp().batch_p2p({{P2POp::kSend, out, (r + 1) % n}, {P2POp::kRecv, in, (r + n - 1) % n}});  // dp send 6, recv 6
+  }
+  world.barrier();  // world barrier: 0
+
+  // Groups of one (pp and cp here): every collective still gives the right result, and
+  // nothing is recorded.
+  for (Comm* alone : {&mesh.pp(), &mesh.cp()}) {
+    const std::string what = "group of one (" + alone->name() + ")";
+    const torch::Tensor want = torch::arange(6, torch::kFloat64) + 10 * me;
+    torch::Tensor a = want.to(f32);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg}) alone->all_reduce(a, op);
+    c.equal(a, want, what + ": all_reduce sum, max, avg");
+    c.check(!alone->all_reduce_async(a).valid(), what + ": all_reduce_async returns an empty Work");
+    torch::Tensor gathered = torch::full({2, 3}, -1, f32);  // another shape, as many elements
+    alone->all_gather(gathered, a);
+    c.equal(gathered.flatten(), want, what + ": all_gather copies in to out");
+    torch::Tensor reduced = torch::full({6}, -1, f32);
+    alone->reduce_scatter_async(reduced, a, ReduceOp::kAvg).wait();
+    c.equal(reduced, want, what + ": reduce_scatter copies in to out");
+    alone->all_gather(a, a);  // the same memory: nothing to copy
+    alone->reduce_scatter(a, a);
+    alone->broadcast(a, /*root=*/0);
+    c.equal(a, want, what + ": in place and broadcast leave the tensor alone");
+    c.throws([&] { alone->broadcast(a, 1); }, "is not a rank of this group", what + ": arguments still checked");
+    expect_ledger(c, *alone, {}, what + " records nothing");
+  }
+
+  // The expected ledgers. A group of one records nothing but p2p and barrier.
+  Ledger want_world{{"barrier", {1, 0}}}, want_tp, want_dp{{"send", {2, 12}}, {"recv", {2, 12}}};
+  if (w > 1) want_world["all_reduce"] = {2, 20};
+  if (tp > 1) want_tp = {{"all_gather", {2, 2 * 3 * tp}}, {"broadcast", {2, 14}}};
+  if (dp > 1) {
+    want_dp["reduce_scatter"] = {2, 2 * 4 * dp};
+    want_dp["all_reduce"] = {2, 10};
+  }
+  expect_ledger(c, mesh.world(), want_world, "ledger after the sequence");
+  expect_ledger(c, mesh.tp(), want_tp, "ledger after the sequence");
+  expect_ledger(c, mesh.dp(), want_dp, "ledger after the sequence");
+  expect_ledger(c, mesh.cp_dp(), {}, "ledger after the sequence");  // same members as dp, another Comm
+
+  // The report: one row per (group, kind), words compared one by one (widths may change).
+  const std::string report = mesh.comm_report(/*steps=*/2);
+  using Row = std::vector<std::string>;
+  auto expect_row = [&](const Row& want) {
+    c.check(report_row(report, want[0], want[2]) == want, "comm_report row for " + want[0] + " " + want[2] + "\n" + report);
+  };
+  c.check(report.find("calls/step") != std::string::npos, "comm_report has a header\n" + report);
+  const std::string W = std::to_string(w), DP = std::to_string(dp), TP = std::to_string(tp);
+  expect_row({"world", W, "barrier", "1", "0", "0.5", "0"});
+  expect_row({"dp", DP, "send", "2", "12", "1", "6"});
+  expect_row({"dp", DP, "recv", "2", "12", "1", "6"});
+  if (w > 1) expect_row({"world", W, "all_reduce", "2", "20", "1", "10"});
+  if (tp > 1) expect_row({"tp", TP, "all_gather", "2", std::to_string(6 * tp), "1", std::to_string(3 * tp)});
+  if (dp > 1) expect_row({"dp", DP, "reduce_scatter", "2", std::to_string(8 * dp), "1", std::to_string(4 * dp)});
+  for (const char* kind : kCommKinds)
+    c.check(report_row(report, "pp", kind).empty() && report_row(report, "cp", kind).empty() &&
+                report_row(report, "cp_dp", kind).empty(),
+            std::string("comm_report: no row for groups that recorded no ") + kind + "\n" + report);
+
+  // reset_ledger clears one Comm; reset_ledgers all of them.
+  mesh.dp().reset_ledger();
+  expect_ledger(c, mesh.dp(), {}, "after dp.reset_ledger()");
+  expect_ledger(c, mesh.world(), want_world, "the world untouched by dp.reset_ledger()");
+  mesh.reset_ledgers();
+  c.check(mesh.comm_report(1).find("no communication") != std::string::npos, "comm_report of empty ledgers");
+  if (me == 0) std::printf("%s", report.c_str());
 }
 
 }  // namespace
@@ -265,6 +426,8 @@ int main(int argc, char** argv) {
     say("sub-groups of every factorisation of " + std::to_string(world.size()) + " ranks");
     test_errors(c, world, dev);
     say("argument errors");
+    test_ledger(c, world, dev);
+    say("communication ledger and comm_report");
     world.barrier();
     torch::Tensor total = torch::full({1}, c.passed, torch::TensorOptions().dtype(torch::kInt64).device(dev));
     world.all_reduce(total);

@@ -1,6 +1,8 @@
 # Comm under mpirun (label mpi):
 #   comm.npN              tests/comm_test.cpp at 1, 2, 3, 4 and 8 ranks: every collective and
-#                         dtype against closed forms, every group of every mesh, async overlap
+#                         dtype against closed forms, every group of every mesh, pp/cp ring
+#                         neighbours as group ranks, async overlap, the ledger and comm_report
+#   (the NCCL watchdog is tested in unit_tests "[gpu]": test_gpu.cpp, skipped without a GPU)
 #   comm_failure.MODE.npN tests/comm_failure.cpp: a rank that throws, hangs or is killed ends
 #                         the job with a non-zero exit and a message, well before TIMEOUT
 add_executable(comm_tests comm_test.cpp)

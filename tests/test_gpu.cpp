@@ -1,10 +1,19 @@
 // GPU tests: they print "SKIPPED: no CUDA device" (ctest reports them skipped) on a
 // machine without a GPU, and run on a GPU machine.
+#include <chrono>
+#include <thread>
+
 #include <catch2/catch.hpp>
 
+#include "picotron/comm.h"
+#include "picotron/distributed.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+
+#ifdef PICOTRON_WITH_CUDA
+#include <ATen/cuda/Sleep.h>  // at::cuda::sleep: a kernel that spins for a number of cycles
+#endif
 
 using namespace picotron;
 
@@ -71,4 +80,39 @@ TEST_CASE("a bf16 training step on the GPU uses fp32 master weights and lowers t
     (step == 0 ? first : last) = loss.item<double>();
   }
   CHECK(last < 0.5 * first);
+}
+
+// comm_nccl.cpp's watchdog: a synchronous NCCL call is queued with an event, and dropped
+// once the GPU has run it. (Its timeout path ends the process: it is not run here.)
+TEST_CASE("comm: the NCCL watchdog watches a synchronous call until the GPU has run it", "[gpu][comm]") {
+  if (!have_gpu()) return;
+#ifdef PICOTRON_WITH_CUDA
+  Distributed dist(detect_launch(process_environment()));  // a single process: world size 1
+  Comm world = Comm::world(dist, torch::Device(torch::kCUDA, 0), std::chrono::seconds(60));
+  REQUIRE(world.size() == 1);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA);
+  torch::Tensor x = torch::arange(1024, f32);
+
+  // An all_reduce over a group of one is a shortcut: NCCL is not called, nothing to watch.
+  world.all_reduce(x);
+  CHECK(world.pending_sync_ops() == 0);
+  CHECK(world.ledger().empty());
+
+  // Point-to-point is never shortcut: a send to itself and a receive from itself go
+  // through ncclSend + ncclRecv on the current stream. A spinning kernel queued first
+  // keeps the stream busy, so the operation is still pending when batch_p2p returns.
+  at::cuda::sleep(int64_t(200) * 1000 * 1000);  // ~0.1 s at ~2 GHz
+  torch::Tensor got = torch::zeros({1024}, f32);
+  world.batch_p2p({{P2POp::kSend, x, /*peer=*/0}, {P2POp::kRecv, got, /*peer=*/0}});
+  CHECK(world.pending_sync_ops() == 1);
+
+  torch::cuda::synchronize();  // the GPU has run everything: the watchdog (2 ms polls) drains
+  const auto start = std::chrono::steady_clock::now();
+  while (world.pending_sync_ops() > 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(world.pending_sync_ops() == 0);
+  CHECK(torch::equal(got.cpu(), x.cpu()));
+  CHECK(world.ledger().at("send").elements == 1024);
+  CHECK(world.ledger().at("recv").elements == 1024);
+#endif
 }

@@ -126,6 +126,51 @@ TEST_CASE("mesh: ring neighbours are the next and previous group members, wrappi
   }
 }
 
+TEST_CASE("mesh: group-relative neighbours index the group's members", "[mesh]") {
+  // next_in_group is the peer a send on the group's Comm takes; the member it names must
+  // be the global next_rank. (Group rank i is the i-th member, ascending: see above.)
+  for (const MeshShape& s : all_shapes_up_to_8()) {
+    const std::vector<MeshCoords> coords = enumerate(s);
+    for (Axis axis : kAxes)
+      for (int r = 0; r < s.world_size(); ++r) {
+        INFO(name(s) << ", axis " << axis_name(axis) << ", rank " << r);
+        const std::vector<int> g = brute_force_group(coords, r, [&](Axis a) { return a != axis; });
+        const int next = next_in_group(s, r, axis), prev = prev_in_group(s, r, axis);
+        REQUIRE(next >= 0);
+        REQUIRE(next < int(g.size()));
+        REQUIRE(prev >= 0);
+        REQUIRE(prev < int(g.size()));
+        CHECK(g[next] == next_rank(s, r, axis));
+        CHECK(g[prev] == prev_rank(s, r, axis));
+        CHECK(prev_in_group(s, g[next], axis) == coord(coords[r], axis));  // and back again
+      }
+  }
+}
+
+TEST_CASE("mesh: group-relative neighbours are not global ranks (dp 2 pp 2 cp 2 tp 2)", "[mesh]") {
+  // Rank 5 = (dp 0, pp 1, cp 0, tp 1). Its pp group is {1, 5}: both pp neighbours are
+  // global rank 1 = group rank 0. Its cp group is {5, 7}: cp next is global 7 = group
+  // rank 1. Returning global ranks (1, 7) would address ranks a 2-member group lacks.
+  const MeshShape s{2, 2, 2, 2};
+  CHECK(group_members(s, 5, Axis::kPp) == std::vector<int>{1, 5});
+  CHECK(group_members(s, 5, Axis::kCp) == std::vector<int>{5, 7});
+  CHECK(next_rank(s, 5, Axis::kPp) == 1);
+  CHECK(next_in_group(s, 5, Axis::kPp) == 0);
+  CHECK(prev_in_group(s, 5, Axis::kPp) == 0);
+  CHECK(next_rank(s, 5, Axis::kCp) == 7);
+  CHECK(next_in_group(s, 5, Axis::kCp) == 1);
+  CHECK(prev_in_group(s, 5, Axis::kCp) == 1);
+  // Rank 12 = (dp 1, pp 1, cp 0, tp 0): pp group {8, 12}, cp group {12, 14}.
+  CHECK(next_in_group(s, 12, Axis::kPp) == 0);  // global 8
+  CHECK(next_in_group(s, 12, Axis::kCp) == 1);  // global 14
+  // A 4-stage pipeline next to dp 2: rank 5 = (dp 1, pp 1); next stage global 6, group rank 2.
+  const MeshShape pipe{2, 4, 1, 1};
+  CHECK(next_rank(pipe, 5, Axis::kPp) == 6);
+  CHECK(next_in_group(pipe, 5, Axis::kPp) == 2);
+  CHECK(prev_in_group(pipe, 5, Axis::kPp) == 0);
+  CHECK(prev_in_group(pipe, 4, Axis::kPp) == 3);  // the first stage's previous wraps to the last
+}
+
 TEST_CASE("mesh: the cp x dp group holds every rank sharing pp and tp", "[mesh]") {
   for (const MeshShape& s : all_shapes_up_to_8()) {
     const std::vector<MeshCoords> coords = enumerate(s);
