@@ -101,7 +101,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
 
   // ---- the loop ---------------------------------------------------------------------
-  //LEDGER mesh.reset_ledgers();  // --comm-report counts the training steps only
+  mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = 0; step < cfg.steps; ++step) {
     Timer timer;
     optimizer.zero_main_grads();
@@ -138,7 +138,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     if (rank == 0 && should_log(stats.step, cfg.steps, cfg.log_every)) std::cout << step_line(stats) << std::endl;
     metrics.write(stats);
   }
-  //LEDGER if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps));
+  if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps));
 
   // ---- results: full tensors reassembled on rank 0 from every rank's shards ----------
   std::map<std::string, torch::Tensor> weights, masters;

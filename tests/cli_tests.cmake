@@ -80,3 +80,20 @@ add_test(NAME cli.mpi_generate_dp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --d
   --seq-len 32 --micro-batch-size 2 --generate 2 --threads 1)
 set_tests_properties(cli.mpi_generate_dp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "samples \\(greedy\\):.*arithmetic accuracy: [0-9]+/100")
+# The communication ledger against data_parallel/README.md's formula, per step: over cp x dp,
+# all-reduces of N + 1 elements (N = 820,352 gradients of the tiny model, + the loss) in
+# (buckets + 1) calls, or (parameters + 1) = 39 calls in naive mode; over the world, one
+# all-reduce of 1 element (the global gradient norm).
+foreach(mode bucketed naive)
+  add_test(NAME cli.mpi_comm_report_dp2_${mode} COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2
+    --dp-mode ${mode} --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+  set_tests_properties(cli.mpi_comm_report_dp2_${mode} PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+    ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2)
+endforeach()
+set_tests_properties(cli.mpi_comm_report_dp2_bucketed PROPERTIES PASS_REGULAR_EXPRESSION
+  "world +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_reduce +4 +1640706 +2 +820353\n")
+set_tests_properties(cli.mpi_comm_report_dp2_naive PROPERTIES PASS_REGULAR_EXPRESSION
+  "world +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_reduce +78 +1640706 +39 +820353\n")
+# One process: every group has one rank, nothing is communicated.
+picotron_cli_test(cli.comm_report_one_rank ${TRAIN} --device cpu --steps 2 --seq-len 16 --micro-batch-size 1 --generate 0 --comm-report)
+set_tests_properties(cli.comm_report_one_rank PROPERTIES PASS_REGULAR_EXPRESSION "no communication")
