@@ -10,7 +10,9 @@
 # a change of machine load hits both. Each run's figure is the median tokens/s of its
 # steps after the first SKIP (warm-up); the result is the median over rounds of the
 # per-round ratio picotron / pytorch (> 1: picotron is faster). Step times include the
-# batch, forward, backward, clipping and the AdamW step on both sides.
+# batch, forward, backward, clipping and the AdamW step on both sides. Each round line
+# ends with the 1-minute load average: on a machine shared with other work (a build),
+# threads wait for each other and the figures mean little; use an idle machine.
 #
 # Settings (environment):
 #   TRAIN    the C++ trainer (default build/train of this repository)
@@ -83,7 +85,8 @@ for r in $(seq 1 "$ROUNDS"); do
   a=$(median_tps "$tmp/cpp-$r.jsonl"); b=$(median_tps "$tmp/py-$r.jsonl")
   ratio=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')
   cpp_tps+=("$a"); py_tps+=("$b"); ratios+=("$ratio")
-  printf "round %d/%d: picotron %8d tok/s | pytorch %8d tok/s | ratio %.2f\n" "$r" "$ROUNDS" "$a" "$b" "$ratio"
+  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")  # 1-min load (ours included): other work skews the round
+  printf "round %d/%d: picotron %8d tok/s | pytorch %8d tok/s | ratio %.2f | load %s\n" "$r" "$ROUNDS" "$a" "$b" "$ratio" "$load"
 done
 
 median() { printf "%s\n" "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
