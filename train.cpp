@@ -1,7 +1,7 @@
 // train.cpp — the one entry point. It reads like the Playbook's recipe:
 //
 //   flags -> launch (rank, world) -> mesh -> plan (who holds what) -> model (this rank's
-//   shards, + init) -> [techniques replace slots] -> optimizer -> data parallelism ->
+//   shards) -> [techniques replace slots] -> init -> optimizer -> data parallelism ->
 //   loop { micro-batches: forward, backward ; sync grads ; global norm ; step } ->
 //   samples (full weights gathered on rank 0)
 //
@@ -30,6 +30,7 @@
 #include "picotron/mesh.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "picotron/report.h"
 #include "picotron/shard.h"
 #include "picotron/utils.h"
 
@@ -77,9 +78,12 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   print0(rank, describe_mesh(shape));
   print0(rank, plan_summary(cfg, shape, plan_of));
 
-  // ---- model: only this rank's shards, each initialised as its slice of the full tensor
+  // ---- model: only this rank's shards, on its device and dtype -----------------------
   const ShardPlan plan = plan_of(mesh.coords());
   LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
+  // (techniques replace the model's slots here, one line each: projections, embedding,
+  //  head, loss, attention core, layer runner; see model.h)
+  // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 
   // ---- optimizer and data parallelism (over cp x dp: every rank there sees other tokens)
@@ -154,7 +158,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
       print0(rank, "saved parameters to " + cfg.save_params);
     }
   }
-  if (cfg.generate > 0) {  // a whole model on rank 0, whatever the mesh trained
+  if (prints_samples(cfg)) {  // a whole model on rank 0, whatever the mesh trained
     const auto full = gather_full_tensors(weights, cfg.llama, shape, plan_of, dtype, world);
     if (rank == 0) {
       LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));

@@ -77,8 +77,8 @@ void DataParallel::on_grad_ready(size_t i) {
   torch::NoGradGuard no_grad;
   auto& p = params_[i];
   // One gradient per parameter per backward: a second one would launch its bucket early.
-  TORCH_CHECK(!ready_[i], "data parallelism: the gradient hook of ", p.name,
-              " fired twice in one backward (a parameter used by two modules?)");
+  TORCH_CHECK(!ready_[i], "data parallelism: the gradient of ", p.name, " arrived twice since prepare_backward() ",
+              "(two backward passes without prepare_backward in between, or retain_graph)");
   ready_[i] = true;
   auto& g = p.param.mutable_grad();
   if (g.defined() && !g.is_same(p.main_grad)) {

@@ -1,6 +1,8 @@
 // picotron/checkpoint.cpp — see checkpoint.h.
 #include "picotron/checkpoint.h"
 
+#include "picotron/init.h"
+
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -48,15 +50,23 @@ std::map<std::string, torch::Tensor> load_tensors(const std::string& path) {
   return out;
 }
 
-void load_parameters(torch::nn::Module& module, const NamedTensors& full) {
+void load_parameters(torch::nn::Module& module, const NamedTensors& full, const ShardPlan& plan) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> by_name(full.begin(), full.end());
   for (auto& item : module.named_parameters()) {
     const auto it = by_name.find(item.key());
     TORCH_CHECK(it != by_name.end(), "load_parameters: no tensor for ", item.key());
-    TORCH_CHECK(it->second.sizes() == item.value().sizes(), "load_parameters: ", item.key(), " is ",
-                item.value().sizes(), ", the tensor given is ", it->second.sizes());
-    item.value().copy_(it->second);
+    torch::Tensor value = it->second;  // [full_shape]
+    if (!plan.empty()) {
+      TORCH_CHECK(plan.count(item.key()), "load_parameters: ", item.key(), " has no shard record");
+      const ShardRecord& r = plan.at(item.key());
+      TORCH_CHECK(value.sizes() == torch::IntArrayRef(r.full_shape), "load_parameters: ", item.key(), " is ",
+                  torch::IntArrayRef(r.full_shape), " in full, the tensor given is ", value.sizes());
+      value = local_slice(value, r);  // [local_shape]
+    }
+    TORCH_CHECK(value.sizes() == item.value().sizes(), "load_parameters: ", item.key(), " is ", item.value().sizes(),
+                ", the tensor given is ", value.sizes());
+    item.value().copy_(value);
   }
 }
 
@@ -69,55 +79,56 @@ static std::vector<ShardRecord> pieces_of(const MeshShape& shape, int r, const P
   return pieces;
 }
 
-static int64_t total_numel(const std::vector<ShardRecord>& pieces) {
-  int64_t n = 0;
-  for (const auto& p : pieces) n += p.local_numel();
-  return n;
+// This rank's tensor for `piece`, contiguous, as it travels (dtype, device of the Comm).
+static torch::Tensor on_the_wire(const std::map<std::string, torch::Tensor>& local, const ShardRecord& piece,
+                                 const torch::TensorOptions& wire, int rank) {
+  const auto it = local.find(piece.name);
+  TORCH_CHECK(it != local.end(), "gather: rank ", rank, " holds no tensor for ", piece.name, ", which its plan lists");
+  return it->second.detach().to(wire).contiguous();  // [local_shape]; no copy when it already is
 }
 
 NamedTensors gather_full_tensors(const std::map<std::string, torch::Tensor>& local, const LlamaConfig& config,
                                  const MeshShape& shape, const PlanOf& plan_of, torch::ScalarType dtype, Comm& world) {
   torch::NoGradGuard no_grad;
+  const int rank = world.rank();
   const auto wire = torch::TensorOptions().dtype(dtype).device(world.device());  // what travels
-  if (world.rank() != 0) {
-    std::vector<torch::Tensor> parts;  // this rank's counted pieces, flattened, in name order
-    for (const auto& piece : pieces_of(shape, world.rank(), plan_of))
-      parts.push_back(local.at(piece.name).detach().to(wire).reshape({-1}));
-    if (!parts.empty()) world.send(torch::cat(parts), /*peer=*/0);  // [sum of local numels]
+  if (rank != 0) {  // send every counted piece, one message each, posted together
+    std::vector<P2POp> sends;
+    for (const auto& piece : pieces_of(shape, rank, plan_of))
+      sends.push_back({P2POp::kSend, on_the_wire(local, piece, wire, rank), /*peer=*/0});
+    world.batch_p2p(sends);
     return {};
   }
-  std::map<std::string, torch::Tensor> full;
-  std::map<std::string, int64_t> covered;  // elements received per parameter
+  std::map<std::string, torch::Tensor> full, times_covered;  // per element: how many pieces wrote it
   for (const auto& [name, full_shape] : parameter_shapes(config)) {
-    full[name] = torch::empty(full_shape, torch::TensorOptions().dtype(dtype));
-    covered[name] = 0;
+    full[name] = torch::empty(full_shape, torch::TensorOptions().dtype(dtype));        // [full_shape], CPU
+    times_covered[name] = torch::zeros(full_shape, torch::TensorOptions().dtype(torch::kInt8));
   }
+  auto place = [&](const ShardRecord& piece, const torch::Tensor& value) {  // full[name][slice] = value
+    TORCH_CHECK(full.count(piece.name), "gather: ", piece.name, " is not a parameter of this model");
+    auto dst = full.at(piece.name), seen = times_covered.at(piece.name);
+    if (piece.is_split()) {
+      dst = dst.narrow(piece.split_dim, piece.slice().offset, piece.slice().length);
+      seen = seen.narrow(piece.split_dim, piece.slice().offset, piece.slice().length);
+    }
+    dst.copy_(value);  // device -> CPU
+    seen.add_(1);
+  };
   for (int r = 0; r < shape.world_size(); ++r) {
     const auto pieces = pieces_of(shape, r, plan_of);
-    if (pieces.empty()) continue;
-    torch::Tensor flat;  // [sum of rank r's counted numels]
     if (r == 0) {
-      std::vector<torch::Tensor> parts;
-      for (const auto& piece : pieces) parts.push_back(local.at(piece.name).detach().to(wire).reshape({-1}));
-      flat = torch::cat(parts);
-    } else {
-      flat = torch::empty({total_numel(pieces)}, wire);
-      world.recv(flat, /*peer=*/r);
+      for (const auto& piece : pieces) place(piece, on_the_wire(local, piece, wire, 0));
+      continue;
     }
-    flat = flat.cpu();
-    int64_t offset = 0;
-    for (const auto& piece : pieces) {
-      auto dst = full.at(piece.name);
-      if (piece.is_split()) dst = dst.narrow(piece.split_dim, piece.slice().offset, piece.slice().length);
-      dst.copy_(flat.narrow(0, offset, piece.local_numel()).view(piece.local_shape()));
-      offset += piece.local_numel();
-      covered[piece.name] += piece.local_numel();
-    }
+    std::vector<P2POp> recvs;  // rank r's pieces, in the order it sends them
+    for (const auto& piece : pieces) recvs.push_back({P2POp::kRecv, torch::empty(piece.local_shape(), wire), r});
+    world.batch_p2p(recvs);
+    for (size_t i = 0; i < pieces.size(); ++i) place(pieces[i], recvs[i].tensor);
   }
   NamedTensors out;
   for (const auto& [name, full_shape] : parameter_shapes(config)) {
-    TORCH_CHECK(covered[name] == full.at(name).numel(), "gather: the plans cover ", covered[name], " of the ",
-                full.at(name).numel(), " elements of ", name, " (a piece missing or counted twice)");
+    TORCH_CHECK(times_covered.at(name).eq(1).all().item<bool>(), "gather: the plans do not cover every element of ",
+                name, " exactly once (a piece missing or held twice)");
     out.emplace_back(name, full.at(name));
   }
   return out;

@@ -30,9 +30,10 @@ void save_tensors(const std::string& path, const NamedTensors& tensors);
 // missing or corrupt.
 std::map<std::string, torch::Tensor> load_tensors(const std::string& path);
 
-// Copy full tensors into a module's parameters of the same names and shapes (all of
-// them must be given). For a whole model on one rank (sampling, tools).
-void load_parameters(torch::nn::Module& module, const NamedTensors& full);
+// Copy full tensors into a module's parameters: each parameter gets its slice
+// (local_slice of its record), so full tensors load into a model of any plan. Every
+// parameter must be given. Without a plan: a whole model (full shapes).
+void load_parameters(torch::nn::Module& module, const NamedTensors& full, const ShardPlan& plan = {});
 
 // The plan of any rank, from its mesh coordinates: a pure function, so rank 0 knows
 // what every other rank holds without asking.

@@ -60,6 +60,10 @@ ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num
   return report;
 }
 
+bool prints_samples(const TrainConfig& cfg) {
+  return cfg.generate > 0 && (cfg.data == "arithmetic" || cfg.llama.vocab_size <= 256);
+}
+
 void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader) {
   model->eval();
   if (cfg.data == "arithmetic") {

@@ -40,5 +40,8 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens);
 //   other byte-level data (V <= 256): N continuations of prompts from the data;
 //   larger vocabularies: nothing (no tokenizer to print with).
 void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader);
+// Whether print_samples prints anything for this config (decided before gathering a
+// whole model onto rank 0 for it). Pure: every rank gets the same answer.
+bool prints_samples(const TrainConfig& cfg);
 
 }  // namespace picotron

@@ -150,9 +150,10 @@ class LlamaModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
-// Runs decoder layer `index` (its global index) on x [B, S, H].
+// Runs decoder layer `index` (its global index) on x [B, S, H]. `rope` is passed by value
+// (two tensor handles), so a runner may keep it for backward (recompute) safely.
 using LayerRunner = std::function<torch::Tensor(int64_t index, DecoderLayer& layer, const torch::Tensor& x,
-                                                const RopeTables& rope)>;
+                                                RopeTables rope)>;
 using HeadFn = std::function<torch::Tensor(const torch::Tensor& hidden)>;  // [B, S, H] -> [B, S, V(/tp)]
 using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const torch::Tensor& targets)>;
 

@@ -52,7 +52,8 @@ void AdamW::zero_main_grads() {
   }
 }
 
-void AdamW::step(double lr, double c) {
+void AdamW::step(double lr, double grad_scale) {
+  const double c = grad_scale;  // the update uses c * main_grad
   torch::NoGradGuard no_grad;
   ++t_;
   const double b1 = opts_.beta1, b2 = opts_.beta2;
@@ -70,20 +71,21 @@ void AdamW::step(double lr, double c) {
   }
 }
 
-torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, const MeshCoords& here) {
+torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, const MeshCoords& here,
+                                    std::optional<torch::Device> device_) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)
     if (p.record.counts_once(here)) grads.push_back(p.main_grad);
-  const auto device = params.empty() ? torch::Device(torch::kCPU) : params.front().main_grad.device();
+  const auto device = device_ ? *device_ : params.empty() ? torch::Device(torch::kCPU) : params.front().main_grad.device();
   if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  // One multi-tensor pass, each norm in the grad's own dtype (reductions accumulate wider).
+  // One multi-tensor pass, each norm in the grad's own dtype.
   const auto norms = torch::_foreach_norm(grads, /*ord=*/2);       // [n] 0-d tensors
   return torch::stack(norms).to(torch::kFloat64).square().sum();    // 0-d, fp64
 }
 
 double global_grad_norm(const std::vector<TrainableParam>& params, Comm& world, const MeshCoords& here) {
-  auto sum = local_grad_square_sum(params, here).reshape({1});  // [1] fp64
+  auto sum = local_grad_square_sum(params, here, world.device()).reshape({1});  // [1] fp64, on the Comm's device
   world.all_reduce(sum, ReduceOp::kSum);                        // every rank's counted shards
   return std::sqrt(sum.item<double>());                         // one host sync per step
 }

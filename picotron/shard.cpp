@@ -49,18 +49,21 @@ bool ShardRecord::counts_once(const MeshCoords& here) const {
   return true;
 }
 
-void ShardRecord::split(int dim, Axis axis, int index_, int count_) {
+void ShardRecord::split(int dim, Axis axis, int new_index, int new_count) {
+  if (new_count < 1 || new_index < 0 || new_index >= new_count)
+    throw std::invalid_argument(name + ": slice " + std::to_string(new_index) + " of " + std::to_string(new_count) +
+                                " over --" + axis_name(axis) + " does not exist");
   if (dim < 0 || dim >= int(full_shape.size()))
     throw std::invalid_argument(name + ": cannot split dim " + std::to_string(dim) + " of a " +
                                 std::to_string(full_shape.size()) + "-d parameter");
-  if (full_shape[dim] < count_)
+  if (full_shape[dim] < new_count)
     throw std::invalid_argument(name + ": dim " + std::to_string(dim) + " has " + std::to_string(full_shape[dim]) +
-                                " entries, fewer than the " + std::to_string(count_) + " --" + axis_name(axis) +
+                                " entries, fewer than the " + std::to_string(new_count) + " --" + axis_name(axis) +
                                 " ranks it is split over");
   split_dim = dim;
   split_axis = axis;
-  index = index_;
-  count = count_;
+  index = new_index;
+  count = new_count;
   replica_axes.erase(std::remove(replica_axes.begin(), replica_axes.end(), axis), replica_axes.end());
 }
 

@@ -61,7 +61,7 @@ struct ShardRecord {
   bool counts_once(const MeshCoords& here) const;
   // Cut split_dim into `count` slices along `axis`, this rank holding slice `index`;
   // `axis` stops being a replica axis. Throws naming the parameter if the dim is too small.
-  void split(int dim, Axis axis, int index, int count);
+  void split(int dim, Axis axis, int new_index, int new_count);
 };
 
 // Parameter name -> record: everything ONE rank holds, and nothing it does not.

@@ -106,6 +106,25 @@ int main() {
     }
     check(worst < 1e-12, tag + "averaged gradient equals the full-batch gradient (rel err " + std::to_string(worst) + ")", rank);
   }
+  // A second backward without prepare_backward would launch buckets early: it throws.
+  {
+    LlamaForCausalLM model(config());
+    model->to(torch::kFloat64);
+    init_parameters(*model, 5, 0.02);
+    AdamW opt(named(model), {});
+    DataParallel dp(world, opt.params(), DpMode::kBucketed, /*bucket_mb=*/0.05);
+    const auto batch = loader.micro_batch(0, 0, rank);
+    dp.prepare_backward(/*sync=*/false);  // no-sync: nothing is launched, so no rank waits on another
+    model->loss(batch.inputs, batch.targets).backward();
+    std::string error;
+    try {
+      model->loss(batch.inputs, batch.targets).backward();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    check(error.find("arrived twice since prepare_backward()") != std::string::npos,
+          "a second backward without prepare_backward throws (got: '" + error.substr(0, 80) + "')", rank);
+  }
   world.barrier();
   std::cout << "[rank " << rank << "] " << passed << " passed, " << failed << " failed" << std::endl;
   return failed ? 1 : 0;

@@ -227,7 +227,7 @@ TEST_CASE("every decoder layer runs through the layer runner, with its global in
   LlamaForCausalLM m(small_config());
   init_parameters(*m, 2, 0.02);
   std::vector<int64_t> order;
-  m->layer_runner = [&](int64_t index, DecoderLayer& layer, const torch::Tensor& x, const RopeTables& rope) {
+  m->layer_runner = [&](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
     order.push_back(index);
     return layer->forward(x, rope);
   };

@@ -1,0 +1,98 @@
+// picotron/report.cpp — see report.h.
+#include "picotron/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "picotron/utils.h"
+
+namespace picotron {
+
+std::string model_summary(const TrainConfig& c) {
+  const LlamaConfig& m = c.llama;
+  const int64_t h = m.hidden_size, kv = m.num_key_value_heads * m.head_dim();
+  const int64_t attention = 2 * h * h + 2 * h * kv, mlp = 3 * h * m.intermediate_size, total = count_parameters(m);
+  const int64_t layer = attention + mlp + 2 * h;
+  std::ostringstream o;
+  o << "model " << c.model << ": H=" << h << " I=" << m.intermediate_size << " L=" << m.num_hidden_layers
+    << " nH=" << m.num_attention_heads << " nKV=" << m.num_key_value_heads << " Hd=" << m.head_dim()
+    << " V=" << m.vocab_size << " rope_theta=" << m.rope_theta << " tied=" << (m.tie_word_embeddings ? "yes" : "no") << "\n"
+    << "  embedding          " << with_commas(m.vocab_size * h) << "\n"
+    << "  per layer          " << with_commas(layer) << " (attention " << with_commas(attention) << ", mlp "
+    << with_commas(mlp) << ", norms " << with_commas(2 * h) << ")\n"
+    << "  " << m.num_hidden_layers << " layers" << std::string(13 - std::to_string(m.num_hidden_layers).size(), ' ')
+    << with_commas(m.num_hidden_layers * layer) << "\n"
+    << "  final norm         " << with_commas(h) << "\n"
+    << "  lm_head            " << (m.tie_word_embeddings ? "tied to the embedding" : with_commas(m.vocab_size * h)) << "\n"
+    << "  total parameters   " << total << " (" << with_commas(total) << ")\n"
+    << "  weights " << human_bytes(double(total) * torch::elementSize(scalar_type(c.dtype))) << " in "
+    << precision_name(c.dtype) << "; AdamW training state ~" << human_bytes(double(total) * 16)
+    << " (fp32 master + 2 moments + main grad)";
+  return o.str();
+}
+
+std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
+                         const std::function<ShardPlan(const MeshCoords&)>& plan_of) {
+  const auto dtype = scalar_type(c.dtype);
+  const double weight_bytes = double(torch::elementSize(dtype));
+  const bool wide = dtype == torch::kFloat32 || dtype == torch::kFloat64;
+  const double state_elem = dtype == torch::kFloat64 ? 8.0 : 4.0;  // main grad, moments, master
+  // training state per parameter: main grad + 2 moments (+ a master copy unless the weights are it)
+  const double state_bytes = state_elem * (wide ? 3.0 : 4.0);
+  // Ranks with the same count share a line: "ranks 0-3: ...", in rank order.
+  std::ostringstream o;
+  o << "parameters per rank (" << precision_name(c.dtype) << " weights; training state = main grad + AdamW moments"
+    << (wide ? "" : " + fp32 master") << "):";
+  int first = 0;
+  int64_t count = -1;
+  auto flush = [&](int last) {
+    o << "\n  rank" << (last > first ? "s " + std::to_string(first) + "-" + std::to_string(last) : " " + std::to_string(first))
+      << ": " << with_commas(count) << " parameters, weights " << human_bytes(double(count) * weight_bytes)
+      << ", training state " << human_bytes(double(count) * state_bytes);
+  };
+  for (int r = 0; r < shape.world_size(); ++r) {
+    const int64_t n = local_parameter_count(plan_of(coords_of(shape, r)));
+    if (r > 0 && n != count) { flush(r - 1); first = r; }
+    count = n;
+  }
+  flush(shape.world_size() - 1);
+  return o.str();
+}
+
+std::string step_line(const StepStats& s) {
+  char mfu_text[16] = "n/a", line[256];
+  if (s.mfu >= 0) std::snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", s.mfu * 100);
+  std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
+                (long long)s.step, (long long)s.steps, s.loss, s.lr, s.grad_norm,
+                with_commas(int64_t(s.tokens_per_s)).c_str(), mfu_text, human_bytes(double(s.peak_mem_bytes)).c_str(),
+                s.skipped ? " | overflow: step skipped" : "");
+  return line;
+}
+
+bool should_log(int64_t step, int64_t steps, int log_every) {
+  const int64_t every = log_every > 0 ? log_every : std::max<int64_t>(1, (steps + 49) / 50);  // ceil(steps / 50)
+  return step == 1 || step == steps || step % every == 0;
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
+  if (path_.empty()) return;
+  out_.open(path_);
+  if (!out_) throw std::runtime_error("--metrics-file " + path_ + ": cannot open for writing");
+}
+
+void MetricsWriter::write(const StepStats& s) {
+  if (path_.empty()) return;
+  // Non-finite numbers (a diverged loss, an fp16 overflow) are written as null: valid JSON.
+  nlohmann::ordered_json j = {{"step", s.step},          {"loss", s.loss},
+                      {"lr", s.lr},              {"grad_norm", s.grad_norm},
+                      {"tokens_per_s", s.tokens_per_s}, {"mfu", nullptr},
+                      {"peak_mem_bytes", s.peak_mem_bytes}, {"skipped", s.skipped}};
+  if (s.mfu >= 0) j["mfu"] = s.mfu;
+  out_ << j.dump() << "\n" << std::flush;
+  if (!out_) throw std::runtime_error("--metrics-file " + path_ + ": write failed");
+}
+
+}  // namespace picotron

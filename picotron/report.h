@@ -1,0 +1,52 @@
+// picotron/report.h — what a run prints and writes: the model summary, what each rank
+// of the mesh allocates under its plan (both printed by --dry-run), the per-step line,
+// the logging interval, and the JSON metrics file (--metrics-file, nlohmann-json).
+//
+// Test: ctest -L cli   (cli.dry_run_*, cli.log_interval, cli.train_metrics)
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "picotron/config.h"
+#include "picotron/shard.h"
+
+namespace picotron {
+
+// The model summary of --dry-run and of every run's start: exact counts, no allocation.
+std::string model_summary(const TrainConfig& c);
+// What each rank of the mesh allocates under its plan: parameters, their bytes in the
+// compute dtype, and the AdamW training state (fp32 master unless the compute dtype is
+// fp32/fp64, fp32 main grad, two fp32 moments). One line per distinct rank, pure.
+std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
+                         const std::function<ShardPlan(const MeshCoords&)>& plan_of);
+
+// What a step reports.
+struct StepStats {
+  int64_t step = 0, steps = 0;  // 1-based step, of steps
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  double mfu = -1;              // < 0: unknown (CPU)
+  int64_t peak_mem_bytes = 0;
+  bool skipped = false;         // fp16 overflow: the optimizer step was skipped
+};
+// "step    10/100 | loss 2.34567 | lr ... | grad norm ... | tok/s | mfu | mem"
+std::string step_line(const StepStats& s);
+// Print every step of short runs, about 50 lines otherwise; always the first and last.
+// log_every > 0 overrides the interval.
+bool should_log(int64_t step, int64_t steps, int log_every);
+
+// --metrics-file: one JSON object per step (nlohmann-json), flushed every line; opened
+// (and checked) at construction. Inactive with an empty path.
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);
+  void write(const StepStats& s);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace picotron
