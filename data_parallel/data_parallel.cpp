@@ -39,14 +39,15 @@ void DataParallel::prepare_backward(bool sync) {
 }
 
 void DataParallel::build_buckets(double bucket_mb) {
-  const auto dtype = params_.empty() ? torch::kFloat32 : params_.front().main_grad.scalar_type();
+  // Main grads have the masters' dtype and shape (fp32, or fp64 in fp64 runs).
+  const auto dtype = params_.empty() ? torch::kFloat32 : params_.front().master.scalar_type();
   const int64_t capacity = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(torch::elementSize(dtype)));
   bucket_of_.assign(params_.size(), 0);
   // Reverse order: backward produces the last layers' gradients first.
   std::vector<std::vector<size_t>> groups(1);
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
-    const int64_t n = params_[k].main_grad.numel();
+    const int64_t n = params_[k].master.numel();
     if (filled > 0 && filled + n > capacity) { groups.emplace_back(); filled = 0; }  // a big param gets its own bucket
     groups.back().push_back(k);
     filled += n;
@@ -54,17 +55,17 @@ void DataParallel::build_buckets(double bucket_mb) {
   for (auto& members : groups) {
     Bucket b;
     int64_t total = 0;
-    for (size_t k : members) total += params_[k].main_grad.numel();
-    b.flat = torch::zeros({total}, params_[members.front()].main_grad.options());  // [numel]
+    for (size_t k : members) total += params_[k].master.numel();
+    b.flat = torch::zeros({total}, params_[members.front()].master.options());  // [numel]
     int64_t offset = 0;
     for (size_t k : members) {
       auto& p = params_[k];
-      TORCH_CHECK(p.main_grad.scalar_type() == dtype, "all main grads must share one dtype");
-      auto view = b.flat.narrow(0, offset, p.main_grad.numel()).view(p.main_grad.sizes());
-      view.copy_(p.main_grad);
+      TORCH_CHECK(p.master.scalar_type() == dtype, "all main grads must share one dtype");
+      auto view = b.flat.narrow(0, offset, p.master.numel()).view(p.master.sizes());
+      if (p.main_grad.defined()) view.copy_(p.main_grad);
       p.main_grad = view;  // from now on the optimizer reads the bucket
       if (p.aliases_grad()) p.param.mutable_grad() = view;  // autograd accumulates into the bucket
-      offset += p.main_grad.numel();
+      offset += p.master.numel();
       bucket_of_[k] = buckets_.size();
     }
     b.params = members;
@@ -82,6 +83,8 @@ void DataParallel::on_grad_ready(size_t i) {
   ready_[i] = true;
   auto& g = p.param.mutable_grad();
   if (g.defined() && !g.is_same(p.main_grad)) {
+    TORCH_CHECK(!p.aliases_grad(), "data parallelism: ", p.name, ".grad is no longer its bucket view (zero_grad()? ",
+                "create_graph?)");
     p.main_grad.add_(g);  // accumulate into the bucket (bf16 grad -> fp32 main grad)
     g = torch::Tensor();
   }  // (fp32/fp64: grad IS the main grad, a view of the bucket: autograd already added it)

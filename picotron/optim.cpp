@@ -38,6 +38,10 @@ void AdamW::accumulate_grads() {
   for (auto& p : params_) {
     auto& g = p.param.mutable_grad();
     if (!g.defined() || g.is_same(p.main_grad)) continue;  // taken by a hook, unused, or already main_grad
+    // An fp32/fp64 grad that is not main_grad was replaced behind our back: added, it
+    // would count main_grad twice (create_graph accumulates out of place).
+    TORCH_CHECK(!p.aliases_grad(), "optimizer: ", p.name, ".grad is no longer its main grad (zero_grad()? ",
+                "create_graph?); call zero_main_grads() before the step's first backward");
     p.main_grad.add_(g);                                    // bf16 -> fp32 happens in the add
     g = torch::Tensor();                                    // free it: the next micro-batch writes a fresh one
   }

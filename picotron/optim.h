@@ -58,8 +58,8 @@ struct TrainableParam {
   bool decay = true;        // weight decay applies (matrices and embeddings, not norm gains)
   ShardRecord record;       // which piece of the full parameter this is (norms, gathers, checkpoints)
 
-  // param and main_grad share a dtype: autograd accumulates straight into main_grad.
-  bool aliases_grad() const { return param.scalar_type() == main_grad.scalar_type(); }
+  // param is fp32/fp64 (it is its own master): autograd accumulates straight into main_grad.
+  bool aliases_grad() const { return master.is_same(param); }
 };
 
 struct AdamWOptions {
