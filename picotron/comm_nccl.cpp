@@ -111,8 +111,14 @@ struct detail::NcclComm {
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
   ~NcclComm() {
+    // ncclCommDestroy waits for the communicator's pending work without any bound. So
+    // first let the last synchronous operations finish within their deadlines; if one
+    // cannot (a peer died), abort instead of destroying.
+    const bool drained = wait_until_drained();
     stop_watchdog();
-    if (!aborted) ncclCommDestroy(comm);
+    if (aborted) return;
+    if (drained) ncclCommDestroy(comm);
+    else ncclCommAbort(comm);
   }
   // Kills the communicator's kernels without waiting for the peers (they may be dead).
   // The watchdog is stopped first: it must not touch a communicator that abort frees.
@@ -142,6 +148,19 @@ struct detail::NcclComm {
   size_t pending() const {
     std::lock_guard<std::mutex> lock(mutex);
     return queue.size();
+  }
+
+  // Until the watchdog has seen every synchronous operation complete, or the newest one
+  // is past its deadline (false). Polls; the watchdog drains the queue meanwhile.
+  bool wait_until_drained() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!queue.empty()) {
+      if (Clock::now() > queue.back().deadline || !thread.joinable()) return false;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      lock.lock();
+    }
+    return true;
   }
 
  private:
@@ -241,7 +260,7 @@ struct NcclWork final : Work::State {
     while (!done.query()) {
       ncclResult_t async_error = ncclSuccess;
       PICOTRON_NCCL_CHECK(rank, ncclCommGetAsyncError(nccl->comm, &async_error));
-      if (async_error != ncclSuccess) {
+      if (async_error != ncclSuccess && async_error != ncclInProgress) {  // in progress: not an error
         nccl->abort();
         throw_nccl_error(async_error, op, __FILE__, __LINE__, rank);
       }
