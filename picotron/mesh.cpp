@@ -81,6 +81,11 @@ std::string join(const std::vector<int>& ranks) {
 
 // ---- pure rank arithmetic ---------------------------------------------------
 
+int coordinate(const MeshCoords& c, Axis axis) {
+  MeshCoords copy = c;
+  return digit(copy, axis);
+}
+
 MeshCoords coords_of(const MeshShape& s, int rank) {
   MeshCoords c;
   c.tp = rank % s.tp;

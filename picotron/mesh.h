@@ -23,8 +23,8 @@
 // stage's input to global rank 7, which is rank 1 of mesh.pp() = {5, 7}; Mesh's
 // pp_next() / pp_prev() / cp_next() / cp_prev() are group ranks, for mesh.pp() / mesh.cp().
 //
-// MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic,
-// tested without any communication; Mesh builds one Comm per group, names it ("world",
+// MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic
+// (picotron/mesh_grid.h: no MPI, no tensors), tested without any communication; Mesh builds one Comm per group, names it ("world",
 // "tp", "cp", "pp", "dp", "cp_dp") and reports what each group's ledger counted.
 //
 // Test: ctest -R mesh
@@ -35,43 +35,9 @@
 #include <vector>
 
 #include "picotron/comm.h"
+#include "picotron/mesh_grid.h"
 
 namespace picotron {
-
-enum class Axis { kDp, kPp, kCp, kTp };
-const char* axis_name(Axis a);
-
-struct MeshShape {
-  int dp = 1, pp = 1, cp = 1, tp = 1;
-  int world_size() const { return dp * pp * cp * tp; }
-};
-
-struct MeshCoords {
-  int dp = 0, pp = 0, cp = 0, tp = 0;
-};
-
-// ---- pure rank arithmetic ---------------------------------------------------
-MeshCoords coords_of(const MeshShape& shape, int rank);
-int rank_of(const MeshShape& shape, const MeshCoords& c);
-// Members (global ranks, ascending) of `rank`'s group along `axis`.
-std::vector<int> group_members(const MeshShape& shape, int rank, Axis axis);
-// Members of `rank`'s cp×dp group (all ranks sharing its pp and tp coordinates).
-std::vector<int> cp_dp_group_members(const MeshShape& shape, int rank);
-// Ring neighbours along `axis` (wrapping): the GLOBAL rank of the next / previous member.
-int next_rank(const MeshShape& shape, int rank, Axis axis);
-int prev_rank(const MeshShape& shape, int rank, Axis axis);
-// The same neighbours as ranks WITHIN the group along `axis` (0 .. size(axis)-1): the
-// `peer` to pass to that group's Comm. For dp 2 x pp 2 x cp 2 x tp 2, global rank 5 is
-// (dp 0, pp 1, cp 0, tp 1): its pp neighbours are group rank 0 (global 1) both ways,
-// its cp next is group rank 1 (global 7).
-int next_in_group(const MeshShape& shape, int rank, Axis axis);
-int prev_in_group(const MeshShape& shape, int rank, Axis axis);
-// Throws std::invalid_argument with one line naming the flags and the numbers if
-// dp*pp*cp*tp != world_size or any size is < 1:
-//   "--dp 2 x --pp 2 x --cp 1 x --tp 3 = 12 ranks, but the job has 8 processes (world size)"
-void check_mesh(const MeshShape& shape, int world_size);
-// Human-readable grid and every group's members (printed by rank 0 at start).
-std::string describe_mesh(const MeshShape& shape);
 
 // ---- communicators ----------------------------------------------------------
 // Owns one Comm per group that contains this rank. Built collectively: every rank

@@ -33,15 +33,6 @@ static int64_t product(const std::vector<int64_t>& shape) {
 int64_t ShardRecord::local_numel() const { return product(local_shape()); }
 int64_t ShardRecord::full_numel() const { return product(full_shape); }
 
-int coordinate(const MeshCoords& c, Axis axis) {
-  switch (axis) {
-    case Axis::kDp: return c.dp;
-    case Axis::kPp: return c.pp;
-    case Axis::kCp: return c.cp;
-    default: return c.tp;
-  }
-}
-
 bool ShardRecord::counts_once(const MeshCoords& here) const {
   if (here.pp != stage) return false;  // a copy held for another stage (a tied lm_head)
   for (Axis a : replica_axes)

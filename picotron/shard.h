@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "picotron/config.h"
-#include "picotron/mesh.h"
+#include "picotron/mesh_grid.h"
 
 namespace picotron {
 
@@ -77,8 +77,5 @@ ShardPlan replicated_plan(const LlamaConfig& c);
 
 // Sum of local_numel over the plan: the parameters this rank allocates.
 int64_t local_parameter_count(const ShardPlan& plan);
-
-// The coordinate of `c` on `axis`.
-int coordinate(const MeshCoords& c, Axis axis);
 
 }  // namespace picotron
