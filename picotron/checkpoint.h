@@ -6,7 +6,7 @@
 // final parameters of a parallel run with the single-process run through it.
 // Format: LibTorch's serialize archive (a zip of tensors), keys = parameter names.
 //
-// Test: build/tests/unit_tests "[checkpoint]"
+// Test: build/tests/unit_tests "[checkpoint]"; gather_full_tensors: ctest -R sharded
 #pragma once
 
 #include <functional>

@@ -30,6 +30,10 @@
 //   send / recv      the elements sent / received: one entry per P2POp of a batch
 //   barrier          0
 //
+// The ledger is a plain map, not thread-safe: a Comm's collectives are issued by one
+// thread at a time (the main thread, or autograd's thread running gradient hooks while
+// the main thread waits inside backward()).
+//
 // Async variants count when they are posted. Groups of one record nothing.
 //
 // Streams (CUDA). A synchronous call enqueues NCCL on the current stream and returns:

@@ -146,7 +146,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
     ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
     ("dp-bucket-mb", "bucket size of bucketed data parallelism, MiB", cxxopts::value<double>()->default_value(s(d.dp_bucket_mb)))
-    ("timeout-s", "abort the job when a collective waits longer than this", cxxopts::value<int>()->default_value(s(d.timeout_s)));
+    ("timeout-s", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", cxxopts::value<int>()->default_value(s(d.timeout_s)));
   opts.add_options("Output")
     ("metrics-file", "write one JSON object per step to this file", cxxopts::value<std::string>())
     ("save-params", "write the final full parameters to this file", cxxopts::value<std::string>())

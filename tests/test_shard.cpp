@@ -4,6 +4,7 @@
 // runner, global layer names, RoPE positions, local head counts).
 #include <catch2/catch.hpp>
 
+#include "picotron/checkpoint.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/shard.h"
@@ -256,4 +257,22 @@ TEST_CASE("RoPE comes from a positions tensor: a chunk at its positions equals t
   CHECK(torch::equal(at01, m->run_layers(x)));  // default positions: 0..S-1
   CHECK(torch::allclose(at01, m->run_layers(x, positions(3, 4)), 1e-9, 1e-12));
   CHECK_FALSE(torch::allclose(at01, m->run_layers(x, positions(0, 5)), 1e-6, 1e-9));
+}
+
+TEST_CASE("full tensors load into a model of any plan: each parameter takes its slice", "[shard][checkpoint]") {
+  const auto c = small_config(false);
+  LlamaForCausalLM whole(c);
+  init_parameters(*whole, 8, 0.2);
+  NamedTensors full;
+  for (auto& item : whole->named_parameters()) full.emplace_back(item.key(), item.value().detach());
+  ShardPlan plan = replicated_plan(c);
+  plan.at("model.layers.2.mlp.down_proj.weight").split(1, Axis::kTp, 2, 3);  // columns, uneven (48 = 16 x 3)
+  plan.at("lm_head.weight").split(0, Axis::kTp, 1, 3);                       // 50 rows: 17, 17, 16
+  LlamaForCausalLM part(c, plan);
+  load_parameters(*part, full, plan);
+  LlamaForCausalLM reference(c, plan);
+  init_parameters(*reference, plan, 8, 0.2);
+  for (auto& item : part->named_parameters())
+    CHECK(torch::equal(item.value(), reference->named_parameters()[item.key()]));
+  CHECK_THROWS_WITH(load_parameters(*part, full), Catch::Contains("the tensor given is"));  // no plan: shapes differ
 }
