@@ -33,6 +33,7 @@
 #include "picotron/report.h"
 #include "picotron/shard.h"
 #include "picotron/utils.h"
+#include "tensor_parallel/tensor_parallel.h"
 
 using namespace picotron;
 
@@ -52,7 +53,7 @@ void report_error(int rank, const std::string& msg) {
 // a stage's layers, ZeRO-3 shards over dp.
 ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
-  (void)here;
+  if (cfg.tp > 1) shard_for_tensor_parallel(plan, here.tp, cfg.tp);  // projections, vocabulary over tp
   return plan;
 }
 
@@ -81,8 +82,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   // ---- model: only this rank's shards, on its device and dtype -----------------------
   const ShardPlan plan = plan_of(mesh.coords());
   LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
-  // (techniques replace the model's slots here, one line each: projections, embedding,
-  //  head, loss, attention core, layer runner; see model.h)
+  // Techniques replace the model's slots here, one line each (see model.h).
+  if (cfg.tp > 1) apply_tensor_parallel(model, mesh.tp());  // f/g around blocks, vocab-parallel embedding + loss
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 

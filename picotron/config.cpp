@@ -291,8 +291,17 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
                                     str(c.tp) + " = " + str(product) + " ranks, but the job has " + str(world_size) +
                                     " processes");
   }
-  for (auto [flag, v] : {std::pair{"--tp", c.tp}, {"--pp", c.pp}, {"--cp", c.cp}})
-    need(v == 1, std::string(flag) + " " + str(v) + ": this parallelism is not yet available (only --dp)");
+  if (c.tp > 1) {  // every rank holds whole heads, whole MLP columns, whole vocabulary rows
+    for (auto [flag, v] : {std::pair{"--num-attention-heads", m.num_attention_heads},
+                           {"--intermediate-size", m.intermediate_size}, {"--vocab-size", m.vocab_size}})
+      need(v % c.tp == 0, std::string(flag) + " " + str(v) + " is not divisible by --tp " + str(c.tp));
+    need(m.num_key_value_heads % c.tp == 0,
+         "--num-key-value-heads " + str(m.num_key_value_heads) + " is not divisible by --tp " + str(c.tp) +
+             " (grouped-query attention: every tp rank needs whole key/value heads; use --tp <= " +
+             str(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
+  }
+  for (auto [flag, v] : {std::pair{"--pp", c.pp}, {"--cp", c.cp}})
+    need(v == 1, std::string(flag) + " " + str(v) + ": this parallelism is not yet available (only --dp, --tp)");
   return errors;
 }
 

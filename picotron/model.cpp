@@ -96,7 +96,8 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, const ShardPlan& plan, const 
   register_module("o_proj", o_proj.ptr());
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RopeTables& rope) {
+  const torch::Tensor x = enter ? enter(x_in) : x_in;  // [B, S, H]
   const int64_t b = x.size(0), s = x.size(1);
   auto q = q_proj.forward(x);  // [B, S, nH*Hd]  (nH: the heads this rank holds)
   auto k = k_proj.forward(x);  // [B, S, nKV*Hd]
@@ -107,7 +108,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const RopeTables& r
   v = v.view({b, s, n_kv, head_dim}).transpose(1, 2);                          // [B, nKV, S, Hd]
   auto out = core(q, k, v);                                                     // [B, nH, S, Hd]
   out = out.transpose(1, 2).reshape({b, s, n_heads * head_dim});                // [B, S, nH*Hd]
-  return o_proj.forward(out);                                                   // [B, S, H]
+  out = o_proj.forward(out);                                                    // [B, S, H]
+  return exit ? exit(out) : out;
 }
 
 // ---- SwiGLU MLP -------------------------------------------------------------------
@@ -120,9 +122,11 @@ MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::Tensor
   register_module("down_proj", down_proj.ptr());
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
+  const torch::Tensor x = enter ? enter(x_in) : x_in;              // [B, S, H]
   auto gated = F::silu(gate_proj.forward(x)) * up_proj.forward(x);  // [B, S, I]
-  return down_proj.forward(gated);                                  // [B, S, H]
+  auto out = down_proj.forward(gated);                              // [B, S, H]
+  return exit ? exit(out) : out;
 }
 
 // ---- decoder layer ----------------------------------------------------------------

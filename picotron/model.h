@@ -25,6 +25,8 @@
 //   head          LlamaForCausalLM::head            hidden -> logits (default: @ head_weight()^T)
 //   loss          LlamaForCausalLM::loss_fn         final hidden states + targets -> mean loss
 //   attention     Attention::core                   q, k, v -> attention output
+//   block entry   Attention::enter / MLP::enter     the input before the projections
+//   block exit    Attention::exit / MLP::exit       the output after o_proj / down_proj
 //   layer runner  LlamaForCausalLM::layer_runner    every decoder layer is run through it
 //   positions     run_layers(x, positions)          RoPE angles from any positions tensor
 // Local head counts come from the projections' output sizes, never from the config.
@@ -88,6 +90,10 @@ RopeTables rope_tables(int64_t head_dim, double theta, const torch::Tensor& posi
 // x * cos + rotate_half(x) * sin, with rotate_half([x1, x2]) = [-x2, x1].
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t);  // [B, n, S, Hd]
 
+// What a block's input goes through before its projections (tensor parallelism: f,
+// "copy to tp"), or its output after them (g, "reduce from tp"). Empty: identity.
+using BlockMap = std::function<torch::Tensor(const torch::Tensor& x)>;
+
 // q [B, nH, S, Hd], k and v [B, nKV, S, Hd] -> [B, nH, S, Hd]
 using AttentionCore = std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k,
                                                   const torch::Tensor& v)>;
@@ -109,6 +115,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);  // [B, S, H] -> [B, S, H]
   torch::nn::AnyModule q_proj, k_proj, v_proj, o_proj;
   AttentionCore core = causal_attention;
+  BlockMap enter, exit;  // around the block: x -> enter -> q/k/v ... o_proj -> exit
   int64_t head_dim;
 };
 TORCH_MODULE(Attention);
@@ -118,6 +125,7 @@ class MLPImpl : public torch::nn::Module {
   MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::TensorOptions opts);
   torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
   torch::nn::AnyModule gate_proj, up_proj, down_proj;
+  BlockMap enter, exit;  // around the block: x -> enter -> gate/up ... down_proj -> exit
 };
 TORCH_MODULE(MLP);
 

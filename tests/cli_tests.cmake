@@ -54,7 +54,7 @@ function(picotron_mpi_cli_test name np regex)
 endfunction()
 picotron_mpi_cli_test(cli.mpi_bad_mesh 4
   "\\[rank 3\\] error: --dp 2 x --pp 1 x --cp 1 x --tp 3 = 6 ranks, but the job has 4 processes" ${TRAIN} --dp 2 --tp 3)
-picotron_mpi_cli_test(cli.mpi_tp_not_yet 4 "\\[rank 0\\] error: --tp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --tp 2)
+picotron_mpi_cli_test(cli.mpi_pp_not_yet 4 "\\[rank 0\\] error: --pp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --pp 2)
 picotron_mpi_cli_test(cli.mpi_missing_data 2 "\\[rank 1\\] error: --data /nonexistent.bin: no such file" ${TRAIN} --dp 2 --data /nonexistent.bin)
 
 # Mixed precision on the CPU: bf16 (fp32 master weights) and fp16 (dynamic loss scaling).
@@ -97,3 +97,15 @@ set_tests_properties(cli.mpi_comm_report_dp2_naive PROPERTIES PASS_REGULAR_EXPRE
 # One process: every group has one rank, nothing is communicated.
 picotron_cli_test(cli.comm_report_one_rank ${TRAIN} --device cpu --steps 2 --seq-len 16 --micro-batch-size 1 --generate 0 --comm-report)
 set_tests_properties(cli.comm_report_one_rank PROPERTIES PASS_REGULAR_EXPRESSION "no communication")
+# Tensor parallelism's ledger against tensor_parallel/README.md, per step (tiny model: L 4,
+# H 128; one micro-batch of N = 2 x 32 tokens): forward 2L + 1 all-reduces of N*H and 3 of
+# N (the loss), backward 2L + 1 of N*H: 21 calls, 18 N H + 3 N = 147,648 elements.
+add_test(NAME cli.mpi_comm_report_tp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2
+  --steps 2 --seq-len 32 --micro-batch-size 2 --generate 2 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_tp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "world +2 +all_reduce +2 +2 +1 +1\ntp +2 +all_reduce +42 +295296 +21 +147648\n.*arithmetic accuracy")
+picotron_mpi_cli_test(cli.mpi_bad_tp_heads 3
+  "\\[rank 2\\] error: --num-attention-heads 4 is not divisible by --tp 3" ${TRAIN} --tp 3)
+picotron_mpi_cli_test(cli.mpi_bad_tp_kv_heads 4
+  "\\[rank 3\\] error: --num-key-value-heads 2 is not divisible by --tp 4 \\(grouped-query attention" ${TRAIN} --tp 4)

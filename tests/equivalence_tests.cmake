@@ -56,3 +56,24 @@ target_link_options(dp_overlap_test PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(dp_overlap_test REUSE_FROM picotron_runtime)
 picotron_mpi_test(NAME data_parallel.overlap NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
+
+# Tensor parallelism (tensor_parallel/): tp2; tp4 (4 kv heads, so every rank holds one);
+# tp2 x dp2 with grad-acc 2; an untied lm_head; float32 with naive data parallelism.
+# The float32 case uses --adam-eps 1e-6: float32 reordering noise is ~1e-7 of the
+# largest gradient, and Adam turns an element whose gradient is below that noise into a
+# full-size step of either sign (its update is g / (|g| + eps)); with the default 1e-8
+# that gives parameter errors of ~4e-5 at tp2 (and 9e-6 already at dp2), with 1e-6 the
+# comparison sees tensor parallelism's arithmetic (4e-6), not Adam's sign amplification.
+picotron_equivalence(tp2 NP 2 ARGS --tp 2)
+picotron_equivalence(tp4 NP 4 ARGS --tp 4 --num-key-value-heads 4)
+picotron_equivalence(tp2_dp2_acc2 NP 4 ARGS --tp 2 --dp 2 --grad-acc-steps 2)
+picotron_equivalence(tp2_untied NP 2 ARGS --tp 2 --tie-word-embeddings=false)
+picotron_equivalence(tp2_dp2_fp32 NP 4 RTOL 1e-5 DTYPE fp32 ARGS --tp 2 --dp 2 --dp-mode naive --adam-eps 1e-6)
+
+# f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
+add_executable(tensor_parallel_tests test_tensor_parallel.cpp)
+target_link_libraries(tensor_parallel_tests PRIVATE picotron_core)
+target_link_options(tensor_parallel_tests PRIVATE ${PICOTRON_LINK_FLAGS})
+target_precompile_headers(tensor_parallel_tests REUSE_FROM picotron_runtime)
+picotron_mpi_test(NAME tensor_parallel.np4 NP 4 TIMEOUT 120 COMMAND $<TARGET_FILE:tensor_parallel_tests>
+  PASS_REGEX "[1-9][0-9]* passed, 0 failed")

@@ -1,0 +1,144 @@
+// tensor_parallel/tensor_parallel.cpp — see tensor_parallel.h for the picture and the math.
+#include "tensor_parallel/tensor_parallel.h"
+
+namespace picotron {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+namespace {
+
+// A Comm* through autograd's saved data (an IValue holds an int64).
+int64_t as_saved(Comm& c) { return reinterpret_cast<int64_t>(&c); }
+Comm& from_saved(AutogradContext* ctx) { return *reinterpret_cast<Comm*>(ctx->saved_data["tp"].toInt()); }
+
+// Sum `x` over the tp group into a fresh contiguous tensor (never in place on a
+// tensor autograd may still need).
+torch::Tensor all_reduced(const torch::Tensor& x, Comm& tp) {
+  auto out = x.contiguous().clone();  // [...]
+  tp.all_reduce(out, ReduceOp::kSum);
+  return out;
+}
+
+// f: fwd identity, bwd all-reduce over tp.
+struct CopyToTp : torch::autograd::Function<CopyToTp> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_reduced(grads[0], from_saved(ctx)), torch::Tensor()};
+  }
+};
+
+// g: fwd all-reduce over tp, bwd identity.
+struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    return all_reduced(x, *reinterpret_cast<Comm*>(tp));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+// Cross-entropy from vocabulary shards: three all-reduces of N numbers forward, none backward.
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t vocab_offset, int64_t tp_ptr) {
+    Comm& tp = *reinterpret_cast<Comm*>(tp_ptr);
+    torch::NoGradGuard no_grad;
+    const int64_t n = logits.size(0), local_vocab = logits.size(1);
+    auto m = std::get<0>(logits.max(/*dim=*/1)).contiguous();                // [N] local max
+    tp.all_reduce(m, ReduceOp::kMax);                                          // [N] global max
+    auto e = (logits - m.unsqueeze(1)).exp_();                                // [N, V/tp] exp(z - m)
+    auto z = e.sum(/*dim=*/1).contiguous();                                    // [N] local sum
+    tp.all_reduce(z, ReduceOp::kSum);                                          // [N] Z
+    auto local_t = targets - vocab_offset;                                     // [N] target's local column
+    auto mine = (local_t >= 0).logical_and(local_t < local_vocab);            // [N] this rank holds it
+    auto index = local_t.clamp(0, local_vocab - 1).unsqueeze(1);              // [N, 1]
+    auto target_logit = (logits.gather(1, index).squeeze(1) - m) * mine;      // [N] z_t - m, or 0
+    target_logit = target_logit.contiguous();
+    tp.all_reduce(target_logit, ReduceOp::kSum);                               // [N] from its holder
+    ctx->save_for_backward({e.div_(z.unsqueeze(1)), index, mine});             // softmax [N, V/tp]
+    ctx->saved_data["n"] = n;
+    return (z.log() - target_logit).mean();                                    // scalar
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto dlogits = saved[0].clone();                                           // softmax [N, V/tp]
+    const auto& index = saved[1];
+    const auto mine = saved[2].to(dlogits.scalar_type()).unsqueeze(1);        // [N, 1]
+    dlogits.scatter_add_(1, index, -mine);                                     // - one-hot of the target
+    dlogits.mul_(grads[0] / double(ctx->saved_data["n"].toInt()));            // d(mean) / dz
+    return {dlogits, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+torch::Tensor copy_to_tp(const torch::Tensor& x, Comm& tp) { return CopyToTp::apply(x, as_saved(tp)); }
+torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& tp) { return ReduceFromTp::apply(x, as_saved(tp)); }
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                           int64_t vocab_offset, Comm& tp) {
+  return VocabParallelCrossEntropy::apply(logits, targets, vocab_offset, as_saved(tp));
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(torch::Tensor w, int64_t offset, Comm& tp)
+    : vocab_offset(offset), tp_(&tp) {
+  weight = register_parameter("weight", w);
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  auto local = ids - vocab_offset;                                            // [B, S]
+  auto mine = (local >= 0).logical_and(local < weight.size(0));              // [B, S]
+  auto rows = torch::embedding(weight, local.clamp(0, weight.size(0) - 1));   // [B, S, H]
+  rows = rows * mine.unsqueeze(-1).to(rows.scalar_type());                    // zeros for others' ids
+  return reduce_from_tp(rows, *tp_);                                          // [B, S, H] (g)
+}
+
+void shard_for_tensor_parallel(ShardPlan& plan, int index, int count) {
+  for (auto& [name, r] : plan) {
+    for (const char* column : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight"})
+      if (ends_with(name, column)) r.split(/*dim=*/0, Axis::kTp, index, count);  // output features
+    for (const char* row : {"o_proj.weight", "down_proj.weight"})
+      if (ends_with(name, row)) r.split(/*dim=*/1, Axis::kTp, index, count);     // input features
+    if (name == "model.embed_tokens.weight" || name == "lm_head.weight")
+      r.split(/*dim=*/0, Axis::kTp, index, count);                              // vocabulary rows
+  }
+}
+
+void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp) {
+  auto& m = *model;
+  // Blocks: f before the column-parallel projections, g after the row-parallel one.
+  // (The projections themselves are plain linears of the plan's local shapes.)
+  for (auto& [index, layer] : m.model->layers->items) {
+    for (auto* block : {&layer->self_attn->enter, &layer->mlp->enter})
+      *block = [&tp](const torch::Tensor& x) { return copy_to_tp(x, tp); };
+    for (auto* block : {&layer->self_attn->exit, &layer->mlp->exit})
+      *block = [&tp](const torch::Tensor& x) { return reduce_from_tp(x, tp); };
+  }
+  // Embedding: keep the model's [V/tp, H] slice, looked up vocab-parallel.
+  const int64_t local_vocab = m.head_weight().size(0);
+  const int64_t vocab_offset = int64_t(tp.rank()) * local_vocab;  // V divisible by tp (validated)
+  if (!m.model->embed_tokens.is_empty()) {
+    auto weight = m.model->embed_tokens.ptr()->named_parameters(/*recurse=*/false)["weight"];
+    replace_slot(*m.model, "embed_tokens", m.model->embed_tokens,
+                 torch::nn::AnyModule(VocabParallelEmbedding(weight, vocab_offset, tp)));
+  }
+  // Head: [B, S, H] -> f -> [B, S, V/tp] logits; loss: vocab-parallel cross-entropy.
+  LlamaForCausalLMImpl* self = &m;
+  m.head = [self, &tp](const torch::Tensor& hidden) {
+    return torch::linear(copy_to_tp(hidden, tp), self->head_weight());  // [B, S, V/tp]
+  };
+  m.loss_fn = [self, &tp, vocab_offset](const torch::Tensor& hidden, const torch::Tensor& targets) {
+    auto logits = self->logits(hidden);                                   // [B, S, V/tp]
+    const auto wide = logits.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(wide), targets.reshape({-1}),
+                                        vocab_offset, tp);
+  };
+}
+
+}  // namespace picotron
