@@ -83,7 +83,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const ShardPlan plan = plan_of(mesh.coords());
   LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
   // Techniques replace the model's slots here, one line each (see model.h).
-  if (cfg.tp > 1) apply_tensor_parallel(model, mesh.tp());  // f/g around blocks, vocab-parallel embedding + loss
+  if (cfg.tp > 1) apply_tensor_parallel(model, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 
@@ -121,6 +121,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
       loss_sum += loss.detach().to(torch::kFloat64);
     }
     data_parallel.finish_gradient_sync();  // main grads now hold the cp x dp average
+    if (cfg.sp) sync_sequence_parallel_grads(optimizer.params(), mesh.tp());  // norm gains saw S/tp tokens
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
     const double norm = global_grad_norm(optimizer.params(), mesh.world(), mesh.coords()) / scaler.scale();

@@ -144,6 +144,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("tp", "tensor-parallel size", cxxopts::value<int>()->default_value("1"))
     ("pp", "pipeline-parallel size", cxxopts::value<int>()->default_value("1"))
     ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
     ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
     ("dp-bucket-mb", "bucket size of bucketed data parallelism, MiB", cxxopts::value<double>()->default_value(s(d.dp_bucket_mb)))
     ("timeout-s", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", cxxopts::value<int>()->default_value(s(d.timeout_s)));
@@ -212,6 +213,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.tp = r["tp"].as<int>();
     c.pp = r["pp"].as<int>();
     c.cp = r["cp"].as<int>();
+    c.sp = r.count("sp") > 0 && r["sp"].as<bool>();
     const std::string mode = r["dp-mode"].as<std::string>();
     if (mode == "naive") c.dp_mode = DpMode::kNaive;
     else if (mode == "bucketed") c.dp_mode = DpMode::kBucketed;
@@ -299,6 +301,11 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
          "--num-key-value-heads " + str(m.num_key_value_heads) + " is not divisible by --tp " + str(c.tp) +
              " (grouped-query attention: every tp rank needs whole key/value heads; use --tp <= " +
              str(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
+  }
+  if (c.sp) {
+    need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
+    need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + str(c.seq_len) + " is not divisible by --tp " + str(c.tp) +
+                                                " (--sp splits the sequence over tp)");
   }
   for (auto [flag, v] : {std::pair{"--pp", c.pp}, {"--cp", c.cp}})
     need(v == 1, std::string(flag) + " " + str(v) + ": this parallelism is not yet available (only --dp, --tp)");

@@ -77,6 +77,7 @@ struct TrainConfig {
   std::string data = "arithmetic";     // arithmetic | synthetic | text file | token .bin file or dir
   // --- parallelism ---
   int dp = 1, tp = 1, pp = 1, cp = 1;  // mesh sizes; dp*pp*cp*tp must equal the world size
+  bool sp = false;                     // sequence parallelism: activations between blocks split along S over tp
   DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
   double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job

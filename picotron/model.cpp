@@ -103,6 +103,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RopeTables
   auto k = k_proj.forward(x);  // [B, S, nKV*Hd]
   auto v = v_proj.forward(x);  // [B, S, nKV*Hd]
   const int64_t n_heads = q.size(-1) / head_dim, n_kv = k.size(-1) / head_dim;  // from the tensors
+  TORCH_CHECK(rope.cos.size(0) == s, "attention sees ", s, " tokens but the RoPE tables cover ", rope.cos.size(0),
+              " positions");
   q = apply_rope(q.view({b, s, n_heads, head_dim}).transpose(1, 2), rope);      // [B, nH, S, Hd]
   k = apply_rope(k.view({b, s, n_kv, head_dim}).transpose(1, 2), rope);         // [B, nKV, S, Hd]
   v = v.view({b, s, n_kv, head_dim}).transpose(1, 2);                          // [B, nKV, S, Hd]
@@ -216,13 +218,19 @@ torch::Tensor LlamaForCausalLMImpl::loss_from_hidden(const torch::Tensor& hidden
   return F::cross_entropy(z.view({-1, z.size(-1)}), targets.reshape({-1}));  // scalar, mean over B*S
 }
 
+// The positions of the tokens given (0..S-1 unless told): RoPE's, whatever shape the
+// hidden states take in between (sequence parallelism keeps S/tp of them per rank).
+static torch::Tensor positions_of(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  return positions.defined() ? positions : torch::arange(tokens.size(1), torch::kInt64);  // [S]
+}
+
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
-  return logits(final_norm(run_layers(embed(tokens), positions)));  // [B, S, V]
+  return logits(final_norm(run_layers(embed(tokens), positions_of(tokens, positions))));  // [B, S, V]
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
                                          const torch::Tensor& positions) {
-  return loss_from_hidden(final_norm(run_layers(embed(tokens), positions)), targets);
+  return loss_from_hidden(final_norm(run_layers(embed(tokens), positions_of(tokens, positions))), targets);
 }
 
 const RopeTables& LlamaForCausalLMImpl::rope_for(const torch::Tensor& positions, int64_t seq_len,
@@ -230,7 +238,7 @@ const RopeTables& LlamaForCausalLMImpl::rope_for(const torch::Tensor& positions,
   // [S] int64 on the CPU; no positions means 0..S-1. Comparing S integers is cheap.
   const torch::Tensor pos = positions.defined() ? positions.to(torch::kCPU, torch::kInt64)
                                                 : torch::arange(seq_len, torch::kInt64);
-  TORCH_CHECK(pos.dim() == 1 && pos.size(0) == seq_len, "positions must be [S] = [", seq_len, "], got ", pos.sizes());
+  TORCH_CHECK(pos.dim() == 1, "positions must be [S], got ", pos.sizes());
   const bool same_positions = rope_positions_.defined() && rope_positions_.size(0) == seq_len &&
                               torch::equal(pos, rope_positions_);
   if (!same_positions || rope_cache_.cos.scalar_type() != dtype || rope_cache_.cos.device() != device) {

@@ -1,6 +1,8 @@
 // tensor_parallel/tensor_parallel.cpp — see tensor_parallel.h for the picture and the math.
 #include "tensor_parallel/tensor_parallel.h"
 
+#include <algorithm>
+
 namespace picotron {
 
 using torch::autograd::AutogradContext;
@@ -37,6 +39,48 @@ struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
     return all_reduced(x, *reinterpret_cast<Comm*>(tp));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
+};
+
+// [B, S/tp, H] -> [B, S, H]: every rank's chunk of the sequence, in rank order.
+torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp) {
+  auto chunk = x.transpose(0, 1).contiguous();  // [S/tp, B, H]: the sequence leads, chunks stack
+  auto sizes = chunk.sizes().vec();
+  sizes[0] *= tp.size();
+  auto whole = torch::empty(sizes, chunk.options());  // [S, B, H]
+  tp.all_gather(whole, chunk);
+  return whole.transpose(0, 1);  // [B, S, H]
+}
+
+// [B, S, H] partial sums -> [B, S/tp, H]: this rank's chunk of the sum over tp.
+torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp) {
+  auto whole = x.transpose(0, 1).contiguous();  // [S, B, H]
+  auto sizes = whole.sizes().vec();
+  sizes[0] /= tp.size();
+  auto chunk = torch::empty(sizes, whole.options());  // [S/tp, B, H]
+  tp.reduce_scatter(chunk, whole, ReduceOp::kSum);
+  return chunk.transpose(0, 1);  // [B, S/tp, H]
+}
+
+// fwd: all-gather along S   bwd: reduce-scatter along S
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return all_gather_seq(x, *reinterpret_cast<Comm*>(tp));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduce_scatter_seq(grads[0], from_saved(ctx)), torch::Tensor()};
+  }
+};
+
+// fwd: reduce-scatter along S   bwd: all-gather along S
+struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return reduce_scatter_seq(x, *reinterpret_cast<Comm*>(tp));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {all_gather_seq(grads[0], from_saved(ctx)), torch::Tensor()};
+  }
 };
 
 // Cross-entropy from vocabulary shards: three all-reduces of N numbers forward, none backward.
@@ -80,14 +124,18 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, Comm& tp) { return CopyToTp::apply(x, as_saved(tp)); }
 torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& tp) { return ReduceFromTp::apply(x, as_saved(tp)); }
+torch::Tensor gather_sequence(const torch::Tensor& x, Comm& tp) { return GatherSequence::apply(x, as_saved(tp)); }
+torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, Comm& tp) {
+  return ReduceScatterSequence::apply(x, as_saved(tp));
+}
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                            int64_t vocab_offset, Comm& tp) {
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_offset, as_saved(tp));
 }
 
-VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(torch::Tensor w, int64_t offset, Comm& tp)
-    : vocab_offset(offset), tp_(&tp) {
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(torch::Tensor w, int64_t offset, Comm& tp, bool sp)
+    : vocab_offset(offset), sequence_parallel(sp), tp_(&tp) {
   weight = register_parameter("weight", w);
 }
 
@@ -96,6 +144,7 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   auto mine = (local >= 0).logical_and(local < weight.size(0));              // [B, S]
   auto rows = torch::embedding(weight, local.clamp(0, weight.size(0) - 1));   // [B, S, H]
   rows = rows * mine.unsqueeze(-1).to(rows.scalar_type());                    // zeros for others' ids
+  if (sequence_parallel) return reduce_scatter_sequence(rows, *tp_);         // [B, S/tp, H]
   return reduce_from_tp(rows, *tp_);                                          // [B, S, H] (g)
 }
 
@@ -110,15 +159,20 @@ void shard_for_tensor_parallel(ShardPlan& plan, int index, int count) {
   }
 }
 
-void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp) {
+void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp, bool sp) {
   auto& m = *model;
+  // f / g, or their sequence versions under SP: [B, S(/tp), H] -> [B, S, H] -> [B, S(/tp), H].
+  BlockMap enter = [&tp](const torch::Tensor& x) { return copy_to_tp(x, tp); };
+  BlockMap exit = [&tp](const torch::Tensor& x) { return reduce_from_tp(x, tp); };
+  if (sp) {
+    enter = [&tp](const torch::Tensor& x) { return gather_sequence(x, tp); };
+    exit = [&tp](const torch::Tensor& x) { return reduce_scatter_sequence(x, tp); };
+  }
   // Blocks: f before the column-parallel projections, g after the row-parallel one.
   // (The projections themselves are plain linears of the plan's local shapes.)
   for (auto& [index, layer] : m.model->layers->items) {
-    for (auto* block : {&layer->self_attn->enter, &layer->mlp->enter})
-      *block = [&tp](const torch::Tensor& x) { return copy_to_tp(x, tp); };
-    for (auto* block : {&layer->self_attn->exit, &layer->mlp->exit})
-      *block = [&tp](const torch::Tensor& x) { return reduce_from_tp(x, tp); };
+    layer->self_attn->enter = layer->mlp->enter = enter;
+    layer->self_attn->exit = layer->mlp->exit = exit;
   }
   // Embedding: keep the model's [V/tp, H] slice, looked up vocab-parallel.
   const int64_t local_vocab = m.head_weight().size(0);
@@ -126,12 +180,12 @@ void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp) {
   if (!m.model->embed_tokens.is_empty()) {
     auto weight = m.model->embed_tokens.ptr()->named_parameters(/*recurse=*/false)["weight"];
     replace_slot(*m.model, "embed_tokens", m.model->embed_tokens,
-                 torch::nn::AnyModule(VocabParallelEmbedding(weight, vocab_offset, tp)));
+                 torch::nn::AnyModule(VocabParallelEmbedding(weight, vocab_offset, tp, sp)));
   }
   // Head: [B, S, H] -> f -> [B, S, V/tp] logits; loss: vocab-parallel cross-entropy.
   LlamaForCausalLMImpl* self = &m;
-  m.head = [self, &tp](const torch::Tensor& hidden) {
-    return torch::linear(copy_to_tp(hidden, tp), self->head_weight());  // [B, S, V/tp]
+  m.head = [self, enter](const torch::Tensor& hidden) {
+    return torch::linear(enter(hidden), self->head_weight());  // [B, S(/tp), H] -> [B, S, V/tp]
   };
   m.loss_fn = [self, &tp, vocab_offset](const torch::Tensor& hidden, const torch::Tensor& targets) {
     auto logits = self->logits(hidden);                                   // [B, S, V/tp]
@@ -139,6 +193,25 @@ void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp) {
     return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(wide), targets.reshape({-1}),
                                         vocab_offset, tp);
   };
+}
+
+void sync_sequence_parallel_grads(std::vector<TrainableParam>& params, Comm& tp) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;  // the main grads of what tp does not split: the norm gains
+  for (auto& p : params) {
+    const auto& axes = p.record.replica_axes;
+    if (std::find(axes.begin(), axes.end(), Axis::kTp) != axes.end()) grads.push_back(p.main_grad);
+  }
+  if (grads.empty()) return;
+  std::vector<torch::Tensor> parts;
+  for (auto& g : grads) parts.push_back(g.reshape({-1}));
+  auto flat = torch::cat(parts);  // [(2L + 1) H]: one call instead of one per gain
+  tp.all_reduce(flat, ReduceOp::kSum);
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+    offset += g.numel();
+  }
 }
 
 }  // namespace picotron

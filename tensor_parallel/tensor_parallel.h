@@ -31,6 +31,23 @@
 //   forward:  2 L all-reduces of N·H (g) + 1 of N·H (embedding g) + 3 of N (loss)
 //   backward: 2 L all-reduces of N·H (f) + 1 of N·H (the head's f)
 //
+// Sequence parallelism (--sp; Korthikanti et al., arXiv 2205.05198). Between the blocks,
+// the residual stream and the RMSNorms need no weights split: split them along the
+// sequence instead, [B, S/tp, H] per rank, and f/g become their sequence versions:
+//
+//   [B,S/tp,H] ─norm─ all-gather(S) ─[B,S,H]─ block ─ reduce-scatter(S) ─[B,S/tp,H] ─ + residual
+//
+//   gather_sequence           fwd: all-gather along S       bwd: reduce-scatter along S
+//   reduce_scatter_sequence   fwd: reduce-scatter along S   bwd: all-gather along S
+//
+// An all-reduce is a reduce-scatter then an all-gather, so the volume is the same as
+// without SP, while activation memory between blocks drops by tp. The norm gains are
+// replicated, but each rank now sees only S/tp of the tokens: their gradients must be
+// summed over tp after backward (sync_sequence_parallel_grads).
+//   forward:  2L+1 all-gathers and 2L+1 reduce-scatters of N·H, 3 all-reduces of N
+//   backward: 2L+1 reduce-scatters and 2L+1 all-gathers of N·H
+//   per step: 1 all-reduce of the norm gains' gradients, (2L + 1)·H
+//
 // Test: ctest -R tensor_parallel ; equivalence: ctest -R equivalence.tp
 #pragma once
 
@@ -38,6 +55,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/model.h"
+#include "picotron/optim.h"
 #include "picotron/shard.h"
 
 namespace picotron {
@@ -45,15 +63,21 @@ namespace picotron {
 // ---- the conjugate communication ops (Megatron's f and g) ----------------------------
 torch::Tensor copy_to_tp(const torch::Tensor& x, Comm& tp);      // fwd: identity   bwd: all-reduce over tp
 torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& tp);  // fwd: all-reduce over tp   bwd: identity
+// ... and their sequence-parallel versions, [B, S/tp, H] <-> [B, S, H] (rank r holds
+// positions [r·S/tp, (r+1)·S/tp)).
+torch::Tensor gather_sequence(const torch::Tensor& x, Comm& tp);          // fwd: all-gather along S   bwd: reduce-scatter along S
+torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, Comm& tp);  // fwd: reduce-scatter along S   bwd: all-gather along S
 
 // Rows [offset, offset + V/tp) of the embedding; out-of-range ids give zeros before g.
 class VocabParallelEmbeddingImpl : public torch::nn::Module {
  public:
   // `weight`: this rank's [V/tp, H] slice (the tensor the model built; kept, not copied).
-  VocabParallelEmbeddingImpl(torch::Tensor weight, int64_t vocab_offset, Comm& tp);
-  torch::Tensor forward(const torch::Tensor& ids);  // [B, S] -> [B, S, H]
+  // sequence_parallel: hand on [B, S/tp, H] (a reduce-scatter instead of g's all-reduce).
+  VocabParallelEmbeddingImpl(torch::Tensor weight, int64_t vocab_offset, Comm& tp, bool sequence_parallel);
+  torch::Tensor forward(const torch::Tensor& ids);  // [B, S] -> [B, S, H] (SP: [B, S/tp, H])
   torch::Tensor weight;                              // [V/tp, H]
   int64_t vocab_offset;
+  bool sequence_parallel;
 
  private:
   Comm* tp_;
@@ -73,7 +97,12 @@ void shard_for_tensor_parallel(ShardPlan& plan, int index, int count);
 
 // Wire the model built from that plan: f/g around every attention and MLP block, the
 // vocab-parallel embedding, a head that gives [B, S, V/tp] logits, and the
-// vocab-parallel cross-entropy as the loss. `tp` must outlive the model.
-void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp);
+// vocab-parallel cross-entropy as the loss; with sequence_parallel, their sequence
+// versions (the stream between blocks is [B, S/tp, H]). `tp` must outlive the model.
+void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp, bool sequence_parallel);
+
+// Sequence parallelism: sum over tp the gradients of the parameters replicated over tp
+// (the norm gains, which each saw S/tp of the tokens). One all-reduce of all of them.
+void sync_sequence_parallel_grads(std::vector<TrainableParam>& params, Comm& tp);
 
 }  // namespace picotron

@@ -105,6 +105,16 @@ add_test(NAME cli.mpi_comm_report_tp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} 
 set_tests_properties(cli.mpi_comm_report_tp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "world +2 +all_reduce +2 +2 +1 +1\ntp +2 +all_reduce +42 +295296 +21 +147648\n.*arithmetic accuracy")
+# With --sp the same volume travels as all-gathers and reduce-scatters: per step 2L + 1 = 9
+# of each forward and 9 backward (18 calls of N*H = 8,192: 147,456 elements), the loss's 3
+# all-reduces of N and one all-reduce of the norm gains' gradients, (2L + 1) H = 1,152.
+add_test(NAME cli.mpi_comm_report_tp2_sp COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2 --sp
+  --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_tp2_sp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "tp +2 +all_reduce +8 +2688 +4 +1344\ntp +2 +all_gather +36 +294912 +18 +147456\ntp +2 +reduce_scatter +36 +294912 +18 +147456\n")
+picotron_mpi_cli_test(cli.mpi_bad_sp_seq_len 2
+  "\\[rank 1\\] error: --seq-len 33 is not divisible by --tp 2 \\(--sp splits the sequence over tp\\)" ${TRAIN} --tp 2 --sp --seq-len 33)
 picotron_mpi_cli_test(cli.mpi_bad_tp_heads 3
   "\\[rank 2\\] error: --num-attention-heads 4 is not divisible by --tp 3" ${TRAIN} --tp 3)
 picotron_mpi_cli_test(cli.mpi_bad_tp_kv_heads 4

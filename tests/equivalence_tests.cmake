@@ -69,6 +69,11 @@ picotron_equivalence(tp4 NP 4 ARGS --tp 4 --num-key-value-heads 4)
 picotron_equivalence(tp2_dp2_acc2 NP 4 ARGS --tp 2 --dp 2 --grad-acc-steps 2)
 picotron_equivalence(tp2_untied NP 2 ARGS --tp 2 --tie-word-embeddings=false)
 picotron_equivalence(tp2_dp2_fp32 NP 4 RTOL 1e-5 DTYPE fp32 ARGS --tp 2 --dp 2 --dp-mode naive --adam-eps 1e-6)
+# Sequence parallelism: tp2+sp, tp4+sp, tp2+sp x dp2 (bucketed, grad-acc 2). Without the
+# sum of the norm gains' gradients over tp these fail (tried).
+picotron_equivalence(tp2_sp NP 2 ARGS --tp 2 --sp)
+picotron_equivalence(tp4_sp NP 4 ARGS --tp 4 --sp --num-key-value-heads 4)
+picotron_equivalence(tp2_sp_dp2_acc2 NP 4 ARGS --tp 2 --sp --dp 2 --grad-acc-steps 2 --dp-bucket-mb 0.05)
 
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)

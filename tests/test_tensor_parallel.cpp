@@ -2,6 +2,7 @@
 // tensor_parallel), at tp 4 and at tp 2 (dp 2 x tp 2). Each gives the same output and
 // the same input and weight gradients as the single-process op, fp64, within 1e-12
 // (the same sums in another order):
+//   sequence parallelism    all-gather / reduce-scatter along S, forward and backward
 //   column-parallel linear  f, then x W_r^T            -> this rank's output columns
 //   row-parallel linear     x_r W_r^T, then g          -> the whole output
 //   vocab-parallel embedding                           -> the whole lookup
@@ -73,13 +74,42 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(xr.grad(), x.grad().narrow(2, r * O / p, O / p)) < 1e-12, tag + "row-parallel input grad", rank);
     check(rel_err(wr.grad(), w.grad().narrow(1, r * O / p, O / p)) < 1e-12, tag + "row-parallel weight grad", rank);
   }
+  // ---- sequence parallelism: all-gather / reduce-scatter along S and their backwards ----
+  {
+    const int64_t Sp = 2, S_all = Sp * p;  // S/tp positions per rank
+    // gather_sequence: rank r's chunk of x -> the whole x; backward sums every rank's
+    // gradient of the whole x and hands rank r its chunk.
+    auto x = shared_randn({B, S_all, H}, 20);
+    auto xr = x.narrow(1, r * Sp, Sp).clone().requires_grad_();  // [B, S/tp, H]
+    auto y = gather_sequence(xr, tp);                             // [B, S, H]
+    y.backward(shared_randn({B, S_all, H}, 100 + r));            // rank r's own upstream gradient
+    auto summed = torch::zeros({B, S_all, H}, kF64);
+    for (int q = 0; q < p; ++q) summed += shared_randn({B, S_all, H}, 100 + q);
+    check(rel_err(y, x) < 1e-12, tag + "gather_sequence output", rank);
+    check(rel_err(xr.grad(), summed.narrow(1, r * Sp, Sp)) < 1e-12, tag + "gather_sequence grad (reduce-scatter)", rank);
+    // reduce_scatter_sequence: every rank's partial sums -> rank r's chunk of their sum;
+    // backward gathers every rank's chunk gradient.
+    auto part = shared_randn({B, S_all, H}, 200 + r).requires_grad_();  // rank r's partial sums
+    auto z = reduce_scatter_sequence(part, tp);                          // [B, S/tp, H]
+    z.backward(shared_randn({B, Sp, H}, 300 + r));
+    auto total = torch::zeros({B, S_all, H}, kF64);
+    std::vector<torch::Tensor> chunk_grads;
+    for (int q = 0; q < p; ++q) {
+      total += shared_randn({B, S_all, H}, 200 + q);
+      chunk_grads.push_back(shared_randn({B, Sp, H}, 300 + q));
+    }
+    check(rel_err(z, total.narrow(1, r * Sp, Sp)) < 1e-12, tag + "reduce_scatter_sequence output", rank);
+    check(rel_err(part.grad(), torch::cat(chunk_grads, /*dim=*/1)) < 1e-12,
+          tag + "reduce_scatter_sequence grad (all-gather)", rank);
+  }
   // ---- vocab-parallel embedding ----
   {
     auto ids = torch::randint(0, V, {B, S}, at::detail::createCPUGenerator(7), torch::kInt64);
     auto w = shared_randn({V, H}, 8).requires_grad_();
     auto y = torch::embedding(w, ids);
     (y * shared_randn({B, S, H}, 9)).sum().backward();
-    VocabParallelEmbedding emb(w.detach().narrow(0, r * V / p, V / p).clone().requires_grad_(), r * V / p, tp);
+    VocabParallelEmbedding emb(w.detach().narrow(0, r * V / p, V / p).clone().requires_grad_(), r * V / p, tp,
+                               /*sequence_parallel=*/false);
     auto yr = emb->forward(ids);
     (yr * shared_randn({B, S, H}, 9)).sum().backward();
     check(rel_err(yr, y.detach()) < 1e-12, tag + "vocab-parallel embedding output", rank);
