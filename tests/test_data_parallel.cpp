@@ -17,15 +17,13 @@
 #include "picotron/model.h"
 #include "picotron/optim.h"
 
+#include "mpi_check.h"
+
 using namespace picotron;
 
 namespace {
 
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  (ok ? passed : failed)++;
-  if (!ok) std::cerr << "[rank " << rank << "] FAILED: " << what << std::endl;
-}
+using testing::check;
 
 LlamaConfig config() {
   LlamaConfig c = preset("tiny");
@@ -126,6 +124,5 @@ int main() {
           "a second backward without prepare_backward throws (got: '" + error.substr(0, 80) + "')", rank);
   }
   world.barrier();
-  std::cout << "[rank " << rank << "] " << passed << " passed, " << failed << " failed" << std::endl;
-  return failed ? 1 : 0;
+  return testing::summary(rank);
 }

@@ -22,15 +22,13 @@
 #include "picotron/optim.h"
 #include "picotron/shard.h"
 
+#include "mpi_check.h"
+
 using namespace picotron;
 
 namespace {
 
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  (ok ? passed : failed)++;
-  if (!ok) std::cerr << "[rank " << rank << "] FAILED: " << what << std::endl;
-}
+using testing::check;
 
 LlamaConfig config() {
   LlamaConfig c;
@@ -148,6 +146,5 @@ int main() {
     std::cerr << "[rank " << rank << "] FAILED: exception: " << e.what() << std::endl;
     dist.abort_job(1);
   }
-  std::cout << "[rank " << rank << "] " << passed << " passed, " << failed << " failed" << std::endl;
-  return failed ? 1 : 0;
+  return testing::summary(rank);
 }

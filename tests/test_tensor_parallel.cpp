@@ -19,15 +19,13 @@
 #include "picotron/mesh.h"
 #include "tensor_parallel/tensor_parallel.h"
 
+#include "mpi_check.h"
+
 using namespace picotron;
 
 namespace {
 
-int passed = 0, failed = 0;
-void check(bool ok, const std::string& what, int rank) {
-  (ok ? passed : failed)++;
-  if (!ok) std::cerr << "[rank " << rank << "] FAILED: " << what << std::endl;
-}
+using testing::check;
 
 double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(1e-300, b.abs().max().item<double>());
@@ -150,6 +148,5 @@ int main() {
     std::cerr << "[rank " << rank << "] FAILED: exception: " << e.what() << std::endl;
     dist.abort_job(1);  // the others may wait in a collective this rank will never join
   }
-  std::cout << "[rank " << rank << "] " << passed << " passed, " << failed << " failed" << std::endl;
-  return failed ? 1 : 0;
+  return testing::summary(rank);
 }
