@@ -3,8 +3,15 @@
 // line ctest's PASS_REGULAR_EXPRESSION reads: "[rank r] N passed, M failed".
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <iostream>
 #include <string>
+
+#include <torch/torch.h>
+
+#include "picotron/comm.h"
+#include "picotron/distributed.h"
 
 namespace picotron::testing {
 
@@ -19,6 +26,26 @@ inline void check(bool ok, const std::string& what, int rank) {
 inline int summary(int rank) {
   std::cout << "[rank " << rank << "] " << passed << " passed, " << failed << " failed" << std::endl;
   return failed ? 1 : 0;
+}
+
+// main() of a CPU test on exactly `ranks` processes: launch, one intra-op thread, the
+// world Comm (60 s timeout), then `body`. A rank that throws ends the job at once (the
+// others may be inside a collective it will never join). Returns the exit code.
+inline int run_on_ranks(int ranks, const std::function<void(Comm& world)>& body) {
+  Distributed dist(detect_launch(process_environment()));
+  torch::set_num_threads(1);
+  Comm world = Comm::world(dist, torch::kCPU, std::chrono::seconds(60));
+  if (world.size() != ranks) {
+    std::cerr << "run with " << ranks << " ranks (mpirun -np " << ranks << ")" << std::endl;
+    return 2;
+  }
+  try {
+    body(world);
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << world.rank() << "] FAILED: exception: " << e.what() << std::endl;
+    dist.abort_job(1);
+  }
+  return summary(world.rank());
 }
 
 }  // namespace picotron::testing

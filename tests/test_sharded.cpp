@@ -130,21 +130,8 @@ void run_mesh(Comm& world, const MeshShape& shape) {
 }  // namespace
 
 int main() {
-  Distributed dist(detect_launch(process_environment()));
-  torch::set_num_threads(1);
-  Comm world = Comm::world(dist, torch::kCPU, std::chrono::seconds(60));
-  const int rank = world.rank();
-  if (world.size() != 4) {
-    std::cerr << "run with 4 ranks" << std::endl;
-    return 2;
-  }
-  try {
+  return testing::run_on_ranks(4, [](Comm& world) {
     run_mesh(world, MeshShape{/*dp=*/2, /*pp=*/1, /*cp=*/1, /*tp=*/2});
     run_mesh(world, MeshShape{/*dp=*/1, /*pp=*/2, /*cp=*/1, /*tp=*/2});
-  } catch (const std::exception& e) {
-    // The other ranks may be inside a collective this rank will never join: end the job.
-    std::cerr << "[rank " << rank << "] FAILED: exception: " << e.what() << std::endl;
-    dist.abort_job(1);
-  }
-  return testing::summary(rank);
+  });
 }

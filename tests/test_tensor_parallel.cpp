@@ -133,20 +133,8 @@ void run(Comm& world, const MeshShape& shape) {
 }  // namespace
 
 int main() {
-  Distributed dist(detect_launch(process_environment()));
-  torch::set_num_threads(1);
-  Comm world = Comm::world(dist, torch::kCPU, std::chrono::seconds(60));
-  const int rank = world.rank();
-  if (world.size() != 4) {
-    std::cerr << "run with 4 ranks" << std::endl;
-    return 2;
-  }
-  try {
+  return testing::run_on_ranks(4, [](Comm& world) {
     run(world, MeshShape{/*dp=*/1, /*pp=*/1, /*cp=*/1, /*tp=*/4});
     run(world, MeshShape{/*dp=*/2, /*pp=*/1, /*cp=*/1, /*tp=*/2});
-  } catch (const std::exception& e) {
-    std::cerr << "[rank " << rank << "] FAILED: exception: " << e.what() << std::endl;
-    dist.abort_job(1);  // the others may wait in a collective this rank will never join
-  }
-  return testing::summary(rank);
+  });
 }
