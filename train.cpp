@@ -53,7 +53,7 @@ void report_error(int rank, const std::string& msg) {
 // a stage's layers, ZeRO-3 shards over dp.
 ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
-  if (cfg.tp > 1) shard_for_tensor_parallel(plan, here.tp, cfg.tp);  // projections, vocabulary over tp
+  if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp
   return plan;
 }
 
@@ -83,7 +83,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const ShardPlan plan = plan_of(mesh.coords());
   LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
   // Techniques replace the model's slots here, one line each (see model.h).
-  if (cfg.tp > 1) apply_tensor_parallel(model, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
+  if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 

@@ -239,7 +239,7 @@ const RopeTables& LlamaForCausalLMImpl::rope_for(const torch::Tensor& positions,
   const torch::Tensor pos = positions.defined() ? positions.to(torch::kCPU, torch::kInt64)
                                                 : torch::arange(seq_len, torch::kInt64);
   TORCH_CHECK(pos.dim() == 1, "positions must be [S], got ", pos.sizes());
-  const bool same_positions = rope_positions_.defined() && rope_positions_.size(0) == seq_len &&
+  const bool same_positions = rope_positions_.defined() && rope_positions_.size(0) == pos.size(0) &&
                               torch::equal(pos, rope_positions_);
   if (!same_positions || rope_cache_.cos.scalar_type() != dtype || rope_cache_.cos.device() != device) {
     rope_positions_ = pos.clone();

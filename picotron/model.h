@@ -175,7 +175,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // ---- the forward pass, in the pieces a pipeline stage runs -------------------
   torch::Tensor embed(const torch::Tensor& tokens);  // [B, S] -> [B, S, H]
   // This rank's layers in order, each through layer_runner. positions: [S] int64, the
-  // RoPE positions of the S tokens attention sees; undefined means 0..x.size(1)-1.
+  // RoPE positions of the S tokens attention sees; undefined means 0..x.size(1)-1. (Under
+  // sequence parallelism x is [B, S/tp, H] and attention sees S tokens: pass the S
+  // positions, as forward() and loss() do.)
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions = {});  // [B, S, H] -> [B, S, H]
   torch::Tensor final_norm(const torch::Tensor& x);                                 // [B, S, H] -> [B, S, H]
   torch::Tensor logits(const torch::Tensor& hidden);                                // head slot: -> [B, S, V]

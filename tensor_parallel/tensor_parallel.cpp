@@ -10,9 +10,12 @@ using torch::autograd::variable_list;
 
 namespace {
 
-// A Comm* through autograd's saved data (an IValue holds an int64).
+// A Comm* through autograd's Function::apply and saved data (an IValue holds an int64).
+// The graph must not outlive the Comm (train.cpp's mesh outlives every step's graph).
+static_assert(sizeof(void*) == sizeof(int64_t), "a pointer must fit an int64");
 int64_t as_saved(Comm& c) { return reinterpret_cast<int64_t>(&c); }
-Comm& from_saved(AutogradContext* ctx) { return *reinterpret_cast<Comm*>(ctx->saved_data["tp"].toInt()); }
+Comm& as_comm(int64_t saved) { return *reinterpret_cast<Comm*>(saved); }
+Comm& from_saved(AutogradContext* ctx) { return as_comm(ctx->saved_data["tp"].toInt()); }
 
 // Sum `x` over the tp group into a fresh contiguous tensor (never in place on a
 // tensor autograd may still need).
@@ -24,8 +27,8 @@ torch::Tensor all_reduced(const torch::Tensor& x, Comm& tp) {
 
 // f: fwd identity, bwd all-reduce over tp.
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
-    ctx->saved_data["tp"] = tp;
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
+    ctx->saved_data["tp"] = tp_ptr;
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -35,37 +38,39 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
 
 // g: fwd all-reduce over tp, bwd identity.
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
-    return all_reduced(x, *reinterpret_cast<Comm*>(tp));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
+    return all_reduced(x, as_comm(tp_ptr));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
 // [B, S/tp, H] -> [B, S, H]: every rank's chunk of the sequence, in rank order.
 torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp) {
-  auto chunk = x.transpose(0, 1).contiguous();  // [S/tp, B, H]: the sequence leads, chunks stack
+  // (Our activations are [B, S, H]; the sequence must lead for rank chunks to stack, so
+  // this costs a transposed copy each way. Megatron keeps [S, B, H] throughout.)
+  auto chunk = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S/tp, B, H]
   auto sizes = chunk.sizes().vec();
   sizes[0] *= tp.size();
   auto whole = torch::empty(sizes, chunk.options());  // [S, B, H]
   tp.all_gather(whole, chunk);
-  return whole.transpose(0, 1);  // [B, S, H]
+  return whole.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S, H]
 }
 
 // [B, S, H] partial sums -> [B, S/tp, H]: this rank's chunk of the sum over tp.
 torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp) {
-  auto whole = x.transpose(0, 1).contiguous();  // [S, B, H]
+  auto whole = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S, B, H]
   auto sizes = whole.sizes().vec();
   sizes[0] /= tp.size();
   auto chunk = torch::empty(sizes, whole.options());  // [S/tp, B, H]
   tp.reduce_scatter(chunk, whole, ReduceOp::kSum);
-  return chunk.transpose(0, 1);  // [B, S/tp, H]
+  return chunk.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S/tp, H]
 }
 
 // fwd: all-gather along S   bwd: reduce-scatter along S
 struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
-    ctx->saved_data["tp"] = tp;
-    return all_gather_seq(x, *reinterpret_cast<Comm*>(tp));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
+    ctx->saved_data["tp"] = tp_ptr;
+    return all_gather_seq(x, as_comm(tp_ptr));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {reduce_scatter_seq(grads[0], from_saved(ctx)), torch::Tensor()};
@@ -74,9 +79,9 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
 
 // fwd: reduce-scatter along S   bwd: all-gather along S
 struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
-    ctx->saved_data["tp"] = tp;
-    return reduce_scatter_seq(x, *reinterpret_cast<Comm*>(tp));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
+    ctx->saved_data["tp"] = tp_ptr;
+    return reduce_scatter_seq(x, as_comm(tp_ptr));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {all_gather_seq(grads[0], from_saved(ctx)), torch::Tensor()};
@@ -87,7 +92,7 @@ struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> 
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
                                int64_t vocab_offset, int64_t tp_ptr) {
-    Comm& tp = *reinterpret_cast<Comm*>(tp_ptr);
+    Comm& tp = as_comm(tp_ptr);
     torch::NoGradGuard no_grad;
     const int64_t n = logits.size(0), local_vocab = logits.size(1);
     auto m = std::get<0>(logits.max(/*dim=*/1)).contiguous();                // [N] local max
@@ -98,7 +103,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     auto local_t = targets - vocab_offset;                                     // [N] target's local column
     auto mine = (local_t >= 0).logical_and(local_t < local_vocab);            // [N] this rank holds it
     auto index = local_t.clamp(0, local_vocab - 1).unsqueeze(1);              // [N, 1]
-    auto target_logit = (logits.gather(1, index).squeeze(1) - m) * mine;      // [N] z_t - m, or 0
+    auto target_logit = (logits.gather(/*dim=*/1, index).squeeze(1) - m).masked_fill(~mine, 0.0);  // [N] z_t - m, or 0
     target_logit = target_logit.contiguous();
     tp.all_reduce(target_logit, ReduceOp::kSum);                               // [N] from its holder
     ctx->save_for_backward({e.div_(z.unsqueeze(1)), index, mine});             // softmax [N, V/tp]
@@ -110,7 +115,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     auto dlogits = saved[0].clone();                                           // softmax [N, V/tp]
     const auto& index = saved[1];
     const auto mine = saved[2].to(dlogits.scalar_type()).unsqueeze(1);        // [N, 1]
-    dlogits.scatter_add_(1, index, -mine);                                     // - one-hot of the target
+    dlogits.scatter_add_(/*dim=*/1, index, -mine);                             // - one-hot of the target
     dlogits.mul_(grads[0] / double(ctx->saved_data["n"].toInt()));            // d(mean) / dz
     return {dlogits, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -143,12 +148,17 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   auto local = ids - vocab_offset;                                            // [B, S]
   auto mine = (local >= 0).logical_and(local < weight.size(0));              // [B, S]
   auto rows = torch::embedding(weight, local.clamp(0, weight.size(0) - 1));   // [B, S, H]
-  rows = rows * mine.unsqueeze(-1).to(rows.scalar_type());                    // zeros for others' ids
+  rows = rows.masked_fill(~mine.unsqueeze(-1), 0.0);                           // zeros for others' ids
   if (sequence_parallel) return reduce_scatter_sequence(rows, *tp_);         // [B, S/tp, H]
   return reduce_from_tp(rows, *tp_);                                          // [B, S, H] (g)
 }
 
-void shard_for_tensor_parallel(ShardPlan& plan, int index, int count) {
+void shard_for_tensor_parallel(ShardPlan& plan, const LlamaConfig& c, int index, int count) {
+  // Whole heads, MLP columns and vocabulary rows per rank (validate() says so naming the
+  // flags; checked here too for callers that skip it).
+  for (auto [what, n] : {std::pair{"attention heads", c.num_attention_heads}, {"key/value heads", c.num_key_value_heads},
+                         {"intermediate size", c.intermediate_size}, {"vocabulary size", c.vocab_size}})
+    TORCH_CHECK(n % count == 0, "tensor parallelism: ", what, " ", n, " is not divisible by --tp ", count);
   for (auto& [name, r] : plan) {
     for (const char* column : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight"})
       if (ends_with(name, column)) r.split(/*dim=*/0, Axis::kTp, index, count);  // output features
@@ -159,7 +169,7 @@ void shard_for_tensor_parallel(ShardPlan& plan, int index, int count) {
   }
 }
 
-void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp, bool sp) {
+void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm& tp, bool sp) {
   auto& m = *model;
   // f / g, or their sequence versions under SP: [B, S(/tp), H] -> [B, S, H] -> [B, S(/tp), H].
   BlockMap enter = [&tp](const torch::Tensor& x) { return copy_to_tp(x, tp); };
@@ -175,8 +185,10 @@ void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp, bool sp) {
     layer->self_attn->exit = layer->mlp->exit = exit;
   }
   // Embedding: keep the model's [V/tp, H] slice, looked up vocab-parallel.
-  const int64_t local_vocab = m.head_weight().size(0);
-  const int64_t vocab_offset = int64_t(tp.rank()) * local_vocab;  // V divisible by tp (validated)
+  const auto& vocab = plan.at(m.config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  TORCH_CHECK(vocab.is_split() && vocab.split_axis == Axis::kTp && vocab.index == tp.rank(),
+              "tensor parallelism: the plan does not split the vocabulary over this tp group");
+  const int64_t vocab_offset = vocab.slice().offset;  // this rank's rows [offset, offset + V/tp)
   if (!m.model->embed_tokens.is_empty()) {
     auto weight = m.model->embed_tokens.ptr()->named_parameters(/*recurse=*/false)["weight"];
     replace_slot(*m.model, "embed_tokens", m.model->embed_tokens,
@@ -190,8 +202,8 @@ void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp, bool sp) {
   m.loss_fn = [self, &tp, vocab_offset](const torch::Tensor& hidden, const torch::Tensor& targets) {
     auto logits = self->logits(hidden);                                   // [B, S, V/tp]
     const auto wide = logits.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(wide), targets.reshape({-1}),
-                                        vocab_offset, tp);
+    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(wide),  // [N, V/tp]
+                                        targets.reshape({-1}), vocab_offset, tp);          // [N]
   };
 }
 

@@ -3,11 +3,12 @@
 //
 // Each tp rank holds a slice of every weight matrix and computes its part of each block:
 //
-//   attention:  x ─f─┬─ q_proj [nH/tp·Hd, H] ─┐                       (column-parallel:
-//                    ├─ k_proj [nKV/tp·Hd, H] ─┼─ nH/tp heads ─ o_proj ─g─> y   rows of W)
-//                    └─ v_proj [nKV/tp·Hd, H] ─┘   [B,S,nH/tp·Hd]  [H, nH/tp·Hd] (row-parallel:
-//   MLP:        x ─f─┬─ gate_proj [I/tp, H] ─┐                     [B,S,H] partial  columns of W)
-//                    └─ up_proj   [I/tp, H] ─┴─ silu(g)·u ─ down_proj [H, I/tp] ─g─> y
+//   attention:  x ─f─┬─ q_proj [nH/tp·Hd, H] ─┐
+//                    ├─ k_proj [nKV/tp·Hd, H] ─┼─ nH/tp heads ─ o_proj [H, nH/tp·Hd] ─g─> y
+//                    └─ v_proj [nKV/tp·Hd, H] ─┘
+//   MLP:        x ─f─┬─ gate_proj [I/tp, H] ─┐
+//                    └─ up_proj   [I/tp, H] ─┴─ silu(gate)·up ─ down_proj [H, I/tp] ─g─> y
+//   column-parallel (q, k, v, gate, up): rows of W;  row-parallel (o, down): columns of W
 //
 //   f  "copy to tp"      fwd: identity                 bwd: all-reduce over tp
 //   g  "reduce from tp"  fwd: all-reduce over tp       bwd: identity
@@ -35,7 +36,7 @@
 // the residual stream and the RMSNorms need no weights split: split them along the
 // sequence instead, [B, S/tp, H] per rank, and f/g become their sequence versions:
 //
-//   [B,S/tp,H] ─norm─ all-gather(S) ─[B,S,H]─ block ─ reduce-scatter(S) ─[B,S/tp,H] ─ + residual
+//   [B,S/tp,H] ─norm─ gather_sequence ─[B,S,H]─ block ─ reduce_scatter_sequence ─[B,S/tp,H] ─ + residual
 //
 //   gather_sequence           fwd: all-gather along S       bwd: reduce-scatter along S
 //   reduce_scatter_sequence   fwd: reduce-scatter along S   bwd: all-gather along S
@@ -93,13 +94,15 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
 
 // The plan: split every projection, the embedding and the lm_head over tp (rank `index`
 // of `count`): q/k/v/gate/up and the vocabulary by rows, o/down by columns.
-void shard_for_tensor_parallel(ShardPlan& plan, int index, int count);
+void shard_for_tensor_parallel(ShardPlan& plan, const LlamaConfig& config, int index, int count);
 
 // Wire the model built from that plan: f/g around every attention and MLP block, the
 // vocab-parallel embedding, a head that gives [B, S, V/tp] logits, and the
 // vocab-parallel cross-entropy as the loss; with sequence_parallel, their sequence
-// versions (the stream between blocks is [B, S/tp, H]). `tp` must outlive the model.
-void apply_tensor_parallel(LlamaForCausalLM& model, Comm& tp, bool sequence_parallel);
+// versions (the stream between blocks is [B, S/tp, H]). `plan`: the one the model was
+// built from (the vocabulary offset comes from its embedding record). `tp` must outlive
+// the model and every autograd graph built with it (the graph keeps a pointer to it).
+void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm& tp, bool sequence_parallel);
 
 // Sequence parallelism: sum over tp the gradients of the parameters replicated over tp
 // (the norm gains, which each saw S/tp of the tokens). One all-reduce of all of them.

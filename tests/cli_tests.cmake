@@ -119,3 +119,8 @@ picotron_mpi_cli_test(cli.mpi_bad_tp_heads 3
   "\\[rank 2\\] error: --num-attention-heads 4 is not divisible by --tp 3" ${TRAIN} --tp 3)
 picotron_mpi_cli_test(cli.mpi_bad_tp_kv_heads 4
   "\\[rank 3\\] error: --num-key-value-heads 2 is not divisible by --tp 4 \\(grouped-query attention" ${TRAIN} --tp 4)
+# Tensor + sequence parallelism in bf16 (fp32 master weights, fp32 loss): it trains.
+add_test(NAME cli.mpi_tp2_sp_bf16 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2 --sp --dtype bf16
+  --steps 3 --warmup-steps 1 --seq-len 32 --micro-batch-size 4 --generate 0 --threads 1)
+set_tests_properties(cli.mpi_tp2_sp_bf16 PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9]")

@@ -73,6 +73,7 @@ picotron_equivalence(tp2_dp2_fp32 NP 4 RTOL 1e-5 DTYPE fp32 ARGS --tp 2 --dp 2 -
 # sum of the norm gains' gradients over tp these fail (tried).
 picotron_equivalence(tp2_sp NP 2 ARGS --tp 2 --sp)
 picotron_equivalence(tp4_sp NP 4 ARGS --tp 4 --sp --num-key-value-heads 4)
+picotron_equivalence(tp2_sp_untied NP 2 ARGS --tp 2 --sp --tie-word-embeddings=false)
 picotron_equivalence(tp2_sp_dp2_acc2 NP 4 ARGS --tp 2 --sp --dp 2 --grad-acc-steps 2 --dp-bucket-mb 0.05)
 
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.

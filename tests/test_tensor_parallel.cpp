@@ -2,7 +2,8 @@
 // tensor_parallel), at tp 4 and at tp 2 (dp 2 x tp 2). Each gives the same output and
 // the same input and weight gradients as the single-process op, fp64, within 1e-12
 // (the same sums in another order):
-//   sequence parallelism    all-gather / reduce-scatter along S, forward and backward
+//   sequence parallelism    all-gather / reduce-scatter along S, forward and backward;
+//                           the embedding's reduce-scatter; the norm gains' gradient sum
 //   column-parallel linear  f, then x W_r^T            -> this rank's output columns
 //   row-parallel linear     x_r W_r^T, then g          -> the whole output
 //   vocab-parallel embedding                           -> the whole lookup
@@ -113,6 +114,40 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(yr, y.detach()) < 1e-12, tag + "vocab-parallel embedding output", rank);
     check(rel_err(emb->weight.grad(), w.grad().narrow(0, r * V / p, V / p)) < 1e-12,
           tag + "vocab-parallel embedding weight grad", rank);
+  }
+  // ---- the same embedding under sequence parallelism: rank r gets positions [r·S/tp, +S/tp) ----
+  {
+    const int64_t Sp = 2, S_all = Sp * p;
+    auto ids = torch::randint(0, V, {B, S_all}, at::detail::createCPUGenerator(12), torch::kInt64);
+    auto w = shared_randn({V, H}, 13).requires_grad_();
+    std::vector<torch::Tensor> upstream;  // every rank's gradient of its chunk
+    for (int q = 0; q < p; ++q) upstream.push_back(shared_randn({B, Sp, H}, 400 + q));
+    auto y = torch::embedding(w, ids);                                   // [B, S, H]
+    y.backward(torch::cat(upstream, /*dim=*/1));
+    VocabParallelEmbedding emb(w.detach().narrow(0, r * V / p, V / p).clone().requires_grad_(), r * V / p, tp,
+                               /*sequence_parallel=*/true);
+    auto yr = emb->forward(ids);                                         // [B, S/tp, H]
+    yr.backward(upstream[r]);
+    check(rel_err(yr, y.detach().narrow(1, r * Sp, Sp)) < 1e-12, tag + "sequence-parallel embedding output", rank);
+    check(rel_err(emb->weight.grad(), w.grad().narrow(0, r * V / p, V / p)) < 1e-12,
+          tag + "sequence-parallel embedding weight grad", rank);
+  }
+  // ---- under SP, what tp does not split (the norm gains) gets its gradient summed over tp ----
+  {
+    ShardPlan plan;
+    plan["model.norm.weight"] = {"model.norm.weight", {H}, -1, Axis::kTp, 0, 1, 0, {Axis::kDp, Axis::kCp, Axis::kTp}};
+    plan["q.weight"] = {"q.weight", {O, H}, -1, Axis::kTp, 0, 1, 0, {Axis::kDp, Axis::kCp, Axis::kTp}};
+    plan["q.weight"].split(/*dim=*/0, Axis::kTp, r, p);
+    auto gain = torch::ones({H}, kF64).requires_grad_(), q = torch::zeros({O / p, H}, kF64).requires_grad_();
+    AdamW opt({{"model.norm.weight", gain}, {"q.weight", q}}, {}, plan);
+    opt.params()[0].main_grad.copy_(shared_randn({H}, 500 + r));        // a partial sum per rank
+    opt.params()[1].main_grad.copy_(shared_randn({O / p, H}, 600 + r));
+    sync_sequence_parallel_grads(opt.params(), tp);
+    auto summed = torch::zeros({H}, kF64);
+    for (int k = 0; k < p; ++k) summed += shared_randn({H}, 500 + k);
+    check(rel_err(opt.params()[0].main_grad, summed) < 1e-12, tag + "SP: the norm gain's gradient is summed over tp", rank);
+    check(torch::equal(opt.params()[1].main_grad, shared_randn({O / p, H}, 600 + r)),
+          tag + "SP: a split parameter's gradient is left alone", rank);
   }
   // ---- vocab-parallel cross-entropy ----
   {
