@@ -1,0 +1,76 @@
+// picotron/presets.cpp — the shapes of published models, and the exact parameter count
+// of any shape. `tiny` is ours: it trains in a minute on a laptop CPU and is what the
+// tests use. tests/test_config.cpp checks every preset's count against the published one.
+//
+// Test: build/tests/unit_tests "[config]"
+#include <stdexcept>
+
+#include "picotron/config.h"
+
+namespace picotron {
+
+namespace {
+
+// Shapes of published models (their Hugging Face config.json). `tiny` is ours: it
+// trains in a minute on a laptop CPU and is what the tests use.
+struct Preset {
+  const char* name;
+  LlamaConfig config;
+};
+
+LlamaConfig make(int64_t h, int64_t i, int64_t l, int64_t nh, int64_t nkv, int64_t v,
+                 double theta, int64_t max_pos, double eps, bool tied) {
+  LlamaConfig c;
+  c.hidden_size = h;
+  c.intermediate_size = i;
+  c.num_hidden_layers = l;
+  c.num_attention_heads = nh;
+  c.num_key_value_heads = nkv;
+  c.vocab_size = v;
+  c.rope_theta = theta;
+  c.max_position_embeddings = max_pos;
+  c.rms_norm_eps = eps;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+const std::vector<Preset>& presets() {
+  //                      H     I      L   nH  nKV  V       theta     max_pos eps    tied
+  static const std::vector<Preset> kPresets = {
+      {"tiny",        make(128,  384,   4,  4,  2,  256,    10000.0,  2048,  1e-5,  true)},
+      {"smollm-135m", make(576,  1536,  30, 9,  3,  49152,  10000.0,  2048,  1e-5,  true)},
+      {"smollm-360m", make(960,  2560,  32, 15, 5,  49152,  10000.0,  2048,  1e-5,  true)},
+      {"smollm-1.7b", make(2048, 8192,  24, 32, 32, 49152,  10000.0,  2048,  1e-5,  true)},
+      {"llama2-7b",   make(4096, 11008, 32, 32, 32, 32000,  10000.0,  4096,  1e-5,  false)},
+      {"llama3-8b",   make(4096, 14336, 32, 32, 8,  128256, 500000.0, 8192,  1e-5,  false)},
+  };
+  return kPresets;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+LlamaConfig preset(const std::string& name) {
+  for (const auto& p : presets())
+    if (name == p.name) return p.config;
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("--model: unknown preset '" + name + "' (known: " + known + ")");
+}
+
+int64_t count_parameters(const LlamaConfig& c) {
+  const int64_t h = c.hidden_size, kv_dim = c.num_key_value_heads * c.head_dim();
+  const int64_t attention = h * h /*q*/ + 2 * h * kv_dim /*k, v*/ + h * h /*o*/;
+  const int64_t mlp = 3 * h * c.intermediate_size;  // gate, up, down
+  const int64_t norms = 2 * h;                        // input + post-attention RMSNorm
+  const int64_t embedding = c.vocab_size * h;
+  return embedding + c.num_hidden_layers * (attention + mlp + norms) + h /*final norm*/ +
+         (c.tie_word_embeddings ? 0 : embedding /*lm_head*/);
+}
+
+}  // namespace picotron
