@@ -33,6 +33,7 @@
 #include "picotron/report.h"
 #include "picotron/shard.h"
 #include "picotron/utils.h"
+#include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
 
 using namespace picotron;
@@ -54,6 +55,7 @@ void report_error(int rank, const std::string& msg) {
 ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp
+  if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);  // this stage's layers
   return plan;
 }
 
@@ -67,6 +69,9 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.local_world_size()));
   const auto dtype = scalar_type(cfg.dtype);
+  if (cfg.pp > 1 && device.is_cuda())  // see pipeline_parallel.h: NCCL would need grouped send/recv
+    throw std::runtime_error("--pp " + std::to_string(cfg.pp) + " runs on --device cpu only (multi-GPU pipelines are "
+                             "not implemented: one GPU is all this project can test on)");
 
   // ---- mesh -----------------------------------------------------------------------
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
@@ -78,6 +83,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                    " process(es), device " + device.str() + ", " + precision_name(cfg.dtype));
   print0(rank, describe_mesh(shape));
   print0(rank, plan_summary(cfg, shape, plan_of));
+  const PipelineSchedule schedule = parse_schedule(cfg.pp_schedule);
+  if (cfg.pp > 1) print0(rank, pipeline_summary(cfg.llama, schedule, cfg.pp, cfg.pp_virtual_stages));
 
   // ---- model: only this rank's shards, on its device and dtype -----------------------
   const ShardPlan plan = plan_of(mesh.coords());
@@ -93,6 +100,13 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   AdamW optimizer(named, {cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, plan);
   DataParallel data_parallel(mesh.cp_dp(), optimizer.params(), cfg.dp_mode, cfg.dp_bucket_mb);
   LossScaler scaler(cfg.dtype == Precision::kFP16);
+  std::unique_ptr<Pipeline> pipeline;  // pp > 1: the micro-batches run through the stages in the schedule's order
+  if (cfg.pp > 1)
+    pipeline = std::make_unique<Pipeline>(
+        model, mesh,
+        Pipeline::Options{schedule, cfg.pp_virtual_stages, cfg.grad_acc_steps, cfg.micro_batch_size, cfg.seq_len, cfg.sp,
+                          !cfg.pp_trace.empty()},
+        torch::TensorOptions().device(device).dtype(dtype));
 
   BatchLoader loader(data, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
                      mesh.coords().dp);
@@ -111,16 +125,23 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     Timer timer;
     optimizer.zero_main_grads();
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-    for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
-      const Batch batch = loader.micro_batch(step, micro);
-      // Only the last micro-batch's backward communicates (no-sync for the others).
-      data_parallel.prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
-      auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) / double(cfg.grad_acc_steps);
-      (loss * scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
-      optimizer.accumulate_grads();        // main_grad += grad, for bf16/fp16 grads no hook took
-      loss_sum += loss.detach().to(torch::kFloat64);
+    if (pipeline) {  // the schedule decides the order; data parallelism syncs after the last backward
+      loss_sum = pipeline->run_step(step, loader, scaler.scale(),
+                                    {[&] { data_parallel.prepare_backward(/*sync=*/false); },
+                                     [&] { optimizer.accumulate_grads(); }});
+    } else {
+      for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
+        const Batch batch = loader.micro_batch(step, micro);
+        // Only the last micro-batch's backward communicates (no-sync for the others).
+        data_parallel.prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
+        auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) / double(cfg.grad_acc_steps);
+        (loss * scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
+        optimizer.accumulate_grads();        // main_grad += grad, for bf16/fp16 grads no hook took
+        loss_sum += loss.detach().to(torch::kFloat64);
+      }
     }
     data_parallel.finish_gradient_sync();  // main grads now hold the cp x dp average
+    if (pipeline) pipeline->sync_tied_embedding(optimizer.params());  // lookup + head parts of a tied embedding
     if (cfg.sp) sync_sequence_parallel_grads(optimizer.params(), mesh.tp());  // norm gains saw S/tp tokens
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
@@ -144,7 +165,17 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     if (rank == 0 && should_log(stats.step, cfg.steps, cfg.log_every)) std::cout << step_line(stats) << std::endl;
     metrics.write(stats);
   }
-  if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps));
+  if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
+  if (pipeline && !cfg.pp_trace.empty()) {
+    pipeline->write_trace(cfg.pp_trace, world,
+                          {{"schedule", cfg.pp_schedule}, {"pp", cfg.pp}, {"virtual_stages", cfg.pp_virtual_stages},
+                           {"grad_acc_steps", cfg.grad_acc_steps}, {"steps", cfg.steps},
+                           {"bubble_formula", bubble_formula_text(schedule) + " = " +
+                                                  std::to_string(bubble_formula(schedule, cfg.pp, int(cfg.grad_acc_steps),
+                                                                                cfg.pp_virtual_stages))}});
+    print0(rank, "wrote the pipeline trace to " + cfg.pp_trace + " (chrome://tracing, ui.perfetto.dev; "
+                 "python scripts/plot_pipeline.py " + cfg.pp_trace + " out.png)");
+  }
 
   // ---- results: full tensors reassembled on rank 0 from every rank's shards ----------
   std::map<std::string, torch::Tensor> weights, masters;

@@ -124,6 +124,8 @@ struct P2POp {
   enum Kind { kSend, kRecv } kind;
   torch::Tensor tensor;  // contiguous; recv writes into it
   int peer;              // rank within this Comm
+  int tag = 0;           // MPI: messages between two ranks match in posting order per tag
+                         // (NCCL has no tags: it matches in posting order)
 };
 
 class Comm {

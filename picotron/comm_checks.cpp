@@ -73,6 +73,8 @@ void Comm::check_p2p(const std::vector<P2POp>& ops) const {
     check_tensor(p.tensor, "batch_p2p");
     comm_check(p.peer >= 0 && p.peer < size_, "[rank ", world_rank_, "] batch_p2p: peer ", p.peer,
                " is not a rank of this group of ", size_);
+    comm_check(p.tag >= 0 && p.tag < 32768, "[rank ", world_rank_, "] batch_p2p: tag ", p.tag,
+               " is outside [0, 32767] (the smallest MPI_TAG_UB MPI allows)");
     comm_check(p.tensor.is_cuda() == ops.front().tensor.is_cuda(), "[rank ", world_rank_,
                "] batch_p2p: CPU and CUDA tensors in one batch (they go over MPI and NCCL respectively)");
   }

@@ -175,15 +175,15 @@ Work Comm::mpi_broadcast(torch::Tensor& t, int root) {
 
 Work Comm::mpi_batch_p2p(const std::vector<P2POp>& ops) {
   auto w = mpi_work("batch_p2p", ops.front().tensor, world_rank_, rank_, size_, timeout_);
-  constexpr int kTag = 0;  // messages between two ranks arrive in the order they were posted
+  // Messages between two ranks with the same tag arrive in the order they were posted.
   for (const P2POp& p : ops) {
     MPI_Request req;
     if (p.kind == P2POp::kSend)
       PICOTRON_MPI_CHECK(world_rank_, MPI_Isend(p.tensor.data_ptr(), mpi_count(p.tensor), mpi_type(p.tensor),
-                                                p.peer, kTag, mpi_, &req));
+                                                p.peer, p.tag, mpi_, &req));
     else
       PICOTRON_MPI_CHECK(world_rank_, MPI_Irecv(p.tensor.data_ptr(), mpi_count(p.tensor), mpi_type(p.tensor),
-                                                p.peer, kTag, mpi_, &req));
+                                                p.peer, p.tag, mpi_, &req));
     w->requests.push_back(req);
     w->buffers.push_back(p.tensor);
   }

@@ -1,6 +1,7 @@
 // picotron/config.cpp — flag parsing (cxxopts, the only place flags are read), and
 // validation that reports every problem with its numbers. (Presets: presets.cpp.)
 #include "picotron/config.h"
+#include "pipeline_parallel/schedules.h"
 
 #include <cxxopts.hpp>
 
@@ -79,6 +80,9 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("dp", "data-parallel size", cxxopts::value<int>()->default_value("1"))
     ("tp", "tensor-parallel size", cxxopts::value<int>()->default_value("1"))
     ("pp", "pipeline-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("pp-schedule", "pipeline schedule: afab | 1f1b | interleaved | zb-h1", cxxopts::value<std::string>()->default_value(d.pp_schedule))
+    ("pp-virtual-stages", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", cxxopts::value<int>()->default_value(s(d.pp_virtual_stages)))
+    ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
     ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
     ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
@@ -150,6 +154,10 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.pp = r["pp"].as<int>();
     c.cp = r["cp"].as<int>();
     c.sp = r.count("sp") > 0 && r["sp"].as<bool>();
+    c.pp_schedule = r["pp-schedule"].as<std::string>();
+    parse_schedule(c.pp_schedule);  // throws naming the flag and the choices
+    c.pp_virtual_stages = r["pp-virtual-stages"].as<int>();
+    if (r.count("pp-trace")) c.pp_trace = r["pp-trace"].as<std::string>();
     const std::string mode = r["dp-mode"].as<std::string>();
     if (mode == "naive") c.dp_mode = DpMode::kNaive;
     else if (mode == "bucketed") c.dp_mode = DpMode::kBucketed;
@@ -243,8 +251,15 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
     need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + str(c.seq_len) + " is not divisible by --tp " + str(c.tp) +
                                                 " (--sp splits the sequence over tp)");
   }
-  for (auto [flag, v] : {std::pair{"--pp", c.pp}, {"--cp", c.cp}})
-    need(v == 1, std::string(flag) + " " + str(v) + ": this parallelism is not yet available (only --dp, --tp)");
+  need(c.pp_virtual_stages >= 1, "--pp-virtual-stages must be >= 1, got " + str(c.pp_virtual_stages));
+  if (c.pp > 1 && c.pp_virtual_stages >= 1) {
+    const std::string problem =
+        schedule_problem(parse_schedule(c.pp_schedule), c.pp, int(c.grad_acc_steps), c.pp_virtual_stages, m.num_hidden_layers);
+    need(problem.empty(), problem);
+  }
+  need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
+  need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
+  need(c.cp == 1, "--cp " + str(c.cp) + ": this parallelism is not yet available (only --dp, --tp, --pp)");
   return errors;
 }
 

@@ -78,6 +78,9 @@ struct TrainConfig {
   // --- parallelism ---
   int dp = 1, tp = 1, pp = 1, cp = 1;  // mesh sizes; dp*pp*cp*tp must equal the world size
   bool sp = false;                     // sequence parallelism: activations between blocks split along S over tp
+  std::string pp_schedule = "1f1b";    // afab | 1f1b | interleaved | zb-h1 (pipeline_parallel/schedules.h)
+  int pp_virtual_stages = 1;           // model chunks per pp rank (interleaved: >= 2)
+  std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
   DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
   double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job

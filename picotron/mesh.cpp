@@ -218,7 +218,7 @@ void Mesh::reset_ledgers() {
   for (Comm* c : {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_}) c->reset_ledger();
 }
 
-std::string Mesh::comm_report(int64_t steps) const {
+std::string Mesh::comm_report(int64_t steps, const std::vector<const Comm*>& extra) const {
   if (steps < 1) throw std::invalid_argument("comm_report: steps must be at least 1, got " + std::to_string(steps));
   std::ostringstream out;
   out << "communication of rank " << rank() << " over " << steps << " step" << (steps == 1 ? "" : "s")
@@ -230,8 +230,10 @@ std::string Mesh::comm_report(int64_t steps) const {
     return v.str();
   };
   std::ostringstream rows;
-  const Comm* groups[] = {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_};
-  for (const Comm* c : groups)
+  std::vector<const Comm*> groups = {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_};
+  groups.insert(groups.end(), extra.begin(), extra.end());
+  for (const Comm* c : groups) {
+    if (!c) continue;
     for (const char* kind : kCommKinds) {
       auto it = c->ledger().find(kind);
       if (it == c->ledger().end() || it->second.calls == 0) continue;
@@ -240,6 +242,7 @@ std::string Mesh::comm_report(int64_t steps) const {
            << std::setw(16) << kind << std::right << std::setw(8) << n.calls << std::setw(14) << n.elements
            << std::setw(12) << per_step(n.calls) << std::setw(15) << per_step(n.elements) << "\n";
     }
+  }
   if (rows.str().empty()) return out.str() + "no communication: every ledger is empty\n";
   out << std::left << std::setw(8) << "group" << std::right << std::setw(4) << "size" << "  " << std::left
       << std::setw(16) << "kind" << std::right << std::setw(8) << "calls" << std::setw(14) << "elements"

@@ -74,7 +74,9 @@ class Mesh {
   //   group   size  kind               calls      elements  calls/step  elements/step
   //   dp         2  all_reduce            10       1234560           1         123456
   // or one line saying there was no communication.
-  std::string comm_report(int64_t steps) const;
+  // `extra`: groups a technique made itself (e.g. the pipeline's embedding group);
+  // null entries are skipped.
+  std::string comm_report(int64_t steps, const std::vector<const Comm*>& extra = {}) const;
 
  private:
   Comm& world_;

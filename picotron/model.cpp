@@ -188,10 +188,12 @@ torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& tokens) {
   return model->embed_tokens.forward(tokens);  // [B, S, H]
 }
 
-torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Tensor& positions) {
+torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Tensor& positions, int64_t first,
+                                               int64_t count) {
   const auto& rope = rope_for(positions, x.size(1), x.scalar_type(), x.device());
   for (auto& [index, layer] : model->layers->items)
-    x = layer_runner ? layer_runner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
+    if (index >= first && index - first < count)
+      x = layer_runner ? layer_runner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
   return x;
 }
 

@@ -178,7 +178,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // RoPE positions of the S tokens attention sees; undefined means 0..x.size(1)-1. (Under
   // sequence parallelism x is [B, S/tp, H] and attention sees S tokens: pass the S
   // positions, as forward() and loss() do.)
-  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions = {});  // [B, S, H] -> [B, S, H]
+  // first/count: only the held layers with global index in [first, first + count) (a
+  // pipeline rank's model chunk); by default all of them.
+  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions = {}, int64_t first = 0,
+                           int64_t count = INT64_MAX);  // [B, S, H] -> [B, S, H]
   torch::Tensor final_norm(const torch::Tensor& x);                                 // [B, S, H] -> [B, S, H]
   torch::Tensor logits(const torch::Tensor& hidden);                                // head slot: -> [B, S, V]
   // Mean next-token cross-entropy over the B*S tokens (fp32 softmax for bf16/fp16).

@@ -184,8 +184,11 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
     layer->self_attn->enter = layer->mlp->enter = enter;
     layer->self_attn->exit = layer->mlp->exit = exit;
   }
-  // Embedding: keep the model's [V/tp, H] slice, looked up vocab-parallel.
-  const auto& vocab = plan.at(m.config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  // The vocabulary slice: from the embedding or the lm_head, whichever this rank holds
+  // (a middle pipeline stage holds neither, and needs no offset).
+  const bool has_embedding = plan.count("model.embed_tokens.weight") > 0;
+  if (!has_embedding && !plan.count("lm_head.weight")) return;
+  const auto& vocab = plan.at(has_embedding ? "model.embed_tokens.weight" : "lm_head.weight");
   TORCH_CHECK(vocab.is_split() && vocab.split_axis == Axis::kTp && vocab.index == tp.rank(),
               "tensor parallelism: the plan does not split the vocabulary over this tp group");
   const int64_t vocab_offset = vocab.slice().offset;  // this rank's rows [offset, offset + V/tp)

@@ -1,0 +1,311 @@
+// pipeline_parallel/pipeline_parallel.cpp — see pipeline_parallel.h for the picture, the
+// math and the communication; schedules.h for the order of the actions.
+#include "pipeline_parallel/pipeline_parallel.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace picotron {
+
+// ---- the stage split (pure) ---------------------------------------------------------
+namespace {
+
+const std::string kEmbedding = "model.embed_tokens.weight";
+
+// The pp rank that owns parameter `name`: the embedding is virtual stage 0's, layer i
+// the virtual stage whose range holds i, the final norm and lm_head the last one's.
+int owner_of(const std::string& name, const LlamaConfig& c, int P, int v) {
+  const std::string layer_prefix = "model.layers.";
+  int vs = P * v - 1;
+  if (name == kEmbedding) vs = 0;
+  else if (name.rfind(layer_prefix, 0) == 0) {
+    const int64_t layer = std::stoll(name.substr(layer_prefix.size()));
+    for (vs = 0; vs < P * v; ++vs) {
+      const auto r = stage_layers(c.num_hidden_layers, P, v, vs);
+      if (layer >= r.first && layer < r.first + r.count) break;
+    }
+  }
+  return vs % P;
+}
+
+}  // namespace
+
+void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P, int v) {
+  for (auto it = plan.begin(); it != plan.end();) {
+    auto& record = it->second;
+    record.stage = owner_of(it->first, c, P, v);
+    // The last stage keeps a copy of a tied embedding: its head multiplies by it.
+    const bool tied_copy = it->first == kEmbedding && c.tie_word_embeddings && stage == P - 1;
+    if (record.stage == stage || tied_copy) ++it;
+    else it = plan.erase(it);
+  }
+}
+
+std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, int v) {
+  std::ostringstream out;
+  out << "pipeline: " << P << " stages" << (v > 1 ? " x " + std::to_string(v) + " chunks" : "") << ", schedule "
+      << schedule_name(s);
+  for (int r = 0; r < P; ++r) {
+    out << "\n  pp rank " << r << ":";
+    if (r == 0) out << " embedding,";
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const auto range = stage_layers(c.num_hidden_layers, P, v, virtual_stage(P, r, chunk));
+      out << (chunk ? "," : "") << " layers " << range.first << "-" << range.first + range.count - 1;
+    }
+    if (r == P - 1) out << ", final norm, " << (c.tie_word_embeddings ? "head (tied: a copy of the embedding)" : "lm_head");
+  }
+  return out.str();
+}
+
+// ---- zero bubble: weight gradients as closures for later ------------------------------
+// B computes dx = dy W (what the previous stage waits for) and leaves dW = dy^T x, which
+// nobody waits for, in the queue; W runs it. The closure holds dy and x until then:
+// that is the memory ZB-H1 pays for its smaller bubble.
+class WeightGradQueue {
+ public:
+  void begin(int micro, int chunk) { current_ = &pending_[{micro, chunk}]; }
+  void end() { current_ = nullptr; }
+  bool deferring() const { return current_ != nullptr; }
+  void push(std::function<void()> work) { current_->push_back(std::move(work)); }
+  void run(int micro, int chunk) {
+    torch::NoGradGuard no_grad;
+    auto it = pending_.find({micro, chunk});
+    TORCH_CHECK(it != pending_.end(), "zero bubble: W", micro, " of chunk ", chunk, " before its B");
+    for (auto& work : it->second) work();
+    pending_.erase(it);
+  }
+
+ private:
+  std::map<std::pair<int, int>, std::vector<std::function<void()>>> pending_;
+  std::vector<std::function<void()>>* current_ = nullptr;
+};
+
+namespace {
+
+// y = x W^T whose backward returns dx now and, while the queue is deferring, dW later.
+struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
+                               WeightGradQueue* queue) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["queue"] = reinterpret_cast<int64_t>(queue);
+    return torch::linear(x, w);  // [..., in] -> [..., out]
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    torch::Tensor x = saved[0], w = saved[1], dy = grads[0];  // x [..., in], w [out, in], dy [..., out]
+    auto* queue = reinterpret_cast<WeightGradQueue*>(ctx->saved_data["queue"].toInt());
+    auto dx = torch::matmul(dy, w);  // [..., in]
+    auto weight_grad = [dy, x, w]() {
+      return dy.reshape({-1, dy.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]
+    };
+    if (!queue->deferring()) return {dx, weight_grad(), torch::Tensor()};
+    queue->push([weight_grad, w]() mutable {  // what autograd's AccumulateGrad would have done
+      auto& g = w.mutable_grad();
+      if (g.defined()) g.add_(weight_grad());
+      else g = weight_grad();
+    });
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class DeferredLinearModuleImpl : public torch::nn::Module {
+ public:
+  DeferredLinearModuleImpl(torch::Tensor w, std::shared_ptr<WeightGradQueue> q) : queue(std::move(q)) {
+    weight = register_parameter("weight", w);  // the same tensor, under the same name
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return DeferredLinear::apply(x, weight, queue.get()); }
+  torch::Tensor weight;
+  std::shared_ptr<WeightGradQueue> queue;
+};
+TORCH_MODULE(DeferredLinearModule);
+
+}  // namespace
+
+std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model) {
+  auto queue = std::make_shared<WeightGradQueue>();
+  auto defer = [&](torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot) {
+    auto weight = slot.ptr()->named_parameters(/*recurse=*/false)["weight"];
+    replace_slot(owner, name, slot, torch::nn::AnyModule(DeferredLinearModule(weight, queue)));
+  };
+  for (auto& [index, layer] : model->model->layers->items) {
+    auto& attn = *layer->self_attn;
+    auto& mlp = *layer->mlp;
+    defer(attn, "q_proj", attn.q_proj), defer(attn, "k_proj", attn.k_proj);
+    defer(attn, "v_proj", attn.v_proj), defer(attn, "o_proj", attn.o_proj);
+    defer(mlp, "gate_proj", mlp.gate_proj), defer(mlp, "up_proj", mlp.up_proj), defer(mlp, "down_proj", mlp.down_proj);
+  }
+  return queue;
+}
+
+// ---- the executor ---------------------------------------------------------------------
+Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations)
+    : model_(model), mesh_(mesh), opts_(opts), act_opts_(activations), P_(mesh.shape().pp), rank_(mesh.coords().pp) {
+  const bool ends = mesh.is_first_stage() || mesh.is_last_stage();
+  if (model->config.tie_word_embeddings && P_ > 1)  // collective over pp: every rank splits
+    embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
+  if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
+  positions_ = torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
+  mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
+  t0_ = std::chrono::steady_clock::now();
+}
+
+torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double loss_scale, const Hooks& hooks) {
+  step_ = step;
+  loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
+  for (const PipelineAction& a : schedule_actions(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages, rank_)) {
+    if (a.kind == PipelineAction::kForward) {
+      forward(a, loader, loss_scale);
+      continue;
+    }
+    if (hooks.before_backward) hooks.before_backward();
+    if (a.kind == PipelineAction::kBackward) backward(a);
+    else {
+      const double start = now_us();
+      weight_queue_->run(a.micro, a.chunk);
+      record(TraceEvent::kWeight, a.micro, a.chunk, start);
+    }
+    if (hooks.after_backward) hooks.after_backward();
+  }
+  for (auto& w : pending_sends_) w.wait();  // our sends have been delivered
+  pending_sends_.clear();
+  TORCH_CHECK(alive_.empty(), "pipeline: micro-batches left without a backward");
+  mesh_.pp().broadcast(loss_sum_, P_ - 1);  // the last stage computed it; every rank logs it
+  return loss_sum_;
+}
+
+void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, double loss_scale) {
+  const int v = opts_.virtual_stages, vs = virtual_stage(P_, rank_, a.chunk);
+  const auto layers = stage_layers(model_->config.num_hidden_layers, P_, v, vs);
+  InFlight f;
+  Transfer t;
+  torch::Tensor x;
+  if (receives(a, P_, v, rank_, &t)) {
+    f.input = receive(t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
+    x = f.input;
+  }
+  const double start = now_us();
+  Batch batch;
+  if (vs == 0 || vs == P_ * v - 1) batch = loader.micro_batch(step_, a.micro);  // first: tokens, last: targets
+  if (vs == 0) x = model_->embed(batch.inputs.to(act_opts_.device()));        // [B, S, H]
+  auto h = model_->run_layers(x, positions_, layers.first, layers.count);      // [B, S, H]
+  if (vs == P_ * v - 1) {
+    // The single process's loss: each micro-batch's mean divided by m, summed over m.
+    auto loss = model_->loss_from_hidden(model_->final_norm(h), batch.targets.to(act_opts_.device())) /
+                double(opts_.grad_acc_steps);
+    loss_sum_ += loss.detach().to(torch::kFloat64);
+    f.output = loss * loss_scale;
+  } else {
+    f.output = h;
+  }
+  record(TraceEvent::kForward, a.micro, a.chunk, start);
+  if (sends(a, P_, v, rank_, &t)) send(h.detach().contiguous(), t);
+  alive_[{a.micro, a.chunk}] = std::move(f);
+}
+
+void Pipeline::backward(const PipelineAction& a) {
+  const int v = opts_.virtual_stages;
+  auto it = alive_.find({a.micro, a.chunk});
+  TORCH_CHECK(it != alive_.end(), "pipeline: backward of micro-batch ", a.micro, " chunk ", a.chunk,
+              " before its forward");
+  InFlight f = std::move(it->second);
+  alive_.erase(it);  // the graph and the activations go when this backward is done
+  Transfer t;
+  torch::Tensor grad;  // dL/d(output) [B, S, H] from the next stage; none for the loss
+  if (receives(a, P_, v, rank_, &t)) grad = receive(t);
+  const double start = now_us();
+  if (weight_queue_) weight_queue_->begin(a.micro, a.chunk);  // zb-h1: dW waits for W
+  if (grad.defined()) torch::autograd::backward({f.output}, {grad});
+  else torch::autograd::backward({f.output});
+  if (weight_queue_) weight_queue_->end();
+  record(TraceEvent::kBackward, a.micro, a.chunk, start);
+  if (sends(a, P_, v, rank_, &t)) send(f.input.grad(), t);  // dL/d(input) to the previous stage
+}
+
+torch::Tensor Pipeline::receive(const Transfer& t) {
+  // Shapes are known in advance: no handshake. SP keeps S/tp tokens per tp rank.
+  const int64_t tokens = opts_.sequence_parallel ? opts_.seq_len / mesh_.shape().tp : opts_.seq_len;
+  auto buffer = torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_);  // [B, S, H]
+  const double start = now_us();
+  mesh_.pp().batch_p2p({{P2POp::kRecv, buffer, t.peer, t.tag()}});  // waits: the next action needs it
+  record(TraceEvent::kRecv, t.micro, t.tag(), start, t.peer);
+  return buffer;
+}
+
+void Pipeline::send(const torch::Tensor& tensor, const Transfer& t) {
+  const double start = now_us();
+  pending_sends_.push_back(mesh_.pp().batch_p2p_async({{P2POp::kSend, tensor, t.peer, t.tag()}}));  // no wait
+  record(TraceEvent::kSend, t.micro, t.tag(), start, t.peer);
+}
+
+void Pipeline::sync_tied_embedding(std::vector<TrainableParam>& params) {
+  if (embedding_group_.size() != 2) return;  // untied, pp = 1, or a middle stage
+  for (auto& p : params)
+    if (p.name == kEmbedding) embedding_group_.all_reduce(p.main_grad, ReduceOp::kSum);  // lookup + head parts
+}
+
+// ---- the trace --------------------------------------------------------------------------
+double Pipeline::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void Pipeline::record(TraceEvent::Kind k, int micro, int chunk, double start, int peer) {
+  if (!opts_.trace) return;
+  if (act_opts_.device().is_cuda() && k <= TraceEvent::kWeight) torch::cuda::synchronize();  // real durations
+  trace_.push_back({k, micro, chunk, step_ + 1, start, now_us() - start, peer});
+}
+
+void Pipeline::write_trace(const std::string& path, Comm& world, const nlohmann::ordered_json& about) const {
+  // Every rank's events as rows of 7 numbers, gathered on all ranks (row counts first).
+  constexpr int kCols = 7;
+  auto rows = torch::zeros({int64_t(trace_.size()), kCols}, torch::kFloat64);
+  for (size_t i = 0; i < trace_.size(); ++i) {
+    const auto& e = trace_[i];
+    const double row[kCols] = {double(e.kind), double(e.micro), double(e.chunk), double(e.step),
+                               e.start_us,     e.dur_us,        double(e.peer)};
+    for (int j = 0; j < kCols; ++j) rows[int64_t(i)][j] = row[j];
+  }
+  const auto device = torch::Device(torch::kCPU);  // CPU tensors go over MPI
+  auto count = torch::full({1}, int64_t(trace_.size()), torch::TensorOptions().dtype(torch::kInt64).device(device));
+  auto counts = torch::empty({world.size()}, count.options());
+  world.all_gather(counts, count);
+  const int64_t most = counts.max().item<int64_t>();
+  auto padded = torch::zeros({most, kCols}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  padded.narrow(0, 0, rows.size(0)).copy_(rows);
+  auto all = torch::empty({world.size() * most, kCols}, padded.options());
+  world.all_gather(all, padded);
+  if (world.rank() != 0) return;
+
+  all = all.cpu();
+  counts = counts.cpu();
+  const char* names[] = {"F", "B", "W", "send", "recv"};
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  const MeshShape& shape = mesh_.shape();
+  for (int r = 0; r < world.size(); ++r) {
+    const MeshCoords c = coords_of(shape, r);
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+                      {"args", {{"name", "rank " + std::to_string(r) + " (pp " + std::to_string(c.pp) + ", dp " +
+                                             std::to_string(c.dp) + ", tp " + std::to_string(c.tp) + ")"}}}});
+    for (int64_t i = 0; i < counts[r].item<int64_t>(); ++i) {
+      auto e = all[r * most + i];
+      const int kind = int(e[0].item<double>());
+      nlohmann::ordered_json args = {{"step", int64_t(e[3].item<double>())}, {"micro", int(e[1].item<double>())},
+                                     {"rank", r}, {"pp_rank", c.pp}};
+      if (kind <= TraceEvent::kWeight) args["chunk"] = int(e[2].item<double>());
+      else args["what"] = e[2].item<double>() == 0 ? "activation" : "gradient", args["peer"] = int(e[6].item<double>());
+      events.push_back({{"name", names[kind]}, {"cat", kind <= TraceEvent::kWeight ? "compute" : "comm"}, {"ph", "X"},
+                        {"pid", c.dp}, {"tid", r}, {"ts", e[4].item<double>()}, {"dur", e[5].item<double>()},
+                        {"args", args}});
+    }
+  }
+  nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", about}};
+  std::ofstream out(path);
+  TORCH_CHECK(out, "--pp-trace: cannot write ", path);
+  out << doc.dump() << "\n";
+  TORCH_CHECK(out.good(), "--pp-trace: writing ", path, " failed (disk full?)");
+}
+
+}  // namespace picotron

@@ -1,0 +1,141 @@
+// pipeline_parallel/pipeline_parallel.h — pipeline parallelism: the model's layers are cut
+// into stages, one per pp rank, and micro-batches flow through them.
+//
+//   pp rank 0            pp rank 1            ...   pp rank P-1
+//   embedding            layers                     layers
+//   layers 0..L/P-1  ->  L/P..2L/P-1   ->  ...  ->  ..L-1, final norm, head, loss
+//        activations [B, S, H] forward ->      <- their gradients [B, S, H] backward
+//
+// Every rank holds only its stage's parameters, under their global names
+// ("model.layers.5..." on stage 1), and a step's m micro-batches run in the order of a
+// schedule (schedules.h: afab, 1f1b, interleaved, zb-h1). The math of one step is the
+// single process's: the last stage divides each micro-batch loss by m, gradients
+// accumulate over the micro-batches, and data parallelism averages them once, after
+// the last backward.
+//
+// Tied embeddings: the first stage looks tokens up in the embedding, the last stage
+// multiplies by it in the head. Both hold "model.embed_tokens.weight" (initialised
+// alike), each gets part of its gradient, and the two parts are summed over the
+// "embedding group" {first, last} (Megatron's) before the step, so the copies stay equal.
+//
+// Communication per step (m micro-batches, v chunks per rank, B S H activations,
+// S -> S/tp under sequence parallelism):
+//   pp group:   2 (P v - 1) m tensors of B S H elements sent (and received) over the
+//               whole pipeline: each F except the last virtual stage's sends its output,
+//               each backward except the first's sends its input gradient
+//               (pipeline_sends_per_step() per rank); plus one broadcast of the step's
+//               loss (1 element) from the last stage, so every rank logs it
+//   embedding:  tied only: one all-reduce of V H (V/tp H under tensor parallelism)
+//               between the first and last stage
+//
+// Sends are posted asynchronously as soon as their tensor exists (MPI_Isend) and
+// waited at the end of the step; a receive is posted when the action that needs it
+// comes up, and waited. So a rank blocks only on a tensor it really needs, and the
+// schedule's simulation (no action waits forever) proves the program deadlock-free.
+// (NCCL has no tags and runs one communicator's operations in order: a multi-GPU
+// pipeline would need each send grouped with the next receive, as Megatron does. Not
+// done: one GPU is all this project can test on, so CUDA runs refuse --pp > 1.)
+//
+// Test: ctest -R "pipeline|equivalence.pp"
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "picotron/comm.h"
+#include "picotron/config.h"
+#include "picotron/data.h"
+#include "picotron/mesh.h"
+#include "picotron/model.h"
+#include "picotron/optim.h"
+#include "picotron/shard.h"
+#include "pipeline_parallel/schedules.h"
+
+namespace picotron {
+
+// The plan of pp rank `stage` out of P (v chunks each): its layers, the embedding on
+// the first stage (and on the last when tied), the final norm and lm_head on the last.
+// Each record's `stage` is the pp rank that owns it. Pure.
+void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P, int v);
+// "pipeline: 2 stages, 1f1b; rank 0: embedding, layers 0-1; rank 1: layers 2-3, norm, head"
+std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, int v);
+
+// Zero-bubble: replace every projection of the model by a linear whose backward can
+// leave its weight gradient for later (the W pass). Called for --pp-schedule zb-h1.
+class WeightGradQueue;
+std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model);
+
+// One trace event (--pp-trace): what ran on this rank, when, in microseconds since a
+// barrier all ranks passed together.
+struct TraceEvent {
+  enum Kind { kForward, kBackward, kWeight, kSend, kRecv } kind;
+  int micro, chunk;  // chunk; for a transfer: its tag (0 activation, 1 gradient)
+  int64_t step;
+  double start_us, dur_us;
+  int peer;  // transfers: the other pp rank
+};
+
+class Pipeline {
+ public:
+  struct Options {
+    PipelineSchedule schedule = PipelineSchedule::k1F1B;
+    int virtual_stages = 1;
+    int64_t grad_acc_steps = 1;          // m micro-batches per step
+    int64_t micro_batch_size = 1, seq_len = 1;
+    bool sequence_parallel = false;      // activations are [B, S/tp, H]
+    bool trace = false;                  // record TraceEvents
+  };
+  // Collective over the pp group (the embedding group is split from it).
+  Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations);
+
+  // Called around every backward pass (B or W): before (data parallelism's no-sync
+  // bookkeeping) and after (the optimizer's grad accumulation).
+  struct Hooks {
+    std::function<void()> before_backward, after_backward;
+  };
+  // One step: every micro-batch forward and backward in the schedule's order. Returns
+  // the step's loss (mean over the m micro-batches, fp64 [1]) on EVERY pp rank.
+  torch::Tensor run_step(int64_t step, const BatchLoader& loader, double loss_scale, const Hooks& hooks);
+  // Tied embeddings: sum the embedding's two gradient parts over {first, last stage}.
+  void sync_tied_embedding(std::vector<TrainableParam>& params);
+
+  const std::vector<TraceEvent>& trace() const { return trace_; }
+  // Gathers every rank's events on rank 0 of `world` and writes one Chrome trace (JSON,
+  // chrome://tracing or ui.perfetto.dev); `about` becomes its "otherData". Collective.
+  void write_trace(const std::string& path, Comm& world, const nlohmann::ordered_json& about) const;
+  const Comm& embedding_group() const { return embedding_group_; }
+
+ private:
+  struct InFlight {
+    torch::Tensor input;   // [B, S, H] received activation (a leaf that requires grad); undefined on vs 0
+    torch::Tensor output;  // [B, S, H] activation to send, or the scaled loss on the last stage
+  };
+  void forward(const PipelineAction& a, const BatchLoader& loader, double loss_scale);
+  void backward(const PipelineAction& a);
+  torch::Tensor receive(const Transfer& t);              // posts the receive and waits for it
+  void send(const torch::Tensor& t, const Transfer& tr);  // posts the send; run_step's end waits
+  double now_us() const;
+  void record(TraceEvent::Kind k, int micro, int chunk, double start, int peer = -1);
+
+  LlamaForCausalLM& model_;
+  Mesh& mesh_;
+  Options opts_;
+  torch::TensorOptions act_opts_;
+  int P_, rank_;
+  Comm embedding_group_;  // {first, last stage} (tied embeddings only)
+  std::map<std::pair<int, int>, InFlight> alive_;  // (micro, chunk)
+  std::vector<Work> pending_sends_;
+  int64_t step_ = 0;
+  torch::Tensor loss_sum_, positions_;
+  std::shared_ptr<WeightGradQueue> weight_queue_;
+  std::vector<TraceEvent> trace_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace picotron
