@@ -61,27 +61,13 @@ std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, in
 }
 
 // ---- zero bubble: weight gradients as closures for later ------------------------------
-// B computes dx = dy W (what the previous stage waits for) and leaves dW = dy^T x, which
-// nobody waits for, in the queue; W runs it. The closure holds dy and x until then:
-// that is the memory ZB-H1 pays for its smaller bubble.
-class WeightGradQueue {
- public:
-  void begin(int micro, int chunk) { current_ = &pending_[{micro, chunk}]; }
-  void end() { current_ = nullptr; }
-  bool deferring() const { return current_ != nullptr; }
-  void push(std::function<void()> work) { current_->push_back(std::move(work)); }
-  void run(int micro, int chunk) {
-    torch::NoGradGuard no_grad;
-    auto it = pending_.find({micro, chunk});
-    TORCH_CHECK(it != pending_.end(), "zero bubble: W", micro, " of chunk ", chunk, " before its B");
-    for (auto& work : it->second) work();
-    pending_.erase(it);
-  }
-
- private:
-  std::map<std::pair<int, int>, std::vector<std::function<void()>>> pending_;
-  std::vector<std::function<void()>>* current_ = nullptr;
-};
+void WeightGradQueue::run(int micro, int chunk) {
+  torch::NoGradGuard no_grad;
+  auto it = pending_.find({micro, chunk});
+  TORCH_CHECK(it != pending_.end(), "zero bubble: W", micro, " of chunk ", chunk, " before its B");
+  for (auto& work : it->second) work();
+  pending_.erase(it);
+}
 
 namespace {
 

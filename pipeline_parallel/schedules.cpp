@@ -140,10 +140,13 @@ int64_t pipeline_sends_per_step(PipelineSchedule s, int P, int m, int v, int ran
 
 Simulation simulate(PipelineSchedule s, int P, int m, int v) {
   if (s != PipelineSchedule::kInterleaved) v = 1;
-  Simulation sim;
   std::vector<std::vector<A>> lists(P);
   for (int r = 0; r < P; ++r) lists[r] = schedule_actions(s, P, m, v, r);
-  const bool split = s == PipelineSchedule::kZbH1;
+  return simulate_lists(lists, P, m, v, s == PipelineSchedule::kZbH1);
+}
+
+Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int m, int v, bool split) {
+  Simulation sim;
   const auto cost = [&](const A& a) { return a.kind == A::kForward ? 1 : (a.kind == A::kBackward && !split ? 2 : 1); };
 
   // 1. Every rank runs each of its (micro, chunk) F, B (and W) exactly once.

@@ -103,6 +103,8 @@ struct Simulation {
   std::vector<std::vector<Slot>> timeline;  // per rank, in order
 };
 Simulation simulate(PipelineSchedule s, int P, int m, int v);
+// The same for any lists (one per rank; `split`: backward is B + W), e.g. a broken one.
+Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int m, int v, bool split);
 
 // The bubble formula of the schedule: idle / busy per rank.
 double bubble_formula(PipelineSchedule s, int P, int m, int v);
