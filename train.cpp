@@ -230,6 +230,9 @@ int main(int argc, char** argv) {
         const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
         std::cout << model_summary(cfg) << "\n"
                   << plan_summary(cfg, shape, [&](const MeshCoords& c) { return plan_for(cfg, c); }) << std::endl;
+        if (cfg.pp > 1)
+          std::cout << pipeline_summary(cfg.llama, parse_schedule(cfg.pp_schedule), cfg.pp, cfg.pp_virtual_stages)
+                    << std::endl;
       }
       return 0;
     }

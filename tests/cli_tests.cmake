@@ -54,7 +54,19 @@ function(picotron_mpi_cli_test name np regex)
 endfunction()
 picotron_mpi_cli_test(cli.mpi_bad_mesh 4
   "\\[rank 3\\] error: --dp 2 x --pp 1 x --cp 1 x --tp 3 = 6 ranks, but the job has 4 processes" ${TRAIN} --dp 2 --tp 3)
-picotron_mpi_cli_test(cli.mpi_pp_not_yet 4 "\\[rank 0\\] error: --pp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --pp 2)
+picotron_mpi_cli_test(cli.mpi_cp_not_yet 4 "\\[rank 0\\] error: --cp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --cp 2)
+# Pipeline parallelism: bad combinations, one line on every rank.
+picotron_mpi_cli_test(cli.mpi_pp_interleaved_acc 2
+  "\\[rank 1\\] error: --pp 2 --pp-schedule interleaved needs --grad-acc-steps divisible by --pp" ${TRAIN} --pp 2
+  --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 3)
+picotron_mpi_cli_test(cli.mpi_pp_too_few_layers 4
+  "\\[rank 3\\] error: --num-hidden-layers 4 is fewer than --pp 4 x --pp-virtual-stages 2" ${TRAIN} --pp 4
+  --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 4)
+picotron_mpi_cli_test(cli.mpi_pp_virtual_needs_interleaved 2
+  "\\[rank 0\\] error: --pp-virtual-stages 2 needs --pp-schedule interleaved, got 1f1b" ${TRAIN} --pp 2 --pp-virtual-stages 2)
+picotron_cli_test(cli.bad_pp_schedule ${EXPECT_FAIL} "error: --pp-schedule must be afab, 1f1b, interleaved or zb-h1, got 'gpipe'" --
+  ${TRAIN} --pp-schedule gpipe)
+picotron_cli_test(cli.pp_trace_needs_pp ${EXPECT_FAIL} "error: --pp-trace needs --pp > 1" -- ${TRAIN} --pp-trace t.json)
 picotron_mpi_cli_test(cli.mpi_missing_data 2 "\\[rank 1\\] error: --data /nonexistent.bin: no such file" ${TRAIN} --dp 2 --data /nonexistent.bin)
 
 # Mixed precision on the CPU: bf16 (fp32 master weights) and fp16 (dynamic loss scaling).
@@ -124,3 +136,30 @@ add_test(NAME cli.mpi_tp2_sp_bf16 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --de
   --steps 3 --warmup-steps 1 --seq-len 32 --micro-batch-size 4 --generate 0 --threads 1)
 set_tests_properties(cli.mpi_tp2_sp_bf16 PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "step +3/3 \\| loss [0-9]")
+
+# Pipeline parallelism's ledger against pipeline_parallel/README.md, rank 0 (the first
+# stage) per step, tiny model (H 128, V 256, tied), micro-batches of B S = 2 x 32, m = 4:
+# 1f1b sends m activations and receives m gradients of B S H = 8,192 elements (32,768 per
+# step), receives the loss (a broadcast of 1), and sums the tied embedding's gradient with
+# the last stage (V H = 32,768). Interleaved v = 2: rank 0 holds virtual stages 0 and 2,
+# so it sends 2m activations and m gradients (3 x 4 = 12 tensors, 98,304 elements).
+# The run also samples after training (full weights gathered from both stages).
+add_test(NAME cli.mpi_comm_report_pp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2 --grad-acc-steps 4
+  --steps 2 --seq-len 32 --micro-batch-size 2 --generate 2 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "pp +2 +broadcast +2 +2 +1 +1\npp +2 +send +8 +65536 +4 +32768\npp +2 +recv +8 +65536 +4 +32768\nembed +2 +all_reduce +2 +65536 +1 +32768\n.*arithmetic accuracy")
+add_test(NAME cli.mpi_comm_report_pp2_interleaved COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
+  --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2
+  --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_pp2_interleaved PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "pp +2 +send +24 +196608 +12 +98304\npp +2 +recv +24 +196608 +12 +98304\n")
+# --pp-trace: one Chrome trace with every rank's F, B, W, send and recv (zb-h1, 4 ranks).
+list(JOIN PICOTRON_MPIRUN " " MPIRUN_LINE)
+add_test(NAME cli.mpi_pp_trace COMMAND sh -c "${MPIRUN_LINE} -np 4 ${TRAIN} --device cpu --pp 4 --pp-schedule zb-h1 \
+--grad-acc-steps 4 --steps 2 --seq-len 16 --micro-batch-size 1 --generate 0 --threads 1 \
+--pp-trace ${CMAKE_CURRENT_BINARY_DIR}/pp_trace.json && python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_trace.py \
+${CMAKE_CURRENT_BINARY_DIR}/pp_trace.json 4 4 2")
+set_tests_properties(cli.mpi_pp_trace PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "trace ok")

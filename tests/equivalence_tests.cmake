@@ -76,6 +76,34 @@ picotron_equivalence(tp4_sp NP 4 ARGS --tp 4 --sp --num-key-value-heads 4)
 picotron_equivalence(tp2_sp_untied NP 2 ARGS --tp 2 --sp --tie-word-embeddings=false)
 picotron_equivalence(tp2_sp_dp2_acc2 NP 4 ARGS --tp 2 --sp --dp 2 --grad-acc-steps 2 --dp-bucket-mb 0.05)
 
+# Pipeline parallelism (pipeline_parallel/): pp2 and pp4 x every schedule x grad-acc 4 and
+# 8, on 8 layers (interleaved: v = 2, so pp4 has 8 virtual stages of one layer); 5 layers
+# over pp2 and pp4 (an uneven split); untied heads; pp2 x dp2; pp2 x tp2 (+sp).
+# Without the tied embedding's gradient sum these fail (tried: 0.23 parameter error).
+set(PP_LAYERS --num-hidden-layers 8)
+foreach(pp 2 4)
+  foreach(schedule afab 1f1b interleaved zb-h1)
+    set(extra "")
+    if(schedule STREQUAL "interleaved")
+      set(extra --pp-virtual-stages 2)
+    endif()
+    foreach(acc 4 8)
+      picotron_equivalence(pp${pp}_${schedule}_acc${acc} NP ${pp} ARGS ${PP_LAYERS} --pp ${pp} --pp-schedule ${schedule}
+        --grad-acc-steps ${acc} ${extra})
+    endforeach()
+  endforeach()
+endforeach()
+picotron_equivalence(pp2_uneven_5_layers NP 2 ARGS --num-hidden-layers 5 --pp 2 --pp-schedule 1f1b --grad-acc-steps 4)
+picotron_equivalence(pp4_uneven_5_layers_zb NP 4 ARGS --num-hidden-layers 5 --pp 4 --pp-schedule zb-h1 --grad-acc-steps 4)
+picotron_equivalence(pp2_untied NP 2 ARGS ${PP_LAYERS} --pp 2 --grad-acc-steps 4 --tie-word-embeddings=false)
+picotron_equivalence(pp4_interleaved_untied NP 4 ARGS ${PP_LAYERS} --pp 4 --pp-schedule interleaved
+  --pp-virtual-stages 2 --grad-acc-steps 4 --tie-word-embeddings=false)
+picotron_equivalence(pp2_dp2_1f1b NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --grad-acc-steps 4 --dp-bucket-mb 0.05)
+picotron_equivalence(pp2_dp2_zb NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --pp-schedule zb-h1 --grad-acc-steps 4 --dp-mode naive)
+picotron_equivalence(pp2_tp2 NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --grad-acc-steps 4)
+picotron_equivalence(pp2_tp2_sp_interleaved NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --sp --pp-schedule interleaved
+  --pp-virtual-stages 2 --grad-acc-steps 4)
+
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)
 target_link_libraries(tensor_parallel_tests PRIVATE picotron_core)
