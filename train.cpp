@@ -167,12 +167,13 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   }
   if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) {
+    char formula_value[32];
+    std::snprintf(formula_value, sizeof formula_value, "%.3f",
+                  bubble_formula(schedule, cfg.pp, int(cfg.grad_acc_steps), cfg.pp_virtual_stages));
     pipeline->write_trace(cfg.pp_trace, world,
                           {{"schedule", cfg.pp_schedule}, {"pp", cfg.pp}, {"virtual_stages", cfg.pp_virtual_stages},
                            {"grad_acc_steps", cfg.grad_acc_steps}, {"steps", cfg.steps},
-                           {"bubble_formula", bubble_formula_text(schedule) + " = " +
-                                                  std::to_string(bubble_formula(schedule, cfg.pp, int(cfg.grad_acc_steps),
-                                                                                cfg.pp_virtual_stages))}});
+                           {"bubble_formula", bubble_formula_text(schedule) + " = " + formula_value}});
     print0(rank, "wrote the pipeline trace to " + cfg.pp_trace + " (chrome://tracing, ui.perfetto.dev; "
                  "python scripts/plot_pipeline.py " + cfg.pp_trace + " out.png)");
   }

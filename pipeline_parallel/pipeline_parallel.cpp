@@ -135,6 +135,17 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
   if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
   positions_ = torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
+  // MPI moves a posted send forward only while the sender is inside an MPI call (the
+  // same lesson as data parallelism's buckets). A send posted before a long backward
+  // would reach the next stage only after it, and the next stage would idle. So at every
+  // layer boundary, forward and backward, the pending sends get a nudge.
+  LayerRunner inner = model->layer_runner;
+  model->layer_runner = [this, inner](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
+    progress_sends();
+    auto y = inner ? inner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
+    if (y.requires_grad()) y.register_hook([this](const torch::Tensor& g) { progress_sends(); return g; });
+    return y;
+  };
   mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
   t0_ = std::chrono::steady_clock::now();
 }
@@ -225,6 +236,13 @@ void Pipeline::send(const torch::Tensor& tensor, const Transfer& t) {
   const double start = now_us();
   pending_sends_.push_back(mesh_.pp().batch_p2p_async({{P2POp::kSend, tensor, t.peer, t.tag()}}));  // no wait
   record(TraceEvent::kSend, t.micro, t.tag(), start, t.peer);
+}
+
+void Pipeline::progress_sends() {
+  // Shared memory moves a large message in fragments (Open MPI's vader: 32 KiB), about
+  // one per test: a few rounds per nudge deliver a [B, S, H] tensor within a layer or two.
+  for (int round = 0; round < 32; ++round)
+    for (auto& w : pending_sends_) w.progress();
 }
 
 void Pipeline::sync_tied_embedding(std::vector<TrainableParam>& params) {

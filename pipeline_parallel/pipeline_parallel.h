@@ -135,6 +135,7 @@ class Pipeline {
   void backward(const PipelineAction& a);
   torch::Tensor receive(const Transfer& t);              // posts the receive and waits for it
   void send(const torch::Tensor& t, const Transfer& tr);  // posts the send; run_step's end waits
+  void progress_sends();                                  // lets MPI move the posted sends
   double now_us() const;
   void record(TraceEvent::Kind k, int micro, int chunk, double start, int peer = -1);
 
