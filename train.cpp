@@ -35,6 +35,7 @@
 #include "picotron/utils.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
+#include "zero/zero.h"
 
 using namespace picotron;
 
@@ -97,8 +98,28 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   // ---- optimizer and data parallelism (over cp x dp: every rank there sees other tokens)
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-  AdamW optimizer(named, {cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay}, plan);
-  DataParallel data_parallel(mesh.cp_dp(), optimizer.params(), cfg.dp_mode, cfg.dp_bucket_mb);
+  const AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
+  std::unique_ptr<AdamW> adamw;                 // --zero 0: every rank keeps the whole optimizer
+  std::unique_ptr<DataParallel> data_parallel;  //   and all-reduces the gradients
+  std::unique_ptr<ZeroOptimizer> zero;          // --zero 1: master weights and moments sharded over cp x dp
+  if (cfg.zero == 0) {
+    adamw = std::make_unique<AdamW>(named, adam, plan);
+    data_parallel = std::make_unique<DataParallel>(mesh.cp_dp(), adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb);
+  } else {
+    zero = std::make_unique<ZeroOptimizer>(mesh.cp_dp(), named, adam, plan, mesh.coords());
+    const auto b = zero->bytes();
+    print0(rank, "zero-1 over cp x dp = " + std::to_string(mesh.cp_dp().size()) + " ranks; rank 0 holds parameters " +
+                     human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) + ", master weights " +
+                     (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
+                     ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" +
+                     std::to_string(mesh.cp_dp().size()) + " slice)");
+  }
+  // Every parameter's name, tensor, full main gradient and shard record, whichever optimizer.
+  std::vector<TrainableParam>& grads = zero ? zero->params() : adamw->params();
+  const auto accumulate_grads = [&] { zero ? zero->accumulate_grads() : adamw->accumulate_grads(); };
+  const auto prepare_backward = [&](bool sync) {
+    if (data_parallel) data_parallel->prepare_backward(sync);
+  };
   LossScaler scaler(cfg.dtype == Precision::kFP16);
   std::unique_ptr<Pipeline> pipeline;  // pp > 1: the micro-batches run through the stages in the schedule's order
   if (cfg.pp > 1)
@@ -123,32 +144,34 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = 0; step < cfg.steps; ++step) {
     Timer timer;
-    optimizer.zero_main_grads();
+    zero ? zero->zero_main_grads() : adamw->zero_main_grads();
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     if (pipeline) {  // the schedule decides the order; data parallelism syncs after the last backward
       loss_sum = pipeline->run_step(step, loader, scaler.scale(),
-                                    {[&] { data_parallel.prepare_backward(/*sync=*/false); },
-                                     [&] { optimizer.accumulate_grads(); }});
+                                    {[&] { prepare_backward(/*sync=*/false); }, accumulate_grads});
     } else {
       for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
         const Batch batch = loader.micro_batch(step, micro);
         // Only the last micro-batch's backward communicates (no-sync for the others).
-        data_parallel.prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
+        prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
         auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) / double(cfg.grad_acc_steps);
         (loss * scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
-        optimizer.accumulate_grads();        // main_grad += grad, for bf16/fp16 grads no hook took
+        accumulate_grads();                  // main_grad += grad, for bf16/fp16 grads no hook took
         loss_sum += loss.detach().to(torch::kFloat64);
       }
     }
-    data_parallel.finish_gradient_sync();  // main grads now hold the cp x dp average
-    if (pipeline) pipeline->sync_tied_embedding(optimizer.params());  // lookup + head parts of a tied embedding
-    if (cfg.sp) sync_sequence_parallel_grads(optimizer.params(), mesh.tp());  // norm gains saw S/tp tokens
+    if (data_parallel) data_parallel->finish_gradient_sync();  // main grads now hold the cp x dp average
+    if (pipeline) pipeline->sync_tied_embedding(grads);               // lookup + head parts of a tied embedding
+    if (cfg.sp) sync_sequence_parallel_grads(grads, mesh.tp());       // norm gains saw S/tp tokens
+    if (zero) zero->reduce_scatter_grads();  // ZeRO: the cp x dp average of this rank's slice only
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
-    const double norm = global_grad_norm(optimizer.params(), mesh.world(), mesh.coords()) / scaler.scale();
+    const double norm =
+        (zero ? zero->grad_norm(mesh.world()) : global_grad_norm(grads, mesh.world(), mesh.coords())) / scaler.scale();
     const bool finite = std::isfinite(norm);
     const double lr = lr_at(step, cfg);
-    if (finite) optimizer.step(lr, clip_coefficient(norm, cfg.grad_clip) / scaler.scale());
+    const double grad_scale = clip_coefficient(norm, cfg.grad_clip) / scaler.scale();
+    if (finite) zero ? zero->step(lr, grad_scale) : adamw->step(lr, grad_scale);
     scaler.update(finite);
     mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
 
@@ -180,13 +203,13 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
 
   // ---- results: full tensors reassembled on rank 0 from every rank's shards ----------
   std::map<std::string, torch::Tensor> weights, masters;
-  for (auto& p : optimizer.params()) {
+  for (auto& p : grads) {
     weights[p.name] = p.param;
-    masters[p.name] = p.master;
+    if (adamw) masters[p.name] = p.master;
   }
   if (!cfg.save_params.empty()) {  // fp32 master weights (fp64 in fp64 runs)
-    const auto full = gather_full_tensors(masters, cfg.llama, shape, plan_of,
-                                          optimizer.params().front().master.scalar_type(), world);
+    if (zero) masters = zero->full_masters();  // ZeRO: the slices, all-gathered over cp x dp
+    const auto full = gather_full_tensors(masters, cfg.llama, shape, plan_of, grads.front().main_grad.scalar_type(), world);
     if (rank == 0) {
       save_tensors(cfg.save_params, full);
       print0(rank, "saved parameters to " + cfg.save_params);

@@ -85,6 +85,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
     ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
+    ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded)", cxxopts::value<int>()->default_value(s(d.zero)))
     ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
     ("dp-bucket-mb", "bucket size of bucketed data parallelism, MiB", cxxopts::value<double>()->default_value(s(d.dp_bucket_mb)))
     ("timeout-s", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", cxxopts::value<int>()->default_value(s(d.timeout_s)));
@@ -154,6 +155,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.pp = r["pp"].as<int>();
     c.cp = r["cp"].as<int>();
     c.sp = r.count("sp") > 0 && r["sp"].as<bool>();
+    c.zero = r["zero"].as<int>();
     c.pp_schedule = r["pp-schedule"].as<std::string>();
     parse_schedule(c.pp_schedule);  // throws naming the flag and the choices
     c.pp_virtual_stages = r["pp-virtual-stages"].as<int>();
@@ -259,6 +261,8 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   }
   need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
   need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
+  need(c.zero >= 0 && c.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + str(c.zero));
+  need(c.zero <= 1, "--zero " + str(c.zero) + ": this stage is not yet available (only --zero 0 and 1)");
   need(c.cp == 1, "--cp " + str(c.cp) + ": this parallelism is not yet available (only --dp, --tp, --pp)");
   return errors;
 }

@@ -163,3 +163,15 @@ add_test(NAME cli.mpi_pp_trace COMMAND sh -c "${MPIRUN_LINE} -np 4 ${TRAIN} --de
 ${CMAKE_CURRENT_BINARY_DIR}/pp_trace.json 4 4 2")
 set_tests_properties(cli.mpi_pp_trace PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "trace ok")
+
+# ZeRO-1's ledger against zero/README.md (tiny model, 820,352 parameters, dp 2), per
+# step: one reduce-scatter and one all-gather of the flat buffer (820,352 elements each,
+# the same bytes on the wire as data parallelism's one all-reduce), plus the loss's
+# all-reduce of 1; and the memory line of rank 0.
+add_test(NAME cli.mpi_comm_report_zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 1
+  --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "zero-1 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 3.13 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
+picotron_cli_test(cli.zero_stage_not_yet ${EXPECT_FAIL} "error: --zero 2: this stage is not yet available" -- ${TRAIN} --zero 2)
+picotron_cli_test(cli.bad_zero ${EXPECT_FAIL} "error: --zero must be 0, 1, 2 or 3, got 4" -- ${TRAIN} --zero 4)

@@ -1,0 +1,42 @@
+// ZeRO's flat layout without communication: every element of every parameter lands in
+// exactly one rank's slice, at the right place, whatever the sizes (pure arithmetic).
+#include <catch2/catch.hpp>
+
+#include "zero/zero.h"
+
+using namespace picotron;
+
+TEST_CASE("zero layout: slices cover every element once, padding at the end", "[zero]") {
+  // Three parameters of 5, 3 and 6 elements (14) over 4 ranks: padded to 16, slices of 4.
+  //   flat: a a a a | a b b b | c c c c | c c . .
+  const ZeroLayout l = zero_layout({5, 3, 6}, 4);
+  CHECK(l.numel == 14);
+  CHECK(l.padded == 16);
+  CHECK(l.shard == 4);
+  CHECK(l.offsets == std::vector<int64_t>{0, 5, 8});
+  const auto r1 = l.pieces(1);  // the end of a (straddles 0|1), then all of b
+  REQUIRE(r1.size() == 2);
+  CHECK((r1[0].param == 0 && r1[0].first == 4 && r1[0].length == 1 && r1[0].slice_offset == 0));
+  CHECK((r1[1].param == 1 && r1[1].first == 0 && r1[1].length == 3 && r1[1].slice_offset == 1));
+  const auto r3 = l.pieces(3);  // the last two of c, then two padding elements nobody owns
+  REQUIRE(r3.size() == 1);
+  CHECK((r3[0].param == 2 && r3[0].first == 4 && r3[0].length == 2 && r3[0].slice_offset == 0));
+
+  for (int N : {1, 2, 3, 4, 7, 16})
+    for (auto sizes : {std::vector<int64_t>{1}, {5, 3, 6}, {64, 1, 63, 128, 7}, {1000, 999, 1}}) {
+      const ZeroLayout z = zero_layout(sizes, N);
+      CHECK(z.padded % N == 0);
+      CHECK(z.padded - z.numel < N);
+      std::vector<std::vector<int>> seen(sizes.size());
+      for (size_t i = 0; i < sizes.size(); ++i) seen[i].assign(size_t(sizes[i]), 0);
+      for (int r = 0; r < N; ++r)
+        for (const auto& p : z.pieces(r)) {
+          CHECK(p.slice_offset + p.length <= z.shard);
+          // the piece's flat position is the slice's start plus its offset in the slice
+          CHECK(z.offsets[p.param] + p.first == r * z.shard + p.slice_offset);
+          for (int64_t e = p.first; e < p.first + p.length; ++e) ++seen[p.param][size_t(e)];
+        }
+      for (const auto& s : seen)
+        for (int count : s) CHECK(count == 1);
+    }
+}
