@@ -101,14 +101,15 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
   std::unique_ptr<AdamW> adamw;                 // --zero 0: every rank keeps the whole optimizer
   std::unique_ptr<DataParallel> data_parallel;  //   and all-reduces the gradients
-  std::unique_ptr<ZeroOptimizer> zero;          // --zero 1: master weights and moments sharded over cp x dp
+  std::unique_ptr<ZeroOptimizer> zero;          // --zero 1: master weights and moments sharded over cp x dp,
+                                                // --zero 2: the gradients too
   if (cfg.zero == 0) {
     adamw = std::make_unique<AdamW>(named, adam, plan);
     data_parallel = std::make_unique<DataParallel>(mesh.cp_dp(), adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb);
   } else {
-    zero = std::make_unique<ZeroOptimizer>(mesh.cp_dp(), named, adam, plan, mesh.coords());
+    zero = std::make_unique<ZeroOptimizer>(mesh.cp_dp(), named, adam, plan, mesh.coords(), cfg.zero, cfg.dp_bucket_mb);
     const auto b = zero->bytes();
-    print0(rank, "zero-1 over cp x dp = " + std::to_string(mesh.cp_dp().size()) + " ranks; rank 0 holds parameters " +
+    print0(rank, "zero-" + std::to_string(cfg.zero) + " over cp x dp = " + std::to_string(mesh.cp_dp().size()) + " ranks; rank 0 holds parameters " +
                      human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) + ", master weights " +
                      (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
                      ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" +
@@ -119,6 +120,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const auto accumulate_grads = [&] { zero ? zero->accumulate_grads() : adamw->accumulate_grads(); };
   const auto prepare_backward = [&](bool sync) {
     if (data_parallel) data_parallel->prepare_backward(sync);
+    if (zero) zero->prepare_backward();
   };
   LossScaler scaler(cfg.dtype == Precision::kFP16);
   std::unique_ptr<Pipeline> pipeline;  // pp > 1: the micro-batches run through the stages in the schedule's order
@@ -209,7 +211,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   }
   if (!cfg.save_params.empty()) {  // fp32 master weights (fp64 in fp64 runs)
     if (zero) masters = zero->full_masters();  // ZeRO: the slices, all-gathered over cp x dp
-    const auto full = gather_full_tensors(masters, cfg.llama, shape, plan_of, grads.front().main_grad.scalar_type(), world);
+    const auto full = gather_full_tensors(masters, cfg.llama, shape, plan_of,
+                                          zero ? zero->state_dtype() : grads.front().master.scalar_type(), world);
     if (rank == 0) {
       save_tensors(cfg.save_params, full);
       print0(rank, "saved parameters to " + cfg.save_params);

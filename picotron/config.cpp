@@ -85,7 +85,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
     ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
-    ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded)", cxxopts::value<int>()->default_value(s(d.zero)))
+    ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too)", cxxopts::value<int>()->default_value(s(d.zero)))
     ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
     ("dp-bucket-mb", "bucket size of bucketed data parallelism, MiB", cxxopts::value<double>()->default_value(s(d.dp_bucket_mb)))
     ("timeout-s", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", cxxopts::value<int>()->default_value(s(d.timeout_s)));
@@ -262,7 +262,10 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
   need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
   need(c.zero >= 0 && c.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + str(c.zero));
-  need(c.zero <= 1, "--zero " + str(c.zero) + ": this stage is not yet available (only --zero 0 and 1)");
+  need(c.zero <= 2, "--zero " + str(c.zero) + ": this stage is not yet available (only --zero 0, 1 and 2)");
+  // Stage 2 keeps no full gradient, but --sp's norm gains and a pipeline's tied embedding
+  // are summed from full gradients before the sync (see zero/README.md).
+  need(c.zero != 2 || (c.pp == 1 && !c.sp), "--zero 2 does not combine with --pp or --sp yet (use --zero 1)");
   need(c.cp == 1, "--cp " + str(c.cp) + ": this parallelism is not yet available (only --dp, --tp, --pp)");
   return errors;
 }

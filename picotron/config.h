@@ -81,7 +81,8 @@ struct TrainConfig {
   std::string pp_schedule = "1f1b";    // afab | 1f1b | interleaved | zb-h1 (pipeline_parallel/schedules.h)
   int pp_virtual_stages = 1;           // model chunks per pp rank (interleaved: >= 2)
   std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
-  int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state sharded)
+  int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state
+                                       //   sharded) | 2 (gradients too)
   DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
   double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job

@@ -173,5 +173,14 @@ add_test(NAME cli.mpi_comm_report_zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
 set_tests_properties(cli.mpi_comm_report_zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-1 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 3.13 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
-picotron_cli_test(cli.zero_stage_not_yet ${EXPECT_FAIL} "error: --zero 2: this stage is not yet available" -- ${TRAIN} --zero 2)
+picotron_cli_test(cli.zero_stage_not_yet ${EXPECT_FAIL} "error: --zero 3: this stage is not yet available" -- ${TRAIN} --zero 3)
+picotron_cli_test(cli.zero2_with_pp ${EXPECT_FAIL} "error: --zero 2 does not combine with --pp or --sp yet" -- ${TRAIN} --zero 2 --pp 2)
+# ZeRO-2 (tiny model, dp 2, 1 MiB buckets: 4 of them, grad-acc 2), per step: a reduce-scatter
+# per bucket per micro-batch (8 calls, 2 x 820,352 elements), an all-gather per bucket
+# (4 calls, 820,352); rank 0 keeps half the fp32 gradient (1.56 MiB).
+add_test(NAME cli.mpi_comm_report_zero2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 2
+  --dp-bucket-mb 1 --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_zero2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "zero-2 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +8 +1640704 +4 +820352\ncp_dp +2 +reduce_scatter +16 +3281408 +8 +1640704\n")
 picotron_cli_test(cli.bad_zero ${EXPECT_FAIL} "error: --zero must be 0, 1, 2 or 3, got 4" -- ${TRAIN} --zero 4)

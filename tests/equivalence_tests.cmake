@@ -104,7 +104,7 @@ picotron_equivalence(pp2_tp2 NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --grad-acc-ste
 picotron_equivalence(pp2_tp2_sp_interleaved NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --sp --pp-schedule interleaved
   --pp-virtual-stages 2 --grad-acc-steps 4)
 
-# ZeRO-1 (zero/): dp 2 and 4 x grad-acc 1 and 4; dp 3 with a vocabulary of 257 (the flat
+# ZeRO-1 and ZeRO-2 (zero/). ZeRO-1: dp 2 and 4 x grad-acc 1 and 4; dp 3 with a vocabulary of 257 (the flat
 # buffer, 90,496 elements, is padded to a multiple of 3 and parameters straddle the
 # slices); float32; with tp2 and with pp2 (zb-h1). Reduce-scattering a sum instead of
 # an average, or counting tp copies of the norm gains twice, fails them (tried).
@@ -117,6 +117,16 @@ picotron_equivalence(zero1_dp3_uneven NP 3 ARGS --zero 1 --dp 3 --vocab-size 257
 picotron_equivalence(zero1_dp2_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --zero 1 --dp 2 --grad-acc-steps 2)
 picotron_equivalence(zero1_dp2_tp2 NP 4 ARGS --zero 1 --dp 2 --tp 2 --sp)
 picotron_equivalence(zero1_dp2_pp2_zb NP 4 ARGS --zero 1 --dp 2 --pp 2 --pp-schedule zb-h1 --grad-acc-steps 4)
+# ZeRO-2: dp 2 and 4 x grad-acc 1 and 4 with several buckets (0.05 MiB); dp 3 with uneven
+# buckets and padding; float32; with tp2.
+foreach(dp 2 4)
+  foreach(acc 1 4)
+    picotron_equivalence(zero2_dp${dp}_acc${acc} NP ${dp} ARGS --zero 2 --dp ${dp} --grad-acc-steps ${acc} --dp-bucket-mb 0.05)
+  endforeach()
+endforeach()
+picotron_equivalence(zero2_dp3_uneven NP 3 ARGS --zero 2 --dp 3 --vocab-size 257 --dp-bucket-mb 0.037 --grad-acc-steps 2)
+picotron_equivalence(zero2_dp2_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --zero 2 --dp 2 --grad-acc-steps 2 --dp-bucket-mb 0.05)
+picotron_equivalence(zero2_dp2_tp2 NP 4 ARGS --zero 2 --dp 2 --tp 2 --dp-bucket-mb 0.05)
 
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)

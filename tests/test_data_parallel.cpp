@@ -3,7 +3,9 @@
 //     overlap), naive DP launches none before;
 //   * no-sync micro-batches launch nothing;
 //   * after the sync, every rank holds the gradient of the whole global batch, equal
-//     (fp64, 1e-12) to a single-process backward over all rows computed here.
+//     (fp64, 1e-12) to a single-process backward over all rows computed here;
+//   * ZeRO-2 launches a bucket's reduce-scatter before backward ends, and ZeRO-1/2's
+//     slices hold the global batch's gradient.
 // Prints "N passed, N failed"; exits non-zero on any failure.
 #include <torch/torch.h>
 
@@ -16,6 +18,7 @@
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "zero/zero.h"
 
 #include "mpi_check.h"
 
@@ -122,6 +125,37 @@ int main() {
     }
     check(error.find("arrived twice since prepare_backward()") != std::string::npos,
           "a second backward without prepare_backward throws (got: '" + error.substr(0, 80) + "')", rank);
+  }
+  // ZeRO (zero/): stage 2 reduce-scatters a bucket before backward ends; after the sync
+  // the slices hold the whole global batch's gradient (its norm over all slices equals
+  // the single-process gradient's norm), for stages 1 and 2.
+  double ref_norm = 0;
+  for (auto& p : ref->parameters()) ref_norm += p.grad().square().sum().item<double>();
+  ref_norm = std::sqrt(ref_norm);
+  for (int stage : {1, 2}) {
+    const std::string tag = "zero-" + std::to_string(stage) + ": ";
+    LlamaForCausalLM model(config());
+    model->to(torch::kFloat64);
+    init_parameters(*model, 5, 0.02);
+    ShardPlan plan = replicated_plan(config());
+    ZeroOptimizer zero(world, named(model), {}, plan, MeshCoords{}, stage, /*bucket_mb=*/0.05);
+    zero.set_record_events(true);
+    const auto batch = loader.micro_batch(0, 0, rank);
+    for (int micro = 0; micro < 2; ++micro) {  // two micro-batches of half the loss each
+      zero.prepare_backward();
+      (model->loss(batch.inputs, batch.targets) * 0.5).backward();
+      zero.accumulate_grads();
+    }
+    zero.reduce_scatter_grads();
+    if (stage == 2) {
+      const auto& ev = zero.events();
+      check(zero.layout().buckets.size() > 1, tag + "several buckets", rank);
+      check(first(ev, "launch") < first(ev, "backward end"), tag + "a bucket reduce-scatter was launched before backward ended", rank);
+    }
+    const double norm = zero.grad_norm(world);
+    check(std::abs(norm - ref_norm) < 1e-12 * ref_norm,
+          tag + "the slices' gradient norm equals the full-batch gradient's (" + std::to_string(norm) + " vs " +
+              std::to_string(ref_norm) + ")", rank);
   }
   world.barrier();
   return testing::summary(rank);

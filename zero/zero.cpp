@@ -4,44 +4,70 @@
 #include <algorithm>
 #include <cmath>
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 namespace picotron {
 
-ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N) {
+ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket_capacity) {
   ZeroLayout l;
-  for (int64_t n : numels) {
-    l.offsets.push_back(l.numel);
-    l.numel += n;
+  l.ranks = N;
+  l.offsets.resize(numels.size());
+  // Consecutive parameters fill a bucket up to the capacity (a bigger one gets its own);
+  // each bucket is padded to a multiple of N with zeros that nobody owns.
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const bool full = !l.buckets.empty() && l.buckets.back().numel > 0 &&
+                      l.buckets.back().numel + numels[i] > bucket_capacity;
+    if (l.buckets.empty() || full) l.buckets.push_back({i, i, 0, 0, 0, 0});
+    auto& b = l.buckets.back();
+    b.end_param = i + 1;
+    b.numel += numels[i];
+    l.numel += numels[i];
   }
-  l.padded = (l.numel + N - 1) / N * N;  // the last slice ends in zeros that nobody owns
-  l.shard = l.padded / N;
+  for (auto& b : l.buckets) {
+    b.offset = l.padded;
+    b.padded = (b.numel + N - 1) / N * N;
+    b.shard_offset = l.shard;
+    int64_t at = b.offset;
+    for (size_t i = b.first_param; i < b.end_param; ++i) l.offsets[i] = at, at += numels[i];
+    l.padded += b.padded;
+    l.shard += b.padded / N;
+  }
   return l;
 }
 
 std::vector<ZeroLayout::Piece> ZeroLayout::pieces(int rank) const {
   std::vector<Piece> out;
-  const int64_t lo = rank * shard, hi = lo + shard;  // my slice [lo, hi) of the flat buffer
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    const int64_t begin = offsets[i], end = i + 1 < offsets.size() ? offsets[i + 1] : numel;
-    const int64_t a = std::max(begin, lo), b = std::min(end, hi);
-    if (a < b) out.push_back({i, a - begin, b - a, a - lo});
+  for (const auto& b : buckets) {
+    const int64_t slice = b.padded / ranks;                        // each rank's part of this bucket
+    const int64_t lo = b.offset + rank * slice, hi = lo + slice;  // mine: [lo, hi) of the flat buffer
+    for (size_t i = b.first_param; i < b.end_param; ++i) {
+      const int64_t begin = offsets[i], end = i + 1 < b.end_param ? offsets[i + 1] : b.offset + b.numel;
+      const int64_t x = std::max(begin, lo), y = std::min(end, hi);
+      if (x < y) out.push_back({i, x - begin, y - x, b.shard_offset + (x - lo)});
+    }
   }
   return out;
 }
 
 ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
-                             AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here)
-    : group_(group), opts_(opts) {
+                             AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, int stage,
+                             double bucket_mb)
+    : group_(group), opts_(opts), stage_(stage) {
   TORCH_CHECK(!named_params.empty(), "zero: no parameters");
+  TORCH_CHECK(stage == 1 || stage == 2, "zero: stage ", stage, " is not implemented");
   torch::NoGradGuard no_grad;
-  std::vector<int64_t> numels;
-  for (const auto& [name, p] : named_params) numels.push_back(p.numel());
-  layout_ = zero_layout(numels, group.size());
-
-  // The flat parameters; each model tensor becomes a view of its range (values kept).
   const auto compute = named_params.front().second.options();
   const auto state_dtype = compute.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  flat_param_ = torch::zeros({layout_.padded}, compute);                             // [P_pad]
-  flat_grad_ = torch::zeros({layout_.padded}, compute.dtype(state_dtype));           // [P_pad]
+  std::vector<int64_t> numels;
+  for (const auto& [name, p] : named_params) numels.push_back(p.numel());
+  const int64_t capacity = stage == 1 ? INT64_MAX
+                                      : std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(c10::elementSize(state_dtype)));
+  layout_ = zero_layout(numels, group.size(), capacity);
+
+  // The flat parameters; each model tensor becomes a view of its range (values kept).
+  flat_param_ = torch::zeros({layout_.padded}, compute);  // [P_pad]
+  if (stage == 1) flat_grad_ = torch::zeros({layout_.padded}, compute.dtype(state_dtype));  // [P_pad]
   for (size_t i = 0; i < named_params.size(); ++i) {
     const auto& [name, p] = named_params[i];
     TORCH_CHECK(p.options().dtype() == compute.dtype() && p.device() == compute.device(),
@@ -52,8 +78,10 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
     TrainableParam tp;
     tp.name = name;
     tp.param = p;
-    tp.main_grad = flat_grad_.narrow(0, layout_.offsets[i], p.numel()).view(p.sizes());
-    if (p.scalar_type() == state_dtype) tp.master = p;  // marks "param.grad is main_grad" (aliases_grad)
+    if (stage == 1) {
+      tp.main_grad = flat_grad_.narrow(0, layout_.offsets[i], p.numel()).view(p.sizes());
+      if (p.scalar_type() == state_dtype) tp.master = p;  // marks "param.grad is main_grad" (aliases_grad)
+    }
     tp.decay = p.dim() >= 2;
     const auto it = plan.find(name);
     TORCH_CHECK(it != plan.end(), "zero: parameter ", name, " has no shard record");
@@ -62,11 +90,12 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
   }
 
   // My slice: gradient, master, moments, and the per-element rules.
-  const int64_t lo = group.rank() * layout_.shard;
-  grad_ = torch::zeros({layout_.shard}, flat_grad_.options());
+  grad_ = torch::zeros({layout_.shard}, compute.dtype(state_dtype));
   master_in_place_ = flat_param_.scalar_type() == state_dtype;  // fp32/fp64: the parameters are the masters
-  master_ = master_in_place_ ? flat_param_.narrow(0, lo, layout_.shard)
-                             : flat_param_.narrow(0, lo, layout_.shard).to(state_dtype);
+  if (!master_in_place_) {
+    master_ = torch::empty_like(grad_);
+    for (const auto& b : layout_.buckets) slice_of(master_, b).copy_(my_params(b));
+  }
   exp_avg_ = torch::zeros_like(grad_);
   exp_avg_sq_ = torch::zeros_like(grad_);
   decay_ = torch::zeros({layout_.shard}, torch::TensorOptions().dtype(torch::kBool).device(compute.device()));
@@ -81,27 +110,107 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
                axes.end());
     counts_.narrow(0, piece.slice_offset, piece.length).fill_(r.counts_once(here) ? 1.0 : 0.0);
   }
+
+  if (stage == 2) {  // a hook on each parameter's gradient accumulator (see data_parallel.cpp)
+    inflight_.resize(layout_.buckets.size());
+    for (size_t b = 0; b < layout_.buckets.size(); ++b)
+      for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i) bucket_of_.push_back(b);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
+      TORCH_CHECK(acc, "zero: parameter ", params_[i].name, " does not require grad");
+      const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            on_grad_ready(i);
+            return outputs;
+          }));
+      hooks_.emplace_back(std::move(acc), key);
+    }
+  }
   zero_main_grads();
+  prepare_backward();
+}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  for (auto& [acc, key] : hooks_) acc->del_post_hook(key);  // they capture `this`
+}
+
+torch::Tensor ZeroOptimizer::slice_of(const torch::Tensor& shard_buffer, const ZeroLayout::Bucket& b) const {
+  return shard_buffer.narrow(0, b.shard_offset, b.padded / layout_.ranks);  // my part of bucket b
+}
+
+torch::Tensor ZeroOptimizer::my_params(const ZeroLayout::Bucket& b) const {
+  const int64_t part = b.padded / layout_.ranks;
+  return flat_param_.narrow(0, b.offset + group_.rank() * part, part);  // my part of bucket b's parameters
 }
 
 void ZeroOptimizer::zero_main_grads() {
+  grad_.zero_();
+  if (stage_ == 2) return;  // no full gradient to zero
   flat_grad_.zero_();
   for (auto& p : params_)
     if (p.aliases_grad()) p.param.mutable_grad() = p.main_grad;  // autograd accumulates in place
 }
 
-void ZeroOptimizer::accumulate_grads() {
+void ZeroOptimizer::prepare_backward() {
+  for (size_t b = 0; b < inflight_.size(); ++b)
+    inflight_[b].pending = int(layout_.buckets[b].end_param - layout_.buckets[b].first_param);
+  next_to_launch_ = int(inflight_.size()) - 1;
+}
+
+void ZeroOptimizer::on_grad_ready(size_t i) {
   torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    auto& g = p.param.mutable_grad();
-    if (!g.defined() || g.is_same(p.main_grad)) continue;
-    p.main_grad.add_(g);  // bf16 -> fp32
-    g = torch::Tensor();
+  auto& g = params_[i].param.mutable_grad();
+  const size_t b = bucket_of_[i];
+  const auto& bucket = layout_.buckets[b];
+  auto& f = inflight_[b];
+  if (!f.full.defined()) f.full = torch::zeros({bucket.padded}, grad_.options());  // [bucket padded]
+  if (g.defined()) {
+    f.full.narrow(0, layout_.offsets[i] - bucket.offset, g.numel()).add_(g.reshape({-1}));  // bf16 -> fp32
+    g = torch::Tensor();  // freed: only my slice of the gradient outlives the micro-batch
+  }
+  for (auto& other : inflight_)  // on CPU, MPI moves the launched buckets only while we call it
+    if (other.work) other.work->progress();
+  if (--f.pending == 0) launch_ready_buckets();
+}
+
+void ZeroOptimizer::launch_ready_buckets() {
+  // Backward completes the last bucket first; every rank launches in the same order.
+  while (next_to_launch_ >= 0 && inflight_[size_t(next_to_launch_)].pending == 0) {
+    auto& f = inflight_[size_t(next_to_launch_)];
+    const auto& bucket = layout_.buckets[size_t(next_to_launch_)];
+    if (!f.full.defined()) f.full = torch::zeros({bucket.padded}, grad_.options());
+    f.mine = torch::empty({bucket.padded / layout_.ranks}, grad_.options());
+    record("launch bucket " + std::to_string(next_to_launch_));
+    f.work = group_.reduce_scatter_async(f.mine, f.full, ReduceOp::kAvg);  // [padded] -> my [padded / N]
+    --next_to_launch_;
   }
 }
 
+void ZeroOptimizer::accumulate_grads() {
+  torch::NoGradGuard no_grad;
+  if (stage_ == 1) {
+    for (auto& p : params_) {
+      auto& g = p.param.mutable_grad();
+      if (!g.defined() || g.is_same(p.main_grad)) continue;
+      p.main_grad.add_(g);  // bf16 -> fp32
+      g = torch::Tensor();
+    }
+    return;
+  }
+  record("backward end");
+  for (auto& f : inflight_) f.pending = 0;  // a parameter without a gradient: send its bucket anyway
+  launch_ready_buckets();
+  for (size_t b = 0; b < inflight_.size(); ++b) {
+    auto& f = inflight_[b];
+    f.work->wait();
+    slice_of(grad_, layout_.buckets[b]).add_(f.mine);  // this micro-batch's average of my part
+    f = InFlight{};                                     // the bucket's buffers go
+  }
+  prepare_backward();
+}
+
 void ZeroOptimizer::reduce_scatter_grads() {
-  group_.reduce_scatter(grad_, flat_grad_, ReduceOp::kAvg);  // [P_pad] -> my [P_pad / N], averaged
+  if (stage_ == 1) group_.reduce_scatter(grad_, flat_grad_, ReduceOp::kAvg);  // [P_pad] -> my [P_pad / N], averaged
 }
 
 double ZeroOptimizer::grad_norm(Comm& world) const {
@@ -118,21 +227,31 @@ void ZeroOptimizer::step(double lr, double c) {
   const double b1 = opts_.beta1, b2 = opts_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(t_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t_)));
-  if (c == 1.0) exp_avg_.lerp_(grad_, 1.0 - b1);
-  else exp_avg_.mul_(b1).add_(grad_, (1.0 - b1) * c);
-  exp_avg_sq_.mul_(b2).addcmul_(grad_, grad_, (1.0 - b2) * c * c);
-  if (opts_.weight_decay != 0)  // matrices only: the same factor AdamW uses, 1 elsewhere
-    master_.mul_(torch::ones_like(master_).masked_fill_(decay_, 1.0 - lr * opts_.weight_decay));
-  auto denom = exp_avg_sq_.sqrt().div_(bias2_sqrt).add_(opts_.eps);
-  master_.addcdiv_(exp_avg_, denom, -lr / bias1);
-  // Everyone's updated slice into everyone's parameters. (The input must be a separate
-  // buffer: MPI forbids overlapping send and receive buffers.)
-  group_.all_gather(flat_param_, master_.to(flat_param_.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
+  const double decayed = 1.0 - lr * opts_.weight_decay;
+  for (const auto& b : layout_.buckets) {  // my part of each bucket (one bucket in stage 1)
+    const auto g = slice_of(grad_, b), decay = slice_of(decay_, b);
+    auto m = slice_of(exp_avg_, b), v = slice_of(exp_avg_sq_, b);
+    auto w = master_in_place_ ? my_params(b) : slice_of(master_, b);  // fp32/fp64: the parameters themselves
+    if (c == 1.0) m.lerp_(g, 1.0 - b1);
+    else m.mul_(b1).add_(g, (1.0 - b1) * c);
+    v.mul_(b2).addcmul_(g, g, (1.0 - b2) * c * c);
+    if (opts_.weight_decay != 0) w.mul_(torch::ones_like(w).masked_fill_(decay, decayed));  // matrices only
+    auto denom = v.sqrt().div_(bias2_sqrt).add_(opts_.eps);
+    w.addcdiv_(m, denom, -lr / bias1);
+    // Everyone's updated part into everyone's parameters. (The input is a copy: MPI
+    // forbids overlapping send and receive buffers.)
+    auto everyone = flat_param_.narrow(0, b.offset, b.padded);  // [bucket padded]
+    const auto mine = w.to(flat_param_.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    group_.all_gather(everyone, mine);
+  }
 }
 
 std::map<std::string, torch::Tensor> ZeroOptimizer::full_masters() {
-  auto full = torch::empty({layout_.padded}, master_.options());  // [P_pad]
-  group_.all_gather(full, master_.clone());
+  auto full = torch::empty({layout_.padded}, grad_.options());  // [P_pad] fp32 (fp64)
+  for (const auto& b : layout_.buckets) {
+    auto out = full.narrow(0, b.offset, b.padded);
+    group_.all_gather(out, (master_in_place_ ? my_params(b) : slice_of(master_, b)).to(full.scalar_type(), false, true));
+  }
   std::map<std::string, torch::Tensor> out;
   for (size_t i = 0; i < params_.size(); ++i)
     out[params_[i].name] = full.narrow(0, layout_.offsets[i], params_[i].param.numel()).view(params_[i].param.sizes());
@@ -141,7 +260,7 @@ std::map<std::string, torch::Tensor> ZeroOptimizer::full_masters() {
 
 ZeroOptimizer::Bytes ZeroOptimizer::bytes() const {
   const int64_t state = int64_t(grad_.element_size());
-  return {layout_.padded * int64_t(flat_param_.element_size()), layout_.padded * state,
+  return {layout_.padded * int64_t(flat_param_.element_size()), (stage_ == 1 ? layout_.padded : layout_.shard) * state,
           master_in_place_ ? 0 : layout_.shard * state, 2 * layout_.shard * state};
 }
 

@@ -1,5 +1,5 @@
 // zero/zero.h — ZeRO (Rajbhandari et al., arXiv 1910.02054): data parallelism without
-// N copies of the optimizer. Stage 1 here; stages 2 and 3 are refused for now.
+// N copies of the optimizer. Stages 1 and 2 here (stage 3 is refused for now).
 //
 // Plain data parallelism keeps, on each of the N ranks of the cp×dp group, the same
 // fp32 master weights and the same two AdamW moments, and every rank runs the same
@@ -22,11 +22,20 @@
 // Parameters straddle slice boundaries freely: the slice is elementwise, AdamW is
 // elementwise, and the weight-decay and norm-counting rules become per-element masks.
 //
+// ZeRO-2 also never keeps the full gradient: the flat buffer is cut into buckets, and
+// during each micro-batch's backward a hook copies every gradient into its bucket and
+// frees it; a complete bucket is reduce-scattered at once (overlapping the rest of
+// backward, as data_parallel/ does with all-reduce), and only my part of it is added
+// into my slice. The price: with grad accumulation the gradients travel every
+// micro-batch (m reduce-scatters instead of one).
+//
 // Test: ctest -R "zero|equivalence.zero"
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,11 +48,26 @@
 
 namespace picotron {
 
-// Where each parameter sits in the flat buffer, and the slices (pure).
+// Where each parameter sits in the flat buffer, and who owns which piece (pure).
+// Parameters are laid end to end in buckets (stage 1: one bucket; stage 2: buckets of
+// about --dp-bucket-mb, reduce-scattered as backward completes them). Each bucket is
+// padded to a multiple of N, and rank r owns the r-th 1/N of every bucket; its slice
+// is those parts, one after the other:
+//
+//   bucket 0 [a a a b b c|pad]   bucket 1 [d d d d]        N = 2
+//   rank 0:  a a a               d d        -> slice [a a a d d]
+//   rank 1:  b b c pad           d d        -> slice [b b c . d d]
 struct ZeroLayout {
+  struct Bucket {
+    size_t first_param, end_param;  // parameters [first, end)
+    int64_t offset, numel, padded;  // where it starts in the flat buffer, its size, padded to N
+    int64_t shard_offset;           // where its part starts in every rank's slice
+  };
+  int ranks = 1;                 // N
+  std::vector<Bucket> buckets;
   std::vector<int64_t> offsets;  // parameter i starts at flat offset offsets[i]
   int64_t numel = 0;             // sum of the parameters' sizes
-  int64_t padded = 0;            // numel rounded up to a multiple of N (zeros at the end)
+  int64_t padded = 0;            // the flat buffer: the buckets, each padded to a multiple of N
   int64_t shard = 0;             // padded / N: each rank's slice
   // The part of parameter i inside rank r's slice: [first, first + length) of its
   // flattened elements, at `slice_offset` within the slice.
@@ -53,24 +77,32 @@ struct ZeroLayout {
   };
   std::vector<Piece> pieces(int rank) const;
 };
-ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N);
+ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket_capacity = INT64_MAX);
 
 class ZeroOptimizer {
  public:
   // The model's parameters become views into one flat buffer (their values kept).
   // `group`: the cp×dp group the slices are spread over. `here`: this rank's coordinates
-  // (which copies count in the norm).
+  // (which copies count in the norm). `stage` 1 or 2; `bucket_mb`: stage 2's buckets.
   ZeroOptimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
-                AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here);
+                AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, int stage, double bucket_mb);
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  // The FULL gradients of this rank's parameters, one entry per parameter (name, param,
-  // main_grad, record), for the techniques that fix gradients up before the sync
-  // (sequence parallelism's norm gains, the pipeline's tied embedding). Their master
-  // and moments are left undefined: they live in the slice.
+  // One entry per parameter (name, param, record). Stage 1: with its FULL gradient
+  // (main_grad), for the techniques that fix gradients up before the sync (sequence
+  // parallelism's norm gains, the pipeline's tied embedding). Stage 2 keeps no full
+  // gradient: main_grad is undefined. Master and moments live in the slice.
   std::vector<TrainableParam>& params() { return params_; }
+  torch::ScalarType state_dtype() const { return grad_.scalar_type(); }  // fp32 (fp64)
   void zero_main_grads();
-  void accumulate_grads();  // bf16/fp16: main_grad += grad, as AdamW::accumulate_grads
-  // After the last backward: reduce-scatter(avg) the flat gradient into my slice.
+  void prepare_backward();  // stage 2: every bucket waits for its gradients again
+  // After each micro-batch's backward. Stage 1: main_grad += grad (bf16/fp16). Stage 2:
+  // wait for this micro-batch's bucket reduce-scatters and add them into my slice.
+  void accumulate_grads();
+  // After the last backward. Stage 1: reduce-scatter(avg) the full gradient into my
+  // slice. Stage 2: nothing left (done per micro-batch).
   void reduce_scatter_grads();
   // The global norm of the averaged gradient, every element counted once.
   double grad_norm(Comm& world) const;
@@ -81,26 +113,50 @@ class ZeroOptimizer {
   std::map<std::string, torch::Tensor> full_masters();
 
   const ZeroLayout& layout() const { return layout_; }
-  // Bytes this rank holds: parameters, gradients, master weights, optimizer state.
+  // Bytes this rank keeps between steps: parameters, gradients, master weights,
+  // optimizer state (stage 2's transient bucket buffers not counted).
   struct Bytes {
     int64_t params, grads, master, optimizer;
   };
   Bytes bytes() const;
+  // Stage 2, with record_events on: "launch bucket 3", "backward end", ... (the overlap test).
+  void set_record_events(bool on) { record_events_ = on; }
+  const std::vector<std::string>& events() const { return events_; }
 
  private:
+  torch::Tensor slice_of(const torch::Tensor& shard_buffer, const ZeroLayout::Bucket& b) const;  // my part of b
+  torch::Tensor my_params(const ZeroLayout::Bucket& b) const;  // my part of b in the flat parameters
+  void on_grad_ready(size_t param);   // stage 2's hook: the gradient into its bucket
+  void launch_ready_buckets();        // in descending bucket order, the same on every rank
+  void record(const std::string& e) { if (record_events_) events_.push_back(e); }
+
   Comm& group_;
   AdamWOptions opts_;
+  int stage_;
   ZeroLayout layout_;
   int64_t t_ = 0;
   std::vector<TrainableParam> params_;
   torch::Tensor flat_param_;  // [P_pad] compute dtype: the model's parameters are views into it
-  torch::Tensor flat_grad_;   // [P_pad] fp32 (fp64): the full accumulated gradient
+  torch::Tensor flat_grad_;   // stage 1: [P_pad] fp32 (fp64), the full accumulated gradient
   torch::Tensor grad_;        // [P_pad / N] my slice of the averaged gradient
-  torch::Tensor master_;      // [P_pad / N] fp32 (fp64); a view of flat_param_ when the dtypes match
+  torch::Tensor master_;      // [P_pad / N] fp32 for bf16/fp16 runs; fp32/fp64 runs update my_params in place
   bool master_in_place_ = false;
   torch::Tensor exp_avg_, exp_avg_sq_;  // [P_pad / N]
-  torch::Tensor decay_;       // [P_pad / N] 1 where weight decay applies (matrices), else 0
+  torch::Tensor decay_;       // [P_pad / N] true where weight decay applies (matrices)
   torch::Tensor counts_;      // [P_pad / N] 1 where this element counts in the norm, else 0
+  // Stage 2: per bucket, this micro-batch's gradients and their reduce-scatter in flight.
+  struct InFlight {
+    torch::Tensor full;   // [bucket padded] fp32: the micro-batch's gradients of the bucket
+    torch::Tensor mine;   // [bucket padded / N] the reduce-scattered average of my part
+    std::optional<Work> work;
+    int pending = 0;      // gradients still to arrive
+  };
+  std::vector<InFlight> inflight_;
+  std::vector<size_t> bucket_of_;
+  int next_to_launch_ = -1;  // buckets launch last to first (backward's order)
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  bool record_events_ = false;
+  std::vector<std::string> events_;
 };
 
 }  // namespace picotron
