@@ -2,6 +2,8 @@
 // exactly one rank's slice, at the right place, whatever the sizes (pure arithmetic).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "zero/zero.h"
 
 using namespace picotron;
@@ -23,20 +25,41 @@ TEST_CASE("zero layout: slices cover every element once, padding at the end", "[
   CHECK((r3[0].param == 2 && r3[0].first == 4 && r3[0].length == 2 && r3[0].slice_offset == 0));
 
   for (int N : {1, 2, 3, 4, 7, 16})
-    for (auto sizes : {std::vector<int64_t>{1}, {5, 3, 6}, {64, 1, 63, 128, 7}, {1000, 999, 1}}) {
-      const ZeroLayout z = zero_layout(sizes, N);
-      CHECK(z.padded % N == 0);
-      CHECK(z.padded - z.numel < N);
-      std::vector<std::vector<int>> seen(sizes.size());
-      for (size_t i = 0; i < sizes.size(); ++i) seen[i].assign(size_t(sizes[i]), 0);
-      for (int r = 0; r < N; ++r)
-        for (const auto& p : z.pieces(r)) {
-          CHECK(p.slice_offset + p.length <= z.shard);
-          // the piece's flat position is the slice's start plus its offset in the slice
-          CHECK(z.offsets[p.param] + p.first == r * z.shard + p.slice_offset);
-          for (int64_t e = p.first; e < p.first + p.length; ++e) ++seen[p.param][size_t(e)];
+    for (int64_t capacity : {INT64_MAX, int64_t(1), int64_t(7), int64_t(100)})
+      for (auto sizes : {std::vector<int64_t>{1}, {5, 3, 6}, {64, 1, 63, 128, 7}, {1000, 999, 1}}) {
+        const ZeroLayout z = zero_layout(sizes, N, capacity);
+        CHECK(z.shard * N == z.padded);
+        for (const auto& b : z.buckets) {
+          CHECK(b.padded % N == 0);
+          CHECK(b.padded - b.numel < N);
+          CHECK((b.numel <= capacity || b.end_param - b.first_param == 1));  // a big one alone
         }
-      for (const auto& s : seen)
-        for (int count : s) CHECK(count == 1);
-    }
+        std::vector<std::vector<int>> seen(sizes.size());
+        for (size_t i = 0; i < sizes.size(); ++i) seen[i].assign(size_t(sizes[i]), 0);
+        for (int r = 0; r < N; ++r)
+          for (const auto& p : z.pieces(r)) {
+            CHECK(p.slice_offset + p.length <= z.shard);
+            // the piece sits in rank r's part of its bucket, at the same place in the slice
+            const auto& b = *std::find_if(z.buckets.begin(), z.buckets.end(),
+                                          [&](const auto& k) { return p.param >= k.first_param && p.param < k.end_param; });
+            CHECK(z.offsets[p.param] + p.first == b.offset + r * (b.padded / N) + (p.slice_offset - b.shard_offset));
+            for (int64_t e = p.first; e < p.first + p.length; ++e) ++seen[p.param][size_t(e)];
+          }
+        for (const auto& s : seen)
+          for (int count : s) CHECK(count == 1);
+      }
+}
+
+TEST_CASE("zero layout with buckets: each bucket padded and cut into N parts", "[zero]") {
+  // 5, 3 | 6 with capacity 8 over 2 ranks: buckets of 8 and 6 (no padding)
+  const ZeroLayout l = zero_layout({5, 3, 6}, 2, 8);
+  REQUIRE(l.buckets.size() == 2);
+  CHECK(l.buckets[1].offset == 8);
+  CHECK(l.offsets == std::vector<int64_t>{0, 5, 8});
+  CHECK(l.shard == 7);  // 4 of bucket 0 + 3 of bucket 1
+  const auto r1 = l.pieces(1);  // a's last, b, then c's last three
+  REQUIRE(r1.size() == 3);
+  CHECK((r1[0].param == 0 && r1[0].first == 4 && r1[0].length == 1 && r1[0].slice_offset == 0));
+  CHECK((r1[1].param == 1 && r1[1].length == 3 && r1[1].slice_offset == 1));
+  CHECK((r1[2].param == 2 && r1[2].first == 3 && r1[2].length == 3 && r1[2].slice_offset == 4));
 }
