@@ -184,3 +184,12 @@ set_tests_properties(cli.mpi_comm_report_zero2 PROPERTIES LABELS "cli;mpi" TIMEO
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-2 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +8 +1640704 +4 +820352\ncp_dp +2 +reduce_scatter +16 +3281408 +8 +1640704\n")
 picotron_cli_test(cli.bad_zero ${EXPECT_FAIL} "error: --zero must be 0, 1, 2 or 3, got 4" -- ${TRAIN} --zero 4)
+# ZeRO in --dry-run: smollm-1.7b at dp 8 in bf16, training state per rank (main grad 4Ψ,
+# moments 8Ψ, master 4Ψ, Ψ = 1,711,376,384): plain 16Ψ = 25.50 GiB, zero-1 4Ψ + 12Ψ/8 =
+# 8.77 GiB, zero-2 16Ψ/8 = 3.19 GiB.
+foreach(pair "0;25.50" "1;8.77" "2;3.19")
+  list(GET pair 0 stage)
+  list(GET pair 1 gib)
+  picotron_cli_test(cli.dry_run_zero${stage} ${TRAIN} --model smollm-1.7b --dp 8 --zero ${stage} --dtype bf16 --dry-run)
+  set_tests_properties(cli.dry_run_zero${stage} PROPERTIES PASS_REGULAR_EXPRESSION "ranks 0-7: 1,711,376,384 parameters, weights 3.19 GiB, training state ${gib} GiB")
+endforeach()

@@ -61,20 +61,23 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
   const auto state_dtype = compute.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   std::vector<int64_t> numels;
   for (const auto& [name, p] : named_params) numels.push_back(p.numel());
-  const int64_t capacity = stage == 1 ? INT64_MAX
-                                      : std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(c10::elementSize(state_dtype)));
+  // Buckets bound every temporary buffer (and, in stage 2, what is in flight).
+  const int64_t capacity = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(c10::elementSize(state_dtype)));
   layout_ = zero_layout(numels, group.size(), capacity);
 
   // The flat parameters; each model tensor becomes a view of its range (values kept).
   flat_param_ = torch::zeros({layout_.padded}, compute);  // [P_pad]
-  if (stage == 1) flat_grad_ = torch::zeros({layout_.padded}, compute.dtype(state_dtype));  // [P_pad]
   for (size_t i = 0; i < named_params.size(); ++i) {
     const auto& [name, p] = named_params[i];
     TORCH_CHECK(p.options().dtype() == compute.dtype() && p.device() == compute.device(),
                 "zero: every parameter must share one dtype and device (", name, ")");
     auto range = flat_param_.narrow(0, layout_.offsets[i], p.numel());
     range.copy_(p.reshape({-1}));
-    p.set_data(range.view(p.sizes()));  // the module's tensor now lives in the flat buffer
+    p.set_data(range.view(p.sizes()));  // the module's tensor now lives in the flat buffer (its old one is freed)
+  }
+  if (stage == 1) flat_grad_ = torch::zeros({layout_.padded}, compute.dtype(state_dtype));  // [P_pad]
+  for (size_t i = 0; i < named_params.size(); ++i) {
+    const auto& [name, p] = named_params[i];
     TrainableParam tp;
     tp.name = name;
     tp.param = p;
@@ -182,8 +185,22 @@ void ZeroOptimizer::launch_ready_buckets() {
     f.mine = torch::empty({bucket.padded / layout_.ranks}, grad_.options());
     record("launch bucket " + std::to_string(next_to_launch_));
     f.work = group_.reduce_scatter_async(f.mine, f.full, ReduceOp::kAvg);  // [padded] -> my [padded / N]
+    launched_.push_back(size_t(next_to_launch_));
     --next_to_launch_;
   }
+  // At most two buckets in flight: the older ones are waited for and added into my slice,
+  // so the full buffers of a whole gradient never exist at once.
+  while (launched_.size() > 2) finish_oldest();
+}
+
+void ZeroOptimizer::finish_oldest() {
+  const size_t b = launched_.front();
+  launched_.pop_front();
+  auto& f = inflight_[b];
+  f.work->wait();
+  slice_of(grad_, layout_.buckets[b]).add_(f.mine);  // this micro-batch's average of my part
+  f.full = f.mine = torch::Tensor();                  // the bucket's buffers go
+  f.work.reset();
 }
 
 void ZeroOptimizer::accumulate_grads() {
@@ -200,22 +217,23 @@ void ZeroOptimizer::accumulate_grads() {
   record("backward end");
   for (auto& f : inflight_) f.pending = 0;  // a parameter without a gradient: send its bucket anyway
   launch_ready_buckets();
-  for (size_t b = 0; b < inflight_.size(); ++b) {
-    auto& f = inflight_[b];
-    f.work->wait();
-    slice_of(grad_, layout_.buckets[b]).add_(f.mine);  // this micro-batch's average of my part
-    f = InFlight{};                                     // the bucket's buffers go
-  }
+  while (!launched_.empty()) finish_oldest();
   prepare_backward();
 }
 
 void ZeroOptimizer::reduce_scatter_grads() {
-  if (stage_ == 1) group_.reduce_scatter(grad_, flat_grad_, ReduceOp::kAvg);  // [P_pad] -> my [P_pad / N], averaged
+  if (stage_ != 1) return;  // stage 2 did it during backward
+  for (const auto& b : layout_.buckets) {
+    auto mine = slice_of(grad_, b);                                 // [bucket padded / N]
+    group_.reduce_scatter(mine, flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);  // averaged
+  }
 }
 
 double ZeroOptimizer::grad_norm(Comm& world) const {
   torch::NoGradGuard no_grad;
-  auto sum = (grad_ * counts_).norm().to(torch::kFloat64).square().reshape({1});  // [1]
+  auto sum = torch::zeros({1}, grad_.options().dtype(torch::kFloat64));  // [1]
+  for (const auto& b : layout_.buckets)  // bucket by bucket: no slice-sized temporary
+    sum += (slice_of(grad_, b) * slice_of(counts_, b)).norm().to(torch::kFloat64).square();
   world.all_reduce(sum, ReduceOp::kSum);
   return std::sqrt(sum.item<double>());
 }
@@ -228,7 +246,7 @@ void ZeroOptimizer::step(double lr, double c) {
   const double bias1 = 1.0 - std::pow(b1, double(t_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t_)));
   const double decayed = 1.0 - lr * opts_.weight_decay;
-  for (const auto& b : layout_.buckets) {  // my part of each bucket (one bucket in stage 1)
+  for (const auto& b : layout_.buckets) {  // my part of each bucket
     const auto g = slice_of(grad_, b), decay = slice_of(decay_, b);
     auto m = slice_of(exp_avg_, b), v = slice_of(exp_avg_sq_, b);
     auto w = master_in_place_ ? my_params(b) : slice_of(master_, b);  // fp32/fp64: the parameters themselves

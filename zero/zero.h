@@ -26,13 +26,14 @@
 // during each micro-batch's backward a hook copies every gradient into its bucket and
 // frees it; a complete bucket is reduce-scattered at once (overlapping the rest of
 // backward, as data_parallel/ does with all-reduce), and only my part of it is added
-// into my slice. The price: with grad accumulation the gradients travel every
+// into my slice. At most two buckets are in flight: the full gradient never exists. The price: with grad accumulation the gradients travel every
 // micro-batch (m reduce-scatters instead of one).
 //
 // Test: ctest -R "zero|equivalence.zero"
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -49,8 +50,8 @@
 namespace picotron {
 
 // Where each parameter sits in the flat buffer, and who owns which piece (pure).
-// Parameters are laid end to end in buckets (stage 1: one bucket; stage 2: buckets of
-// about --dp-bucket-mb, reduce-scattered as backward completes them). Each bucket is
+// Parameters are laid end to end in buckets of about --dp-bucket-mb (stage 2
+// reduce-scatters them as backward completes them; stage 1 after backward, one by one). Each bucket is
 // padded to a multiple of N, and rank r owns the r-th 1/N of every bucket; its slice
 // is those parts, one after the other:
 //
@@ -83,7 +84,7 @@ class ZeroOptimizer {
  public:
   // The model's parameters become views into one flat buffer (their values kept).
   // `group`: the cp×dp group the slices are spread over. `here`: this rank's coordinates
-  // (which copies count in the norm). `stage` 1 or 2; `bucket_mb`: stage 2's buckets.
+  // (which copies count in the norm). `stage` 1 or 2; `bucket_mb`: the buckets' size.
   ZeroOptimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                 AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, int stage, double bucket_mb);
   ~ZeroOptimizer();
@@ -128,6 +129,7 @@ class ZeroOptimizer {
   torch::Tensor my_params(const ZeroLayout::Bucket& b) const;  // my part of b in the flat parameters
   void on_grad_ready(size_t param);   // stage 2's hook: the gradient into its bucket
   void launch_ready_buckets();        // in descending bucket order, the same on every rank
+  void finish_oldest();               // wait for the oldest launched bucket, add it into my slice
   void record(const std::string& e) { if (record_events_) events_.push_back(e); }
 
   Comm& group_;
@@ -154,6 +156,7 @@ class ZeroOptimizer {
   std::vector<InFlight> inflight_;
   std::vector<size_t> bucket_of_;
   int next_to_launch_ = -1;  // buckets launch last to first (backward's order)
+  std::deque<size_t> launched_;  // launched, not yet added into my slice (at most 2)
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   bool record_events_ = false;
   std::vector<std::string> events_;
