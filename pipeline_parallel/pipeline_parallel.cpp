@@ -139,7 +139,7 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   // same lesson as data parallelism's buckets). A send posted before a long backward
   // would reach the next stage only after it, and the next stage would idle. So at every
   // layer boundary, forward and backward, the pending sends get a nudge.
-  LayerRunner inner = model->layer_runner;
+  LayerRunner inner = inner_runner_ = model->layer_runner;
   model->layer_runner = [this, inner](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
     progress_sends();
     auto y = inner ? inner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
@@ -149,6 +149,8 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
   t0_ = std::chrono::steady_clock::now();
 }
+
+Pipeline::~Pipeline() { model_->layer_runner = inner_runner_; }  // the nudging runner points at us
 
 torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double loss_scale, const Hooks& hooks) {
   step_ = step;

@@ -108,6 +108,9 @@ class Pipeline {
   };
   // Collective over the pp group (the embedding group is split from it).
   Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations);
+  ~Pipeline();  // gives the model its layer runner back
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
 
   // Called around every backward pass (B or W): before (data parallelism's no-sync
   // bookkeeping) and after (the optimizer's grad accumulation).
@@ -150,6 +153,7 @@ class Pipeline {
   int64_t step_ = 0;
   torch::Tensor loss_sum_, positions_;
   std::shared_ptr<WeightGradQueue> weight_queue_;
+  LayerRunner inner_runner_;  // the model's runner before ours wrapped it
   std::vector<TraceEvent> trace_;
   std::chrono::steady_clock::time_point t0_;
 };
