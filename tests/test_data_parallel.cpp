@@ -4,8 +4,9 @@
 //   * no-sync micro-batches launch nothing;
 //   * after the sync, every rank holds the gradient of the whole global batch, equal
 //     (fp64, 1e-12) to a single-process backward over all rows computed here;
-//   * ZeRO-2 launches a bucket's reduce-scatter before backward ends, and ZeRO-1/2's
-//     slices hold the global batch's gradient.
+//   * ZeRO-2 launches a bucket's reduce-scatter before backward ends, ZeRO-1/2's slices
+//     hold the global batch's gradient, and after 3 steps their AdamW moments equal
+//     plain data parallelism's, slice by slice (fp64, 1e-12).
 // Prints "N passed, N failed"; exits non-zero on any failure.
 #include <torch/torch.h>
 
@@ -156,6 +157,43 @@ int main() {
     check(std::abs(norm - ref_norm) < 1e-12 * ref_norm,
           tag + "the slices' gradient norm equals the full-batch gradient's (" + std::to_string(norm) + " vs " +
               std::to_string(ref_norm) + ")", rank);
+  }
+  // ZeRO's AdamW moments equal plain data parallelism's, slice by slice, after 3 steps.
+  for (int stage : {1, 2}) {
+    const std::string tag = "zero-" + std::to_string(stage) + " moments: ";
+    LlamaForCausalLM plain(config()), sharded(config());
+    for (auto* m : {&plain, &sharded}) {
+      (*m)->to(torch::kFloat64);
+      init_parameters(**m, 5, 0.02);
+    }
+    AdamW adamw(named(plain), {});
+    DataParallel dp(world, adamw.params(), DpMode::kBucketed, /*bucket_mb=*/0.05);
+    ZeroOptimizer zero(world, named(sharded), {}, replicated_plan(config()), MeshCoords{}, stage, /*bucket_mb=*/0.05);
+    for (int64_t step = 0; step < 3; ++step) {
+      const auto batch = loader.micro_batch(step, 0, rank);
+      adamw.zero_main_grads();
+      dp.prepare_backward(/*sync=*/true);
+      plain->loss(batch.inputs, batch.targets).backward();
+      adamw.accumulate_grads();
+      dp.finish_gradient_sync();
+      adamw.step(1e-3);
+      zero.zero_main_grads();
+      zero.prepare_backward();
+      sharded->loss(batch.inputs, batch.targets).backward();
+      zero.accumulate_grads();
+      zero.reduce_scatter_grads();
+      zero.step(1e-3, 1.0);
+    }
+    double worst = 0;
+    for (const auto& piece : zero.layout().pieces(rank)) {
+      const auto& p = adamw.params()[piece.param];
+      for (auto [mine, full] : {std::pair{zero.exp_avg(), p.exp_avg}, std::pair{zero.exp_avg_sq(), p.exp_avg_sq}}) {
+        const auto want = full.reshape({-1}).narrow(0, piece.first, piece.length);
+        const auto got = mine.narrow(0, piece.slice_offset, piece.length);
+        worst = std::max(worst, (got - want).abs().max().item<double>() / std::max(1e-300, want.abs().max().item<double>()));
+      }
+    }
+    check(worst < 1e-12, tag + "equal to AdamW's slice by slice (rel err " + std::to_string(worst) + ")", rank);
   }
   world.barrier();
   return testing::summary(rank);

@@ -114,6 +114,9 @@ class ZeroOptimizer {
   std::map<std::string, torch::Tensor> full_masters();
 
   const ZeroLayout& layout() const { return layout_; }
+  // My slice of the AdamW moments [P_pad / N] (tests compare them with AdamW's).
+  const torch::Tensor& exp_avg() const { return exp_avg_; }
+  const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   // Bytes this rank keeps between steps: parameters, gradients, master weights,
   // optimizer state (stage 2's transient bucket buffers not counted).
   struct Bytes {
