@@ -261,6 +261,10 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   }
   need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
   need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
+  need(c.pp > 1 || c.pp_schedule == TrainConfig{}.pp_schedule, "--pp-schedule needs --pp > 1");
+  need(c.pp == 1 || c.device != "cuda",
+       "--pp " + str(c.pp) + " runs on --device cpu only (multi-GPU pipelines are not implemented: one GPU is all "
+       "this project can test on)");
   need(c.zero >= 0 && c.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + str(c.zero));
   need(c.zero <= 2, "--zero " + str(c.zero) + ": this stage is not yet available (only --zero 0, 1 and 2)");
   // Stage 2 keeps no full gradient, but --sp's norm gains and a pipeline's tied embedding

@@ -76,6 +76,8 @@ struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                WeightGradQueue* queue) {
     ctx->save_for_backward({x, w});
+    // saved_data holds IValues, not C++ pointers: the queue's address as an integer. The
+    // Pipeline owns the queue for the whole run, longer than any graph lives.
     ctx->saved_data["queue"] = reinterpret_cast<int64_t>(queue);
     return torch::linear(x, w);  // [..., in] -> [..., out]
   }
@@ -88,12 +90,17 @@ struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
     auto weight_grad = [dy, x, w]() {
       return dy.reshape({-1, dy.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]
     };
+    // Outside a pipeline B (a unit test, or sampling): an ordinary backward.
     if (!queue->deferring()) return {dx, weight_grad(), torch::Tensor()};
     queue->push([weight_grad, w]() mutable {  // what autograd's AccumulateGrad would have done
       auto& g = w.mutable_grad();
       if (g.defined()) g.add_(weight_grad());
       else g = weight_grad();
     });
+    // No dW now. Autograd still runs the weight's AccumulateGrad node (and any post-hook
+    // on it, e.g. data parallelism's "gradient ready"): such hooks must not launch a
+    // reduction under zb-h1. train.cpp syncs after the whole step (prepare_backward(false)
+    // for every B), and ZeRO-2, whose hooks move gradients, refuses --pp.
     return {dx, torch::Tensor(), torch::Tensor()};
   }
 };
@@ -120,9 +127,13 @@ std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model)
   for (auto& [index, layer] : model->model->layers->items) {
     auto& attn = *layer->self_attn;
     auto& mlp = *layer->mlp;
-    defer(attn, "q_proj", attn.q_proj), defer(attn, "k_proj", attn.k_proj);
-    defer(attn, "v_proj", attn.v_proj), defer(attn, "o_proj", attn.o_proj);
-    defer(mlp, "gate_proj", mlp.gate_proj), defer(mlp, "up_proj", mlp.up_proj), defer(mlp, "down_proj", mlp.down_proj);
+    defer(attn, "q_proj", attn.q_proj);
+    defer(attn, "k_proj", attn.k_proj);
+    defer(attn, "v_proj", attn.v_proj);
+    defer(attn, "o_proj", attn.o_proj);
+    defer(mlp, "gate_proj", mlp.gate_proj);
+    defer(mlp, "up_proj", mlp.up_proj);
+    defer(mlp, "down_proj", mlp.down_proj);
   }
   return queue;
 }
@@ -131,6 +142,7 @@ std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model)
 Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations)
     : model_(model), mesh_(mesh), opts_(opts), act_opts_(activations), P_(mesh.shape().pp), rank_(mesh.coords().pp) {
   const bool ends = mesh.is_first_stage() || mesh.is_last_stage();
+  holds_tied_embedding_ = model->config.tie_word_embeddings && P_ > 1 && ends;
   if (model->config.tie_word_embeddings && P_ > 1)  // collective over pp: every rank splits
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
   if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
@@ -172,6 +184,7 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
   for (auto& w : pending_sends_) w.wait();  // our sends have been delivered
   pending_sends_.clear();
   TORCH_CHECK(alive_.empty(), "pipeline: micro-batches left without a backward");
+  TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
   mesh_.pp().broadcast(loss_sum_, P_ - 1);  // the last stage computed it; every rank logs it
   return loss_sum_;
 }
@@ -248,7 +261,7 @@ void Pipeline::progress_sends() {
 }
 
 void Pipeline::sync_tied_embedding(std::vector<TrainableParam>& params) {
-  if (embedding_group_.size() != 2) return;  // untied, pp = 1, or a middle stage
+  if (!holds_tied_embedding_) return;  // untied, pp = 1, or a middle stage
   for (auto& p : params)
     if (p.name == kEmbedding) embedding_group_.all_reduce(p.main_grad, ReduceOp::kSum);  // lookup + head parts
 }
@@ -260,7 +273,6 @@ double Pipeline::now_us() const {
 
 void Pipeline::record(TraceEvent::Kind k, int micro, int chunk, double start, int peer) {
   if (!opts_.trace) return;
-  if (act_opts_.device().is_cuda() && k <= TraceEvent::kWeight) torch::cuda::synchronize();  // real durations
   trace_.push_back({k, micro, chunk, step_ + 1, start, now_us() - start, peer});
 }
 
@@ -292,7 +304,7 @@ void Pipeline::write_trace(const std::string& path, Comm& world, const nlohmann:
   const MeshShape& shape = mesh_.shape();
   for (int r = 0; r < world.size(); ++r) {
     const MeshCoords c = coords_of(shape, r);
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", c.dp}, {"tid", r},
                       {"args", {{"name", "rank " + std::to_string(r) + " (pp " + std::to_string(c.pp) + ", dp " +
                                              std::to_string(c.dp) + ", tp " + std::to_string(c.tp) + ")"}}}});
     for (int64_t i = 0; i < counts[r].item<int64_t>(); ++i) {
@@ -300,8 +312,12 @@ void Pipeline::write_trace(const std::string& path, Comm& world, const nlohmann:
       const int kind = int(e[0].item<double>());
       nlohmann::ordered_json args = {{"step", int64_t(e[3].item<double>())}, {"micro", int(e[1].item<double>())},
                                      {"rank", r}, {"pp_rank", c.pp}};
-      if (kind <= TraceEvent::kWeight) args["chunk"] = int(e[2].item<double>());
-      else args["what"] = e[2].item<double>() == 0 ? "activation" : "gradient", args["peer"] = int(e[6].item<double>());
+      if (kind <= TraceEvent::kWeight) {
+        args["chunk"] = int(e[2].item<double>());
+      } else {
+        args["what"] = e[2].item<double>() == 0 ? "activation" : "gradient";
+        args["peer"] = int(e[6].item<double>());
+      }
       events.push_back({{"name", names[kind]}, {"cat", kind <= TraceEvent::kWeight ? "compute" : "comm"}, {"ph", "X"},
                         {"pid", c.dp}, {"tid", r}, {"ts", e[4].item<double>()}, {"dur", e[5].item<double>()},
                         {"args", args}});

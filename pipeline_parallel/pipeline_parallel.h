@@ -36,7 +36,7 @@
 // pipeline would need each send grouped with the next receive, as Megatron does. Not
 // done: one GPU is all this project can test on, so CUDA runs refuse --pp > 1.)
 //
-// Test: ctest -R "pipeline|equivalence.pp"
+// Test: build/tests/unit_tests "[schedule]"; ctest -R "equivalence.pp|cli.mpi_pp|comm_report_pp"
 #pragma once
 
 #include <chrono>
@@ -123,7 +123,6 @@ class Pipeline {
   // Tied embeddings: sum the embedding's two gradient parts over {first, last stage}.
   void sync_tied_embedding(std::vector<TrainableParam>& params);
 
-  const std::vector<TraceEvent>& trace() const { return trace_; }
   // Gathers every rank's events on rank 0 of `world` and writes one Chrome trace (JSON,
   // chrome://tracing or ui.perfetto.dev); `about` becomes its "otherData". Collective.
   void write_trace(const std::string& path, Comm& world, const nlohmann::ordered_json& about) const;
@@ -148,6 +147,7 @@ class Pipeline {
   torch::TensorOptions act_opts_;
   int P_, rank_;
   Comm embedding_group_;  // {first, last stage} (tied embeddings only)
+  bool holds_tied_embedding_ = false;  // first or last stage of a tied model, pp > 1
   std::map<std::pair<int, int>, InFlight> alive_;  // (micro, chunk)
   std::vector<Work> pending_sends_;
   int64_t step_ = 0;

@@ -46,7 +46,10 @@ std::vector<A> one_forward_one_backward(const std::vector<A>& fwd, const std::ve
   auto backward = [&] {
     out.push_back(bwd[b++]);
     if (!split_backward) return;
-    if (int(b - w) > deferred_w) out.push_back({A::kWeight, bwd[w].micro, bwd[w].chunk}), ++w;
+    if (int(b - w) > deferred_w) {
+      out.push_back({A::kWeight, bwd[w].micro, bwd[w].chunk});
+      ++w;
+    }
   };
   for (; f < size_t(warmup) && f < fwd.size(); ++f) out.push_back(fwd[f]);
   while (f < fwd.size()) {
@@ -104,6 +107,9 @@ std::string schedule_problem(PipelineSchedule s, int P, int m, int v, int64_t la
   } else if (v != 1) {
     return "--pp-virtual-stages " + std::to_string(v) + " needs --pp-schedule interleaved, got " + schedule_name(s);
   }
+  if (s == PipelineSchedule::kZbH1 && m < P)  // the deferred W's fill the cool-down only when m >= P
+    return flags + " needs --grad-acc-steps >= --pp (the W passes fill the bubbles of m >= P micro-batches), got " +
+           std::to_string(m);
   if (layers < int64_t(P) * v)
     return "--num-hidden-layers " + std::to_string(layers) + " is fewer than --pp " + std::to_string(P) +
            " x --pp-virtual-stages " + std::to_string(v) + " (every stage needs at least one layer)";
@@ -177,7 +183,6 @@ Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
   std::vector<int> alive(P, 0);
   sim.busy.assign(P, 0);
   sim.max_alive.assign(P, 0);
-  sim.timeline.resize(P);
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < P; ++r) {
@@ -199,7 +204,6 @@ Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
       clock[r] = start + cost(a);
       sim.busy[r] += cost(a);
       done[{a.kind, a.micro, vs}] = clock[r];
-      sim.timeline[r].push_back({start, a});
       // Activations are held from the forward until the last backward pass that reads them.
       const bool frees = split ? a.kind == A::kWeight : a.kind == A::kBackward;
       alive[r] += a.kind == A::kForward ? 1 : frees ? -1 : 0;

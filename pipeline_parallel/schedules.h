@@ -28,7 +28,7 @@
 //   zb-h1        1f1b with B split into B (input gradient: the critical path) and W
 //                (weight gradient). Rank r lets up to r W's wait, and they fill the
 //                cool-down bubble. Bubble (P-1)/(3m) (the Zero Bubble paper's
-//                (P-1)(F+B-W) with F = B = W), at most P alive (as 1f1b).
+//                (P-1)(F+B-W) with F = B = W), at most P alive (as 1f1b); m >= P.
 //
 // Test: build/tests/unit_tests "[schedule]"
 #pragma once
@@ -73,7 +73,8 @@ LayerRange stage_layers(int64_t layers, int P, int v, int vs);
 // [B, S, H] forward (F of virtual stage vs > 0 receives, vs < P*v-1 sends) and their
 // gradients backward (B of vs < P*v-1 receives, vs > 0 sends). `peer` is a pp group
 // rank. `tag` keeps activations and gradients between the same two ranks apart (with
-// P = 2 both travel each way), so messages of one tag arrive in posting order.
+// P = 2 and interleaving both travel each way), so messages of one tag arrive in
+// posting order.
 struct Transfer {
   enum Kind { kActivation = 0, kGradient = 1 } kind;
   int micro = 0;
@@ -84,7 +85,7 @@ struct Transfer {
 bool receives(const PipelineAction& a, int P, int v, int rank, Transfer* t);
 bool sends(const PipelineAction& a, int P, int v, int rank, Transfer* t);
 
-// Elements this rank sends per step: every F not on the last virtual stage and every B
+// Tensors this rank sends per step: every F not on the last virtual stage and every B
 // not on the first sends one [B, S, H] tensor. Whole pipeline: 2 (P v - 1) m tensors.
 int64_t pipeline_sends_per_step(PipelineSchedule s, int P, int m, int v, int rank);
 
@@ -99,8 +100,6 @@ struct Simulation {
   std::vector<int64_t> busy, idle;    // per rank: time computing, makespan - busy
   std::vector<int> max_alive;         // per rank: most micro-batches whose activations
                                       // are held at once (forward done, backward not)
-  struct Slot { int64_t start; PipelineAction action; };
-  std::vector<std::vector<Slot>> timeline;  // per rank, in order
 };
 Simulation simulate(PipelineSchedule s, int P, int m, int v);
 // The same for any lists (one per rank; `split`: backward is B + W), e.g. a broken one.

@@ -155,7 +155,7 @@ def main():
     print(f"{sched} step {step}: measured bubble fraction {mean:.3f} (per rank {per_rank})"
           + (f"; formula {formula}" if formula else ""))
 
-    heading = a.title or (f"{sched}, P={len(ranks)}, m={other.get('grad_acc_steps', '?')}"
+    heading = a.title or (f"{sched}, P={other.get('pp', len(ranks))}, m={other.get('grad_acc_steps', '?')}"
                           + (f", v={v}" if v > 1 else ""))
     title = (f"{heading} — step {step}: measured bubble {mean:.2f}"
              + (f" (formula {formula})" if formula else "") + f"\nper rank: {per_rank}")

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""check_trace.py TRACE P M STEPS: a --pp-trace file of a zb-h1 run holds, for every one
-of P ranks and every step, one F, one B and one W per micro-batch (M of each), in the
-order the schedule gives the rank, and sends/recvs whose peers are pipeline neighbours.
-Prints "trace ok" or the first problem (exit 1). Standard library only."""
+"""check_trace.py TRACE P M STEPS: a --pp-trace file of a zb-h1 run on P ranks (world =
+pp) holds, for every rank and every step, one F, one B and one W per micro-batch (M of
+each), the first W after as many B's as the schedule lets wait (rank r: r + 1), and
+sends/recvs whose peers are pipeline neighbours. Prints "trace ok" or the first problem
+(exit 1). Standard library only."""
 import json
 import sys
 from collections import defaultdict

@@ -67,6 +67,15 @@ picotron_mpi_cli_test(cli.mpi_pp_virtual_needs_interleaved 2
 picotron_cli_test(cli.bad_pp_schedule ${EXPECT_FAIL} "error: --pp-schedule must be afab, 1f1b, interleaved or zb-h1, got 'gpipe'" --
   ${TRAIN} --pp-schedule gpipe)
 picotron_cli_test(cli.pp_trace_needs_pp ${EXPECT_FAIL} "error: --pp-trace needs --pp > 1" -- ${TRAIN} --pp-trace t.json)
+picotron_cli_test(cli.pp_schedule_needs_pp ${EXPECT_FAIL} "error: --pp-schedule needs --pp > 1" -- ${TRAIN} --pp-schedule afab)
+picotron_cli_test(cli.pp_cuda_refused ${EXPECT_FAIL} "error: --pp 2 runs on --device cpu only" -- ${TRAIN} --device cuda --pp 2 --dry-run)
+# zb-h1 in fp16 with bucketed data parallelism: W's gradients land in .grad (not the main
+# grads) and the loss scaler may skip steps; it trains.
+add_test(NAME cli.mpi_pp2_dp2_zb_fp16 COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --pp 2 --dp 2
+  --pp-schedule zb-h1 --grad-acc-steps 2 --dtype fp16 --steps 4 --warmup-steps 1 --seq-len 32 --micro-batch-size 2
+  --generate 0 --threads 1)
+set_tests_properties(cli.mpi_pp2_dp2_zb_fp16 PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "step +4/4 \\| loss [0-9]")
 picotron_mpi_cli_test(cli.mpi_missing_data 2 "\\[rank 1\\] error: --data /nonexistent.bin: no such file" ${TRAIN} --dp 2 --data /nonexistent.bin)
 
 # Mixed precision on the CPU: bf16 (fp32 master weights) and fp16 (dynamic loss scaling).

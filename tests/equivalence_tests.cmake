@@ -98,8 +98,8 @@ picotron_equivalence(pp4_uneven_5_layers_zb NP 4 ARGS --num-hidden-layers 5 --pp
 picotron_equivalence(pp2_untied NP 2 ARGS ${PP_LAYERS} --pp 2 --grad-acc-steps 4 --tie-word-embeddings=false)
 picotron_equivalence(pp4_interleaved_untied NP 4 ARGS ${PP_LAYERS} --pp 4 --pp-schedule interleaved
   --pp-virtual-stages 2 --grad-acc-steps 4 --tie-word-embeddings=false)
-picotron_equivalence(pp2_dp2_1f1b NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --grad-acc-steps 4 --dp-bucket-mb 0.05)
-picotron_equivalence(pp2_dp2_zb NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --pp-schedule zb-h1 --grad-acc-steps 4 --dp-mode naive)
+picotron_equivalence(pp2_dp2_1f1b NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --grad-acc-steps 4 --dp-mode naive)
+picotron_equivalence(pp2_dp2_zb NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --pp-schedule zb-h1 --grad-acc-steps 4 --dp-bucket-mb 0.05)
 picotron_equivalence(pp2_tp2 NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --grad-acc-steps 4)
 picotron_equivalence(pp2_tp2_sp_interleaved NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --sp --pp-schedule interleaved
   --pp-virtual-stages 2 --grad-acc-steps 4)

@@ -45,7 +45,7 @@ TEST_CASE("interleaved: groups of P micro-batches through chunk 0, then chunk 1"
 TEST_CASE("every schedule: inputs exist before use, no deadlock, messages match, bubble = formula", "[schedule]") {
   for (auto s : kAll)
     for (int P : {2, 3, 4, 8})
-      for (int m : {P, 2 * P, 12, 16}) {
+      for (int m : {1, P - 1, P, 2 * P, 12, 16}) {  // (m < P: afab and 1f1b only)
         const int v = s == PipelineSchedule::kInterleaved ? (P == 8 ? 3 : 2) : 1;
         if (!schedule_problem(s, P, m, v, 64).empty()) continue;
         INFO(schedule_name(s) << " P=" << P << " m=" << m << " v=" << v);
@@ -56,7 +56,7 @@ TEST_CASE("every schedule: inputs exist before use, no deadlock, messages match,
           CHECK(double(sim.idle[r]) / double(sim.busy[r]) == Approx(bubble_formula(s, P, m, v)).epsilon(1e-12));
           if (s == PipelineSchedule::kAfab) CHECK(sim.max_alive[r] == m);                     // everything at once
           if (s == PipelineSchedule::k1F1B || s == PipelineSchedule::kZbH1) CHECK(sim.max_alive[r] <= P);
-          if (s == PipelineSchedule::k1F1B) CHECK(sim.max_alive[r] == P - r);                 // rank r: P - r
+          if (s == PipelineSchedule::k1F1B) CHECK(sim.max_alive[r] == std::min(P - r, m));  // rank r: P - r
         }
       }
 }
@@ -106,7 +106,9 @@ TEST_CASE("schedule constraints are one line naming the flags", "[schedule]") {
         std::string::npos);
   CHECK(schedule_problem(PipelineSchedule::k1F1B, 4, 4, 1, 3).find("--num-hidden-layers 3 is fewer") !=
         std::string::npos);
-  CHECK(schedule_problem(PipelineSchedule::kZbH1, 4, 1, 1, 4).empty());
+  CHECK(schedule_problem(PipelineSchedule::kZbH1, 4, 3, 1, 4).find("needs --grad-acc-steps >= --pp") != std::string::npos);
+  CHECK(schedule_problem(PipelineSchedule::kZbH1, 4, 4, 1, 4).empty());
+  CHECK(schedule_problem(PipelineSchedule::k1F1B, 4, 1, 1, 4).empty());  // fewer micro-batches than ranks: fine
   CHECK_THROWS_WITH(parse_schedule("gpipe"), Catch::Contains("--pp-schedule must be afab, 1f1b, interleaved or zb-h1"));
 }
 

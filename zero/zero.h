@@ -29,7 +29,7 @@
 // into my slice. At most two buckets are in flight: the full gradient never exists. The price: with grad accumulation the gradients travel every
 // micro-batch (m reduce-scatters instead of one).
 //
-// Test: ctest -R "zero|equivalence.zero"
+// Test: build/tests/unit_tests "[zero]"; ctest -R "zero|data_parallel.overlap"
 #pragma once
 
 #include <cstdint>
