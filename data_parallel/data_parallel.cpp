@@ -6,6 +6,21 @@
 
 namespace picotron {
 
+GradReadyHook::GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready)
+    : node_(torch::autograd::impl::grad_accumulator(param)) {
+  TORCH_CHECK(node_, "parameter ", name, " does not require grad");
+  key_ = node_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+      [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
+                                       const torch::autograd::variable_list&) {
+        on_ready();
+        return outputs;
+      }));
+}
+
+GradReadyHook::~GradReadyHook() {
+  if (node_) node_->del_post_hook(key_);  // the hook may capture an object that is going
+}
+
 DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb)
     : group_(group), params_(params), mode_(mode) {
   // A group of one has nothing to average: no buckets, no hooks, no communication.
@@ -14,21 +29,12 @@ DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpM
   ready_.assign(params_.size(), false);
   // One hook per parameter, on its gradient accumulator: the autograd node that writes
   // param.grad. It runs right after this parameter's gradient of the micro-batch is complete.
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
-    TORCH_CHECK(acc, "data parallelism: parameter ", params_[i].name, " does not require grad");
-    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          on_grad_ready(i);
-          return outputs;
-        }));
-    hooks_.emplace_back(std::move(acc), key);
-  }
+  hooks_.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
 }
 
-DataParallel::~DataParallel() {
-  for (auto& [acc, key] : hooks_) acc->del_post_hook(key);  // they capture `this`
-}
+DataParallel::~DataParallel() = default;  // the hooks (they capture `this`) go first
 
 void DataParallel::prepare_backward(bool sync) {
   sync_ = sync;

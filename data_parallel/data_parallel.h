@@ -32,6 +32,7 @@
 // Test: ctest -R data_parallel ; equivalence: ctest -L equivalence
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,23 @@
 #include "picotron/optim.h"
 
 namespace picotron {
+
+// Calls on_ready() right after autograd has written `param`'s gradient in a backward:
+// a post hook on the parameter's gradient accumulator (the autograd node that writes
+// param.grad). The hook is removed when this object goes. (ZeRO-2 uses it too.)
+class GradReadyHook {
+ public:
+  GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready);
+  GradReadyHook(GradReadyHook&& other) noexcept : node_(std::move(other.node_)), key_(other.key_) {}
+  GradReadyHook(const GradReadyHook&) = delete;
+  GradReadyHook& operator=(const GradReadyHook&) = delete;
+  GradReadyHook& operator=(GradReadyHook&&) = delete;
+  ~GradReadyHook();
+
+ private:
+  std::shared_ptr<torch::autograd::Node> node_;  // kept alive: the parameter holds it only weakly
+  uintptr_t key_ = 0;
+};
 
 class DataParallel {
  public:
@@ -87,8 +105,7 @@ class DataParallel {
   std::vector<size_t> bucket_of_;  // param index -> bucket index
   std::vector<bool> ready_;        // param index -> its gradient arrived in this backward
   size_t next_to_launch_ = 0;
-  // Kept alive (the parameter holds its accumulator only weakly), with our hooks' keys.
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<GradReadyHook> hooks_;  // one per parameter (bucketed mode)
   bool record_events_ = false;
   std::vector<std::string> events_;
 };

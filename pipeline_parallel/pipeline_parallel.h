@@ -56,6 +56,7 @@
 #include "picotron/optim.h"
 #include "picotron/shard.h"
 #include "pipeline_parallel/schedules.h"
+#include "pipeline_parallel/zero_bubble.h"
 
 namespace picotron {
 
@@ -66,25 +67,6 @@ void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P
 // "pipeline: 2 stages, 1f1b; rank 0: embedding, layers 0-1; rank 1: layers 2-3, norm, head"
 std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, int v);
 
-// Zero bubble: B computes dx = dy W (what the previous stage waits for) and leaves
-// dW = dy^T x, which nobody waits for, here as a closure; W runs it. The closures hold
-// dy and x until then: that is the memory ZB-H1 pays for its smaller bubble.
-class WeightGradQueue {
- public:
-  void begin(int micro, int chunk) { current_ = &pending_[{micro, chunk}]; }  // a B starts: defer
-  void end() { current_ = nullptr; }                                          // the B is done
-  bool deferring() const { return current_ != nullptr; }
-  void push(std::function<void()> work) { current_->push_back(std::move(work)); }
-  void run(int micro, int chunk);  // W: every weight gradient that B left, added into .grad
-  size_t waiting() const { return pending_.size(); }
-
- private:
-  std::map<std::pair<int, int>, std::vector<std::function<void()>>> pending_;  // (micro, chunk) -> work
-  std::vector<std::function<void()>>* current_ = nullptr;
-};
-// Replace every projection of the model by a linear whose backward, while the queue is
-// deferring, leaves its weight gradient in the queue. Called for --pp-schedule zb-h1.
-std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model);
 
 // One trace event (--pp-trace): what ran on this rank, when, in microseconds since a
 // barrier all ranks passed together.

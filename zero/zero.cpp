@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 namespace picotron {
 
 ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket_capacity) {
@@ -118,24 +115,15 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
     inflight_.resize(layout_.buckets.size());
     for (size_t b = 0; b < layout_.buckets.size(); ++b)
       for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i) bucket_of_.push_back(b);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      auto acc = torch::autograd::impl::grad_accumulator(params_[i].param);
-      TORCH_CHECK(acc, "zero: parameter ", params_[i].name, " does not require grad");
-      const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            on_grad_ready(i);
-            return outputs;
-          }));
-      hooks_.emplace_back(std::move(acc), key);
-    }
+    hooks_.reserve(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
   }
   zero_main_grads();
   prepare_backward();
 }
 
-ZeroOptimizer::~ZeroOptimizer() {
-  for (auto& [acc, key] : hooks_) acc->del_post_hook(key);  // they capture `this`
-}
+ZeroOptimizer::~ZeroOptimizer() = default;  // the hooks (they capture `this`) go first
 
 torch::Tensor ZeroOptimizer::slice_of(const torch::Tensor& shard_buffer, const ZeroLayout::Bucket& b) const {
   return shard_buffer.narrow(0, b.shard_offset, b.padded / layout_.ranks);  // my part of bucket b

@@ -42,6 +42,7 @@
 
 #include <torch/torch.h>
 
+#include "data_parallel/data_parallel.h"
 #include "picotron/comm.h"
 #include "picotron/mesh_grid.h"
 #include "picotron/optim.h"
@@ -160,7 +161,7 @@ class ZeroOptimizer {
   std::vector<size_t> bucket_of_;
   int next_to_launch_ = -1;  // buckets launch last to first (backward's order)
   std::deque<size_t> launched_;  // launched, not yet added into my slice (at most 2)
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<GradReadyHook> hooks_;  // stage 2: one per parameter (data_parallel.h)
   bool record_events_ = false;
   std::vector<std::string> events_;
 };
