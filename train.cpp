@@ -102,18 +102,20 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   std::unique_ptr<AdamW> adamw;                 // --zero 0: every rank keeps the whole optimizer
   std::unique_ptr<DataParallel> data_parallel;  //   and all-reduces the gradients
   std::unique_ptr<ZeroOptimizer> zero;          // --zero 1: master weights and moments sharded over cp x dp,
-                                                // --zero 2: the gradients too
+                                                // --zero 2: the gradients too, --zero 3: the parameters too
   if (cfg.zero == 0) {
     adamw = std::make_unique<AdamW>(named, adam, plan);
     data_parallel = std::make_unique<DataParallel>(mesh.cp_dp(), adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb);
   } else {
-    zero = std::make_unique<ZeroOptimizer>(mesh.cp_dp(), named, adam, plan, mesh.coords(), cfg.zero, cfg.dp_bucket_mb);
+    zero = std::make_unique<ZeroOptimizer>(mesh.cp_dp(), named, adam, plan, mesh.coords(), cfg.zero, cfg.dp_bucket_mb,
+                                           cfg.zero_offload);
+    if (cfg.zero == 3) zero->attach(model);  // each layer's parameters gathered as it runs, released after
     const auto b = zero->bytes();
     print0(rank, "zero-" + std::to_string(cfg.zero) + " over cp x dp = " + std::to_string(mesh.cp_dp().size()) + " ranks; rank 0 holds parameters " +
                      human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) + ", master weights " +
                      (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
                      ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" +
-                     std::to_string(mesh.cp_dp().size()) + " slice)");
+                     std::to_string(mesh.cp_dp().size()) + " slice" + (b.offloaded ? "; master and moments in pinned CPU memory" : "") + ")");
   }
   // Every parameter's name, tensor, full main gradient and shard record, whichever optimizer.
   std::vector<TrainableParam>& grads = zero ? zero->params() : adamw->params();
@@ -219,6 +221,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     }
   }
   if (prints_samples(cfg)) {  // a whole model on rank 0, whatever the mesh trained
+    if (zero) weights = zero->full_parameters();  // ZeRO-3 keeps only slices: gather every unit
     const auto full = gather_full_tensors(weights, cfg.llama, shape, plan_of, dtype, world);
     if (rank == 0) {
       LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));
@@ -265,6 +268,9 @@ int main(int argc, char** argv) {
     }
     if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())
       problems.push_back("--device cuda: no CUDA device is visible to this process");
+    if (problems.empty() && cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
+      problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
+                         "visible to this process");
     if (problems.empty()) {
       try {
         data = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);

@@ -85,7 +85,8 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
     ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
-    ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too)", cxxopts::value<int>()->default_value(s(d.zero)))
+    ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", cxxopts::value<int>()->default_value(s(d.zero)))
+    ("zero-offload", "with --zero >= 1 on --device cuda: this rank's master weights and AdamW moments live in pinned CPU memory and AdamW runs on the CPU (ZeRO-Offload)", cxxopts::value<bool>())
     ("dp-mode", "naive (all-reduce after backward) | bucketed (overlapped with backward)", cxxopts::value<std::string>()->default_value(dp_mode_name(d.dp_mode)))
     ("dp-bucket-mb", "bucket size of bucketed data parallelism, MiB", cxxopts::value<double>()->default_value(s(d.dp_bucket_mb)))
     ("timeout-s", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", cxxopts::value<int>()->default_value(s(d.timeout_s)));
@@ -156,6 +157,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.cp = r["cp"].as<int>();
     c.sp = r.count("sp") > 0 && r["sp"].as<bool>();
     c.zero = r["zero"].as<int>();
+    c.zero_offload = r.count("zero-offload") > 0 && r["zero-offload"].as<bool>();
     c.pp_schedule = r["pp-schedule"].as<std::string>();
     parse_schedule(c.pp_schedule);  // throws naming the flag and the choices
     c.pp_virtual_stages = r["pp-virtual-stages"].as<int>();
@@ -266,10 +268,15 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
        "--pp " + str(c.pp) + " runs on --device cpu only (multi-GPU pipelines are not implemented: one GPU is all "
        "this project can test on)");
   need(c.zero >= 0 && c.zero <= 3, "--zero must be 0, 1, 2 or 3, got " + str(c.zero));
-  need(c.zero <= 2, "--zero " + str(c.zero) + ": this stage is not yet available (only --zero 0, 1 and 2)");
-  // Stage 2 keeps no full gradient, but --sp's norm gains and a pipeline's tied embedding
-  // are summed from full gradients before the sync (see zero/README.md).
-  need(c.zero != 2 || (c.pp == 1 && !c.sp), "--zero 2 does not combine with --pp or --sp yet (use --zero 1)");
+  // Stages 2 and 3 keep no full gradient, but --sp's norm gains and a pipeline's tied
+  // embedding are summed from full gradients before the sync; stage 3 would also gather
+  // every layer of every micro-batch of a pipeline schedule (see zero/README.md).
+  need(c.zero < 2 || (c.pp == 1 && !c.sp),
+       "--zero " + str(c.zero) + " does not combine with --pp or --sp (use --zero 1)");
+  need(!c.zero_offload || c.zero >= 1, "--zero-offload needs --zero 1, 2 or 3 (it offloads ZeRO's optimizer slice)");
+  need(!c.zero_offload || c.device != "cpu",
+       "--zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda (on --device cpu everything "
+       "is on the CPU already)");
   need(c.cp == 1, "--cp " + str(c.cp) + ": this parallelism is not yet available (only --dp, --tp, --pp)");
   return errors;
 }

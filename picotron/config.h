@@ -82,7 +82,8 @@ struct TrainConfig {
   int pp_virtual_stages = 1;           // model chunks per pp rank (interleaved: >= 2)
   std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
   int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state
-                                       //   sharded) | 2 (gradients too)
+                                       //   sharded) | 2 (gradients too) | 3 (parameters too)
+  bool zero_offload = false;           // ZeRO's master weights + moments in pinned CPU memory, AdamW on the CPU
   DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
   double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job

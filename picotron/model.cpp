@@ -185,7 +185,8 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const ShardPlan
 torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, S], got ", tokens.sizes());
   TORCH_CHECK(!model->embed_tokens.is_empty(), "this rank holds no embedding");
-  return model->embed_tokens.forward(tokens);  // [B, S, H]
+  const auto run = [&] { return model->embed_tokens.forward(tokens); };  // [B, S, H]
+  return part_runner ? part_runner("embed", run) : run();
 }
 
 torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Tensor& positions, int64_t first,
@@ -227,12 +228,16 @@ static torch::Tensor positions_of(const torch::Tensor& tokens, const torch::Tens
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
-  return logits(final_norm(run_layers(embed(tokens), positions_of(tokens, positions))));  // [B, S, V]
+  const auto hidden = run_layers(embed(tokens), positions_of(tokens, positions));  // [B, S, H]
+  const auto run = [&] { return logits(final_norm(hidden)); };                    // [B, S, V]
+  return part_runner ? part_runner("head", run) : run();
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
                                          const torch::Tensor& positions) {
-  return loss_from_hidden(final_norm(run_layers(embed(tokens), positions_of(tokens, positions))), targets);
+  const auto hidden = run_layers(embed(tokens), positions_of(tokens, positions));  // [B, S, H]
+  const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
+  return part_runner ? part_runner("head", run) : run();
 }
 
 const RopeTables& LlamaForCausalLMImpl::rope_for(const torch::Tensor& positions, int64_t seq_len,

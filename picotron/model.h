@@ -28,6 +28,8 @@
 //   block entry   Attention::enter / MLP::enter     the input before the projections
 //   block exit    Attention::exit / MLP::exit       the output after o_proj / down_proj
 //   layer runner  LlamaForCausalLM::layer_runner    every decoder layer is run through it
+//   part runner   LlamaForCausalLM::part_runner     the embedding ("embed") and, in forward() and
+//                                                   loss(), final norm + head + loss ("head")
 //   positions     run_layers(x, positions)          RoPE angles from any positions tensor
 // Local head counts come from the projections' output sizes, never from the config.
 //
@@ -162,6 +164,10 @@ TORCH_MODULE(LlamaModel);
 // (two tensor handles), so a runner may keep it for backward (recompute) safely.
 using LayerRunner = std::function<torch::Tensor(int64_t index, DecoderLayer& layer, const torch::Tensor& x,
                                                 RopeTables rope)>;
+// Runs one of the parts around the decoder layers: `part` is "embed" (embed()) or "head"
+// (the final norm with logits or the loss, as forward() and loss() run them); `run`
+// computes it. ZeRO-3 gathers the part's parameters around it.
+using PartRunner = std::function<torch::Tensor(const std::string& part, const std::function<torch::Tensor()>& run)>;
 using HeadFn = std::function<torch::Tensor(const torch::Tensor& hidden)>;  // [B, S, H] -> [B, S, V(/tp)]
 using LossFn = std::function<torch::Tensor(const torch::Tensor& hidden, const torch::Tensor& targets)>;
 
@@ -203,6 +209,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   HeadFn head;                // default: hidden @ head_weight()^T
   LossFn loss_fn;             // default: cross_entropy(logits(hidden), targets) in fp32
   LayerRunner layer_runner;   // default: layer->forward(x, rope)
+  PartRunner part_runner;     // default: run()
 
  private:
   // RoPE tables of the last (positions, dtype, device): built once, not every forward

@@ -41,24 +41,27 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
   const bool wide = dtype == torch::kFloat32 || dtype == torch::kFloat64;
   const double state_elem = dtype == torch::kFloat64 ? 8.0 : 4.0;  // main grad, moments, master
   // training state per parameter: main grad + 2 moments (+ a master copy unless the weights
-  // are it); ZeRO keeps 1/N of the moments and master (stage 1) and of the grad (stage 2),
-  // N = cp x dp (zero/README.md; the < N padding elements are not counted)
+  // are it); ZeRO keeps 1/N of the moments and master (stage 1), of the grad (stage 2) and
+  // of the weights (stage 3), N = cp x dp (zero/README.md; the < N padding elements are
+  // not counted, nor stage 3's one or two gathered layers)
   const double n = double(shape.dp) * shape.cp;
   const double optimizer_share = c.zero >= 1 ? 1.0 / n : 1.0, grad_share = c.zero >= 2 ? 1.0 / n : 1.0;
+  const double weight_share = c.zero >= 3 ? 1.0 / n : 1.0;
   const double state_bytes = state_elem * (grad_share + (wide ? 2.0 : 3.0) * optimizer_share);
   // Ranks with the same count share a line: "ranks 0-3: ...", in rank order.
   std::ostringstream o;
   o << "parameters per rank (" << precision_name(c.dtype) << " weights; training state = main grad + AdamW moments"
     << (wide ? "" : " + fp32 master");
   if (c.zero >= 1)
-    o << "; zero-" << c.zero << ": " << (c.zero >= 2 ? "main grad, " : "") << "moments" << (wide ? "" : ", master")
+    o << "; zero-" << c.zero << ": " << (c.zero >= 3 ? "weights, " : "") << (c.zero >= 2 ? "main grad, " : "") << "moments"
+      << (wide ? "" : ", master")
       << " over cp x dp = " << shape.dp * shape.cp;
   o << "):";
   int first = 0;
   int64_t count = -1;
   auto flush = [&](int last) {
     o << "\n  rank" << (last > first ? "s " + std::to_string(first) + "-" + std::to_string(last) : " " + std::to_string(first))
-      << ": " << with_commas(count) << " parameters, weights " << human_bytes(double(count) * weight_bytes)
+      << ": " << with_commas(count) << " parameters, weights " << human_bytes(double(count) * weight_bytes * weight_share)
       << ", training state " << human_bytes(double(count) * state_bytes);
   };
   for (int r = 0; r < shape.world_size(); ++r) {

@@ -182,8 +182,12 @@ add_test(NAME cli.mpi_comm_report_zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
 set_tests_properties(cli.mpi_comm_report_zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-1 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 3.13 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
-picotron_cli_test(cli.zero_stage_not_yet ${EXPECT_FAIL} "error: --zero 3: this stage is not yet available" -- ${TRAIN} --zero 3)
-picotron_cli_test(cli.zero2_with_pp ${EXPECT_FAIL} "error: --zero 2 does not combine with --pp or --sp yet" -- ${TRAIN} --zero 2 --pp 2)
+picotron_cli_test(cli.zero2_with_pp ${EXPECT_FAIL} "error: --zero 2 does not combine with --pp or --sp" -- ${TRAIN} --zero 2 --pp 2)
+picotron_cli_test(cli.zero3_with_pp ${EXPECT_FAIL} "error: --zero 3 does not combine with --pp or --sp" -- ${TRAIN} --zero 3 --pp 2)
+picotron_cli_test(cli.zero3_with_sp ${EXPECT_FAIL} "error: --zero 3 does not combine with --pp or --sp" -- ${TRAIN} --zero 3 --tp 2 --sp)
+picotron_cli_test(cli.zero_offload_cpu ${EXPECT_FAIL} "error: --zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda" -- ${TRAIN} --zero 2 --zero-offload --device cpu)
+picotron_cli_test(cli.zero_offload_no_gpu ${EXPECT_FAIL} "error: --zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is visible" -- ${TRAIN} --zero 3 --zero-offload)
+picotron_cli_test(cli.zero_offload_needs_zero ${EXPECT_FAIL} "error: --zero-offload needs --zero 1, 2 or 3" -- ${TRAIN} --zero-offload --device cpu)
 # ZeRO-2 (tiny model, dp 2, 1 MiB buckets: 4 of them, grad-acc 2), per step: a reduce-scatter
 # per bucket per micro-batch (8 calls, 2 x 820,352 elements), an all-gather per bucket
 # (4 calls, 820,352); rank 0 keeps half the fp32 gradient (1.56 MiB).
@@ -192,13 +196,24 @@ add_test(NAME cli.mpi_comm_report_zero2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
 set_tests_properties(cli.mpi_comm_report_zero2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-2 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +8 +1640704 +4 +820352\ncp_dp +2 +reduce_scatter +16 +3281408 +8 +1640704\n")
+# ZeRO-3 (tiny model: embedding 32,768, 4 layers of 196,864, head = final norm 128, tied;
+# Ψ = 820,352; dp 2, grad-acc 2), per micro-batch: every unit gathered before its forward
+# (the tied embedding twice: the lookup and the head) and every layer again before its
+# backward, the head kept: 11 all-gathers of 2Ψ - 128 = 1,640,576 elements; one
+# reduce-scatter per unit, 6 of Ψ. Per step x 2. No all-gather after the step.
+add_test(NAME cli.mpi_comm_report_zero3 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 3
+  --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_zero3 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "zero-3 over cp x dp = 2 ranks; rank 0 holds parameters 1.56 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp +2 +reduce_scatter +24 +3281408 +12 +1640704\n")
 picotron_cli_test(cli.bad_zero ${EXPECT_FAIL} "error: --zero must be 0, 1, 2 or 3, got 4" -- ${TRAIN} --zero 4)
 # ZeRO in --dry-run: smollm-1.7b at dp 8 in bf16, training state per rank (main grad 4Ψ,
 # moments 8Ψ, master 4Ψ, Ψ = 1,711,376,384): plain 16Ψ = 25.50 GiB, zero-1 4Ψ + 12Ψ/8 =
-# 8.77 GiB, zero-2 16Ψ/8 = 3.19 GiB.
-foreach(pair "0;25.50" "1;8.77" "2;3.19")
-  list(GET pair 0 stage)
-  list(GET pair 1 gib)
+# 8.77 GiB, zero-2 16Ψ/8 = 3.19 GiB, zero-3 the same and weights 2Ψ/8 = 408.02 MiB.
+foreach(case "0;3.19 GiB;25.50" "1;3.19 GiB;8.77" "2;3.19 GiB;3.19" "3;408.02 MiB;3.19")
+  list(GET case 0 stage)
+  list(GET case 1 weights)
+  list(GET case 2 gib)
   picotron_cli_test(cli.dry_run_zero${stage} ${TRAIN} --model smollm-1.7b --dp 8 --zero ${stage} --dtype bf16 --dry-run)
-  set_tests_properties(cli.dry_run_zero${stage} PROPERTIES PASS_REGULAR_EXPRESSION "ranks 0-7: 1,711,376,384 parameters, weights 3.19 GiB, training state ${gib} GiB")
+  set_tests_properties(cli.dry_run_zero${stage} PROPERTIES PASS_REGULAR_EXPRESSION "ranks 0-7: 1,711,376,384 parameters, weights ${weights}, training state ${gib} GiB")
 endforeach()

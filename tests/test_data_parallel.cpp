@@ -4,12 +4,16 @@
 //   * no-sync micro-batches launch nothing;
 //   * after the sync, every rank holds the gradient of the whole global batch, equal
 //     (fp64, 1e-12) to a single-process backward over all rows computed here;
-//   * ZeRO-2 launches a bucket's reduce-scatter before backward ends, ZeRO-1/2's slices
+//   * ZeRO-2 launches a bucket's reduce-scatter before backward ends, ZeRO-1/2/3's slices
 //     hold the global batch's gradient, and after 3 steps their AdamW moments equal
-//     plain data parallelism's, slice by slice (fp64, 1e-12).
+//     plain data parallelism's, slice by slice (fp64, 1e-12);
+//   * ZeRO-3 prefetches: layer 1's all-gather is launched before layer 0's forward ends,
+//     each layer is gathered twice per micro-batch (forward, backward), and every unit
+//     is released when backward is over.
 // Prints "N passed, N failed"; exits non-zero on any failure.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "data_parallel/data_parallel.h"
@@ -133,13 +137,14 @@ int main() {
   double ref_norm = 0;
   for (auto& p : ref->parameters()) ref_norm += p.grad().square().sum().item<double>();
   ref_norm = std::sqrt(ref_norm);
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     const std::string tag = "zero-" + std::to_string(stage) + ": ";
     LlamaForCausalLM model(config());
     model->to(torch::kFloat64);
     init_parameters(*model, 5, 0.02);
     ShardPlan plan = replicated_plan(config());
     ZeroOptimizer zero(world, named(model), {}, plan, MeshCoords{}, stage, /*bucket_mb=*/0.05);
+    if (stage == 3) zero.attach(model);
     zero.set_record_events(true);
     const auto batch = loader.micro_batch(0, 0, rank);
     for (int micro = 0; micro < 2; ++micro) {  // two micro-batches of half the loss each
@@ -153,14 +158,32 @@ int main() {
       check(zero.layout().buckets.size() > 1, tag + "several buckets", rank);
       check(first(ev, "launch") < first(ev, "backward end"), tag + "a bucket reduce-scatter was launched before backward ended", rank);
     }
+    if (stage == 3) {
+      const auto& ev = zero.events();
+      check(first(ev, "gather layer 1") < first(ev, "forward end layer 0"),
+            tag + "layer 1's gather was launched before layer 0's forward ended (prefetch)", rank);
+      check(first(ev, "gather layer 0") < first(ev, "forward layer 0") &&
+                first(ev, "forward end layer 0") < first(ev, "release layer 0"),
+            tag + "layer 0 is gathered before its forward and released after it", rank);
+      const auto count = [&](const std::string& e) { return std::count(ev.begin(), ev.end(), e); };
+      check(count("gather layer 0") == 4 && count("gather layer 1") == 4,
+            tag + "each layer is gathered twice per micro-batch (forward and backward)", rank);
+      bool all_released = true;  // as many releases as gathers: nothing is left gathered
+      for (const std::string unit : {"embedding", "layer 0", "layer 1", "head"})
+        all_released = all_released && count("gather " + unit) == count("release " + unit);
+      check(first(ev, "backward layer 1") < first(ev, "backward layer 0") && all_released,
+            tag + "backward runs the layers last to first, and every gathered unit is released", rank);
+    }
     const double norm = zero.grad_norm(world);
     check(std::abs(norm - ref_norm) < 1e-12 * ref_norm,
           tag + "the slices' gradient norm equals the full-batch gradient's (" + std::to_string(norm) + " vs " +
               std::to_string(ref_norm) + ")", rank);
   }
   // ZeRO's AdamW moments equal plain data parallelism's, slice by slice, after 3 steps.
-  for (int stage : {1, 2}) {
-    const std::string tag = "zero-" + std::to_string(stage) + " moments: ";
+  // Also with the optimizer offloaded (here "the CPU" is where the parameters are too,
+  // but the master, moments and gradient copies are separate tensors, as on a GPU).
+  for (auto [stage, offload] : {std::pair{1, false}, {2, false}, {3, false}, {1, true}, {3, true}}) {
+    const std::string tag = "zero-" + std::to_string(stage) + (offload ? " offload" : "") + " moments: ";
     LlamaForCausalLM plain(config()), sharded(config());
     for (auto* m : {&plain, &sharded}) {
       (*m)->to(torch::kFloat64);
@@ -168,7 +191,9 @@ int main() {
     }
     AdamW adamw(named(plain), {});
     DataParallel dp(world, adamw.params(), DpMode::kBucketed, /*bucket_mb=*/0.05);
-    ZeroOptimizer zero(world, named(sharded), {}, replicated_plan(config()), MeshCoords{}, stage, /*bucket_mb=*/0.05);
+    ZeroOptimizer zero(world, named(sharded), {}, replicated_plan(config()), MeshCoords{}, stage, /*bucket_mb=*/0.05,
+                       offload);
+    if (stage == 3) zero.attach(sharded);
     for (int64_t step = 0; step < 3; ++step) {
       const auto batch = loader.micro_batch(step, 0, rank);
       adamw.zero_main_grads();
@@ -194,6 +219,12 @@ int main() {
       }
     }
     check(worst < 1e-12, tag + "equal to AdamW's slice by slice (rel err " + std::to_string(worst) + ")", rank);
+    double worst_param = 0;  // and the parameters the model computes with (stage 3: gathered)
+    const auto weights = zero.full_parameters();
+    for (const auto& p : adamw.params())
+      worst_param = std::max(worst_param, (weights.at(p.name) - p.param).abs().max().item<double>() /
+                                              p.param.abs().max().item<double>());
+    check(worst_param < 1e-12, tag + "parameters equal to AdamW's (rel err " + std::to_string(worst_param) + ")", rank);
   }
   world.barrier();
   return testing::summary(rank);

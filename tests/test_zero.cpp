@@ -63,3 +63,23 @@ TEST_CASE("zero layout with buckets: each bucket padded and cut into N parts", "
   CHECK((r1[1].param == 1 && r1[1].length == 3 && r1[1].slice_offset == 1));
   CHECK((r1[2].param == 2 && r1[2].first == 3 && r1[2].length == 3 && r1[2].slice_offset == 4));
 }
+
+TEST_CASE("zero-3 layout: one bucket per unit, each padded to N", "[zero]") {
+  // embedding 5 | layer 0: 3 + 2 | head 1, over 3 ranks: buckets of 5, 5, 1 padded to 6, 6, 3
+  const std::vector<std::string> names = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                                          "model.layers.0.mlp.up_proj.weight", "model.norm.weight"};
+  CHECK(zero3_unit(names[0]) == "embedding");
+  CHECK(zero3_unit(names[1]) == "layer 0");
+  CHECK(zero3_unit("model.layers.12.input_layernorm.weight") == "layer 12");
+  CHECK(zero3_unit(names[3]) == "head");
+  CHECK(zero3_unit("lm_head.weight") == "head");
+  const ZeroLayout l = zero_layout({5, 3, 2, 1}, 3, INT64_MAX, {0, 1, 1, 2});
+  REQUIRE(l.buckets.size() == 3);
+  CHECK((l.buckets[1].first_param == 1 && l.buckets[1].end_param == 3));
+  CHECK((l.buckets[0].padded == 6 && l.buckets[1].padded == 6 && l.buckets[2].padded == 3));
+  CHECK(l.shard == 5);  // 2 + 2 + 1
+  const auto r2 = l.pieces(2);  // embedding's 5th; layer 0's [10, 12): up_proj's 2nd + a pad; head: a pad
+  REQUIRE(r2.size() == 2);
+  CHECK((r2[0].param == 0 && r2[0].first == 4 && r2[0].length == 1 && r2[0].slice_offset == 0));
+  CHECK((r2[1].param == 2 && r2[1].first == 1 && r2[1].length == 1 && r2[1].slice_offset == 2));
+}

@@ -6,16 +6,20 @@
 
 namespace picotron {
 
-ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket_capacity) {
+ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket_capacity,
+                       const std::vector<int>& units) {
+  TORCH_CHECK(units.empty() || units.size() == numels.size(), "zero_layout: one unit id per parameter");
   ZeroLayout l;
   l.ranks = N;
   l.offsets.resize(numels.size());
-  // Consecutive parameters fill a bucket up to the capacity (a bigger one gets its own);
-  // each bucket is padded to a multiple of N with zeros that nobody owns.
+  // Consecutive parameters fill a bucket up to the capacity (a bigger one gets its own)
+  // or until the unit changes; each bucket is padded to a multiple of N with zeros that
+  // nobody owns.
   for (size_t i = 0; i < numels.size(); ++i) {
     const bool full = !l.buckets.empty() && l.buckets.back().numel > 0 &&
                       l.buckets.back().numel + numels[i] > bucket_capacity;
-    if (l.buckets.empty() || full) l.buckets.push_back({i, i, 0, 0, 0, 0});
+    const bool new_unit = !units.empty() && i > 0 && units[i] != units[i - 1];
+    if (l.buckets.empty() || full || new_unit) l.buckets.push_back({i, i, 0, 0, 0, 0});
     auto& b = l.buckets.back();
     b.end_param = i + 1;
     b.numel += numels[i];
@@ -31,6 +35,28 @@ ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket
     l.shard += b.padded / N;
   }
   return l;
+}
+
+std::string zero3_unit(const std::string& name) {
+  const std::string layers = "model.layers.";
+  if (name.rfind(layers, 0) == 0) return "layer " + name.substr(layers.size(), name.find('.', layers.size()) - layers.size());
+  if (name.rfind("model.embed_tokens.", 0) == 0) return "embedding";
+  return "head";  // model.norm.weight, lm_head.weight
+}
+
+// Stage 3 frees a unit's parameters without touching the tensors: the storage all their
+// views share (also the views autograd saved for backward) drops its bytes, and gets new
+// ones from the same allocator before the next gather refills it.
+static void drop_storage(const torch::Tensor& t) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));  // the old bytes are freed here
+  storage->set_nbytes(0);
+}
+static void refill_storage(const torch::Tensor& t) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = size_t(t.numel()) * t.element_size();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
 }
 
 std::vector<ZeroLayout::Piece> ZeroLayout::pieces(int rank) const {
@@ -49,28 +75,51 @@ std::vector<ZeroLayout::Piece> ZeroLayout::pieces(int rank) const {
 
 ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                              AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, int stage,
-                             double bucket_mb)
-    : group_(group), opts_(opts), stage_(stage) {
+                             double bucket_mb, bool offload)
+    : group_(group), opts_(opts), stage_(stage), offload_(offload) {
   TORCH_CHECK(!named_params.empty(), "zero: no parameters");
-  TORCH_CHECK(stage == 1 || stage == 2, "zero: stage ", stage, " is not implemented");
+  TORCH_CHECK(stage >= 1 && stage <= 3, "zero: stage ", stage, " does not exist (1, 2 or 3)");
   torch::NoGradGuard no_grad;
   const auto compute = named_params.front().second.options();
   const auto state_dtype = compute.dtype() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   std::vector<int64_t> numels;
   for (const auto& [name, p] : named_params) numels.push_back(p.numel());
-  // Buckets bound every temporary buffer (and, in stage 2, what is in flight).
-  const int64_t capacity = std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(c10::elementSize(state_dtype)));
-  layout_ = zero_layout(numels, group.size(), capacity);
+  // Buckets bound every temporary buffer (and, in stage 2, what is in flight). Stage 3:
+  // one bucket per unit, whatever its size (a unit is gathered whole).
+  std::vector<int> unit_ids;
+  if (stage == 3) {
+    for (const auto& [name, p] : named_params) {
+      const std::string unit = zero3_unit(name);
+      if (units_.empty() || units_.back().name != unit) {
+        for (const auto& u : units_)
+          TORCH_CHECK(u.name != unit, "zero-3: the parameters of ", unit, " are not consecutive (", name, ")");
+        units_.push_back(Unit{unit, Held::kGathered, std::nullopt});
+      }
+      unit_ids.push_back(int(units_.size()) - 1);
+    }
+  }
+  const int64_t capacity = stage == 3 ? INT64_MAX
+      : std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(c10::elementSize(state_dtype)));
+  layout_ = zero_layout(numels, group.size(), capacity, unit_ids);
 
-  // The flat parameters; each model tensor becomes a view of its range (values kept).
-  flat_param_ = torch::zeros({layout_.padded}, compute);  // [P_pad]
-  for (size_t i = 0; i < named_params.size(); ++i) {
-    const auto& [name, p] = named_params[i];
-    TORCH_CHECK(p.options().dtype() == compute.dtype() && p.device() == compute.device(),
-                "zero: every parameter must share one dtype and device (", name, ")");
-    auto range = flat_param_.narrow(0, layout_.offsets[i], p.numel());
-    range.copy_(p.reshape({-1}));
-    p.set_data(range.view(p.sizes()));  // the module's tensor now lives in the flat buffer (its old one is freed)
+  // The bucket parameters; each model tensor becomes a view of its range (values kept).
+  for (const auto& b : layout_.buckets) bucket_param_.push_back(torch::zeros({b.padded}, compute));  // [padded]
+  for (size_t b = 0; b < layout_.buckets.size(); ++b)
+    for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i) {
+      const auto& [name, p] = named_params[i];
+      TORCH_CHECK(p.options().dtype() == compute.dtype() && p.device() == compute.device(),
+                  "zero: every parameter must share one dtype and device (", name, ")");
+      auto range = bucket_param_[b].narrow(0, layout_.offsets[i] - layout_.buckets[b].offset, p.numel());
+      range.copy_(p.reshape({-1}));
+      p.set_data(range.view(p.sizes()));  // the module's tensor now lives in the bucket (its old one is freed)
+    }
+  if (stage == 3) {  // my part of every unit, kept for good; the units themselves come and go
+    shard_param_ = torch::empty({layout_.shard}, compute);  // [P_pad / N]
+    const int64_t r = group.rank();
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+      const int64_t part = layout_.buckets[b].padded / group.size();
+      slice_of(shard_param_, layout_.buckets[b]).copy_(bucket_param_[b].narrow(0, r * part, part));
+    }
   }
   if (stage == 1) flat_grad_ = torch::zeros({layout_.padded}, compute.dtype(state_dtype));  // [P_pad]
   for (size_t i = 0; i < named_params.size(); ++i) {
@@ -91,14 +140,20 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
 
   // My slice: gradient, master, moments, and the per-element rules.
   grad_ = torch::zeros({layout_.shard}, compute.dtype(state_dtype));
-  master_in_place_ = flat_param_.scalar_type() == state_dtype;  // fp32/fp64: the parameters are the masters
+  // Where the optimizer lives: with the parameters, or (offload) in CPU memory, pinned when
+  // the parameters are on a GPU so that copies to and from it can run asynchronously.
+  const auto optimizer_at = offload ? torch::TensorOptions().dtype(state_dtype).device(torch::kCPU)
+                                          .pinned_memory(compute.device().is_cuda())
+                                    : grad_.options();
+  master_in_place_ = !offload && compute.dtype() == state_dtype;  // fp32/fp64: the parameters are the masters
   if (!master_in_place_) {
-    master_ = torch::empty_like(grad_);
-    for (const auto& b : layout_.buckets) slice_of(master_, b).copy_(my_params(b));
+    master_ = torch::empty({layout_.shard}, optimizer_at);
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) slice_of(master_, layout_.buckets[b]).copy_(my_params(b));
   }
-  exp_avg_ = torch::zeros_like(grad_);
-  exp_avg_sq_ = torch::zeros_like(grad_);
-  decay_ = torch::zeros({layout_.shard}, torch::TensorOptions().dtype(torch::kBool).device(compute.device()));
+  if (offload) host_grad_ = torch::empty({layout_.shard}, optimizer_at);  // the gradient slice, copied down
+  exp_avg_ = torch::zeros({layout_.shard}, optimizer_at);
+  exp_avg_sq_ = torch::zeros({layout_.shard}, optimizer_at);
+  decay_ = torch::zeros({layout_.shard}, optimizer_at.dtype(torch::kBool));
   counts_ = torch::zeros_like(grad_);
   for (const auto& piece : layout_.pieces(group.rank())) {
     const auto& p = params_[piece.param];
@@ -111,7 +166,7 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
     counts_.narrow(0, piece.slice_offset, piece.length).fill_(r.counts_once(here) ? 1.0 : 0.0);
   }
 
-  if (stage == 2) {  // a hook on each parameter's gradient accumulator (see data_parallel.cpp)
+  if (stage >= 2) {  // a hook on each parameter's gradient accumulator (see data_parallel.cpp)
     inflight_.resize(layout_.buckets.size());
     for (size_t b = 0; b < layout_.buckets.size(); ++b)
       for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i) bucket_of_.push_back(b);
@@ -123,20 +178,120 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
   prepare_backward();
 }
 
-ZeroOptimizer::~ZeroOptimizer() = default;  // the hooks (they capture `this`) go first
+ZeroOptimizer::~ZeroOptimizer() {  // the hooks (they capture `this`) go with the members
+  if (model_) {  // the runners we installed point at us
+    model_->layer_runner = inner_layer_runner_;
+    model_->part_runner = inner_part_runner_;
+  }
+}
 
 torch::Tensor ZeroOptimizer::slice_of(const torch::Tensor& shard_buffer, const ZeroLayout::Bucket& b) const {
   return shard_buffer.narrow(0, b.shard_offset, b.padded / layout_.ranks);  // my part of bucket b
 }
 
-torch::Tensor ZeroOptimizer::my_params(const ZeroLayout::Bucket& b) const {
-  const int64_t part = b.padded / layout_.ranks;
-  return flat_param_.narrow(0, b.offset + group_.rank() * part, part);  // my part of bucket b's parameters
+torch::Tensor ZeroOptimizer::my_params(size_t b) const {
+  if (stage_ == 3) return slice_of(shard_param_, layout_.buckets[b]);  // the only copy of my part
+  const int64_t part = layout_.buckets[b].padded / layout_.ranks;
+  return bucket_param_[b].narrow(0, group_.rank() * part, part);  // my part of bucket b's parameters
+}
+
+// ---- stage 3: gather, compute, release -------------------------------------------------
+
+void ZeroOptimizer::attach(LlamaForCausalLM& model) {
+  TORCH_CHECK(stage_ == 3, "zero: attach() is for stage 3 (stage ", stage_, " keeps the whole parameters)");
+  TORCH_CHECK(!model_, "zero-3: attach() twice");
+  const auto unit_index = [&](const std::string& name) -> std::optional<size_t> {
+    for (size_t u = 0; u < units_.size(); ++u)
+      if (units_[u].name == name) return u;
+    return std::nullopt;
+  };
+  // The passes of a forward, in order, and the units each computes with.
+  if (const auto u = unit_index("embedding")) {
+    part_pass_["embed"] = passes_.size();
+    passes_.push_back({"embedding", {*u}});
+  }
+  for (const auto& [index, layer] : model->model->layers->items) {
+    const auto u = unit_index("layer " + std::to_string(index));
+    TORCH_CHECK(u, "zero-3: decoder layer ", index, " has no parameters here");
+    layer_pass_[index] = passes_.size();
+    passes_.push_back({"layer " + std::to_string(index), {*u}});
+  }
+  if (const auto u = unit_index("head")) {
+    part_pass_["head"] = passes_.size();
+    passes_.push_back({"head", {*u}});
+    if (model->config.tie_word_embeddings)  // the head's matrix is the embedding
+      if (const auto e = unit_index("embedding")) passes_.back().units.push_back(*e);
+  }
+  model_ = model;
+  inner_layer_runner_ = model->layer_runner;
+  inner_part_runner_ = model->part_runner;
+  model->layer_runner = [this](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
+    return run_pass(layer_pass_.at(index), [&] {
+      return inner_layer_runner_ ? inner_layer_runner_(index, layer, x, rope) : layer->forward(x, rope);
+    });
+  };
+  model->part_runner = [this](const std::string& part, const std::function<torch::Tensor()>& run) {
+    const auto it = part_pass_.find(part);
+    TORCH_CHECK(it != part_pass_.end(), "zero-3: this rank holds no parameters of the model's ", part);
+    return run_pass(it->second, [&] { return inner_part_runner_ ? inner_part_runner_(part, run) : run(); });
+  };
+  for (size_t u = 0; u < units_.size(); ++u) release(u);  // from now on: only my shard
+}
+
+void ZeroOptimizer::gather(size_t u, bool wait) {
+  auto& unit = units_[u];
+  if (unit.held == Held::kReleased) {
+    refill_storage(bucket_param_[u]);
+    record("gather " + unit.name);
+    unit.gather = group_.all_gather_async(bucket_param_[u], my_params(u));  // [padded / N] -> [padded]
+    unit.held = Held::kGathering;
+  }
+  if (wait && unit.held == Held::kGathering) {
+    unit.gather->wait();
+    unit.gather.reset();
+    unit.held = Held::kGathered;
+  }
+}
+
+void ZeroOptimizer::release(size_t u) {
+  auto& unit = units_[u];
+  if (unit.held == Held::kReleased) return;
+  gather(u, /*wait=*/true);  // never free a buffer a gather is still writing
+  drop_storage(bucket_param_[u]);
+  unit.held = Held::kReleased;
+  record("release " + unit.name);
+}
+
+torch::Tensor ZeroOptimizer::run_pass(size_t k, const std::function<torch::Tensor()>& compute) {
+  const Pass& pass = passes_[k];
+  const Pass* next = k + 1 < passes_.size() ? &passes_[k + 1] : nullptr;
+  for (size_t u : pass.units) gather(u, /*wait=*/true);
+  if (next)
+    for (size_t u : next->units) gather(u, /*wait=*/false);  // prefetch: travels while this pass computes
+  record("forward " + pass.name);
+  torch::Tensor y = compute();
+  record("forward end " + pass.name);
+  const bool backward_follows = torch::GradMode::is_enabled() && y.requires_grad();
+  // Backward reaches this pass when y's gradient is ready: the hook brings the units back first.
+  if (backward_follows) y.register_hook([this, k](const at::TensorBase&) { before_backward(k); });
+  for (size_t u : pass.units) {
+    const bool next_needs = next && std::count(next->units.begin(), next->units.end(), u);
+    const bool backward_next = backward_follows && !next;  // the last pass: its backward comes at once
+    if (!next_needs && !backward_next) release(u);
+  }
+  return y;
+}
+
+void ZeroOptimizer::before_backward(size_t k) {
+  for (size_t u : passes_[k].units) gather(u, /*wait=*/true);
+  if (k > 0)
+    for (size_t u : passes_[k - 1].units) gather(u, /*wait=*/false);  // prefetch, backward runs last to first
+  record("backward " + passes_[k].name);
 }
 
 void ZeroOptimizer::zero_main_grads() {
   grad_.zero_();
-  if (stage_ == 2) return;  // no full gradient to zero
+  if (stage_ >= 2) return;  // no full gradient to zero
   flat_grad_.zero_();
   for (auto& p : params_)
     if (p.aliases_grad()) p.param.mutable_grad() = p.main_grad;  // autograd accumulates in place
@@ -149,6 +304,7 @@ void ZeroOptimizer::prepare_backward() {
 }
 
 void ZeroOptimizer::on_grad_ready(size_t i) {
+  TORCH_CHECK(stage_ != 3 || model_, "zero-3: attach(model) before the first forward");
   torch::NoGradGuard no_grad;
   auto& g = params_[i].param.mutable_grad();
   const size_t b = bucket_of_[i];
@@ -161,7 +317,10 @@ void ZeroOptimizer::on_grad_ready(size_t i) {
   }
   for (auto& other : inflight_)  // on CPU, MPI moves the launched buckets only while we call it
     if (other.work) other.work->progress();
-  if (--f.pending == 0) launch_ready_buckets();
+  if (--f.pending == 0) {
+    if (stage_ == 3) release(b);  // the unit's backward is over: its parameters go
+    launch_ready_buckets();
+  }
 }
 
 void ZeroOptimizer::launch_ready_buckets() {
@@ -206,11 +365,12 @@ void ZeroOptimizer::accumulate_grads() {
   for (auto& f : inflight_) f.pending = 0;  // a parameter without a gradient: send its bucket anyway
   launch_ready_buckets();
   while (!launched_.empty()) finish_oldest();
+  for (size_t u = 0; u < units_.size(); ++u) release(u);  // stage 3: a unit no gradient reached
   prepare_backward();
 }
 
 void ZeroOptimizer::reduce_scatter_grads() {
-  if (stage_ != 1) return;  // stage 2 did it during backward
+  if (stage_ != 1) return;  // stages 2 and 3 did it during backward
   for (const auto& b : layout_.buckets) {
     auto mine = slice_of(grad_, b);                                 // [bucket padded / N]
     group_.reduce_scatter(mine, flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);  // averaged
@@ -227,36 +387,46 @@ double ZeroOptimizer::grad_norm(Comm& world) const {
 }
 
 void ZeroOptimizer::step(double lr, double c) {
-  // AdamW::step, elementwise on my slice (see picotron/optim.h for the math).
+  // AdamW::step, elementwise on my slice (see picotron/optim.h for the math). Offload:
+  // the gradient slice goes down to the CPU (one copy), AdamW runs there bucket by bucket,
+  // and each bucket's updated weights go up without waiting while the CPU does the next.
   torch::NoGradGuard no_grad;
+  if (offload_) host_grad_.copy_(grad_);  // device -> pinned host, waits for the gradients
   ++t_;
   const double b1 = opts_.beta1, b2 = opts_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(t_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t_)));
   const double decayed = 1.0 - lr * opts_.weight_decay;
-  for (const auto& b : layout_.buckets) {  // my part of each bucket
-    const auto g = slice_of(grad_, b), decay = slice_of(decay_, b);
+  for (size_t i = 0; i < layout_.buckets.size(); ++i) {  // my part of each bucket
+    const auto& b = layout_.buckets[i];
+    const auto g = slice_of(offload_ ? host_grad_ : grad_, b), decay = slice_of(decay_, b);
     auto m = slice_of(exp_avg_, b), v = slice_of(exp_avg_sq_, b);
-    auto w = master_in_place_ ? my_params(b) : slice_of(master_, b);  // fp32/fp64: the parameters themselves
+    auto w = master_in_place_ ? my_params(i) : slice_of(master_, b);  // fp32/fp64: the parameters themselves
     if (c == 1.0) m.lerp_(g, 1.0 - b1);
     else m.mul_(b1).add_(g, (1.0 - b1) * c);
     v.mul_(b2).addcmul_(g, g, (1.0 - b2) * c * c);
     if (opts_.weight_decay != 0) w.mul_(torch::ones_like(w).masked_fill_(decay, decayed));  // matrices only
     auto denom = v.sqrt().div_(bias2_sqrt).add_(opts_.eps);
     w.addcdiv_(m, denom, -lr / bias1);
+    if (stage_ == 3) {  // my shard is all I keep: the next forward gathers it
+      if (!master_in_place_) my_params(i).copy_(w, /*non_blocking=*/offload_);  // master -> compute-dtype shard
+      continue;
+    }
     // Everyone's updated part into everyone's parameters. (The input is a copy: MPI
     // forbids overlapping send and receive buffers.)
-    auto everyone = flat_param_.narrow(0, b.offset, b.padded);  // [bucket padded]
-    const auto mine = w.to(flat_param_.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    auto& everyone = bucket_param_[i];  // [bucket padded]
+    const auto mine = w.to(everyone.device(), everyone.scalar_type(), /*non_blocking=*/offload_, /*copy=*/true);
     group_.all_gather(everyone, mine);
   }
 }
 
 std::map<std::string, torch::Tensor> ZeroOptimizer::full_masters() {
   auto full = torch::empty({layout_.padded}, grad_.options());  // [P_pad] fp32 (fp64)
-  for (const auto& b : layout_.buckets) {
+  for (size_t i = 0; i < layout_.buckets.size(); ++i) {
+    const auto& b = layout_.buckets[i];
     auto out = full.narrow(0, b.offset, b.padded);
-    group_.all_gather(out, (master_in_place_ ? my_params(b) : slice_of(master_, b)).to(full.scalar_type(), false, true));
+    const auto mine = master_in_place_ ? my_params(i) : slice_of(master_, b);
+    group_.all_gather(out, mine.to(full.device(), full.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
   }
   std::map<std::string, torch::Tensor> out;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -264,10 +434,24 @@ std::map<std::string, torch::Tensor> ZeroOptimizer::full_masters() {
   return out;
 }
 
+std::map<std::string, torch::Tensor> ZeroOptimizer::full_parameters() {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> out;
+  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+    const bool gathered_here = stage_ == 3 && units_[b].held == Held::kReleased;
+    if (stage_ == 3) gather(b, /*wait=*/true);
+    for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i)
+      out[params_[i].name] = params_[i].param.clone();
+    if (gathered_here) release(b);
+  }
+  return out;
+}
+
 ZeroOptimizer::Bytes ZeroOptimizer::bytes() const {
   const int64_t state = int64_t(grad_.element_size());
-  return {layout_.padded * int64_t(flat_param_.element_size()), (stage_ == 1 ? layout_.padded : layout_.shard) * state,
-          master_in_place_ ? 0 : layout_.shard * state, 2 * layout_.shard * state};
+  const int64_t param_elements = stage_ == 3 ? layout_.shard : layout_.padded;
+  return {param_elements * int64_t(bucket_param_.front().element_size()), (stage_ == 1 ? layout_.padded : layout_.shard) * state,
+          master_in_place_ ? 0 : layout_.shard * state, 2 * layout_.shard * state, offload_};
 }
 
 }  // namespace picotron
