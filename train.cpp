@@ -145,7 +145,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
 
   // ---- the loop ---------------------------------------------------------------------
-  mesh.reset_ledgers();  // --comm-report counts the training steps only
+  mesh.reset_ledgers();        // --comm-report counts the training steps only
+  reset_peak_memory(device);   // and "mem" their peak, not the model's construction
   for (int64_t step = 0; step < cfg.steps; ++step) {
     Timer timer;
     zero ? zero->zero_main_grads() : adamw->zero_main_grads();

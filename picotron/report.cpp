@@ -45,7 +45,9 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
   // of the weights (stage 3), N = cp x dp (zero/README.md; the < N padding elements are
   // not counted, nor stage 3's one or two gathered layers)
   const double n = double(shape.dp) * shape.cp;
-  const double optimizer_share = c.zero >= 1 ? 1.0 / n : 1.0, grad_share = c.zero >= 2 ? 1.0 / n : 1.0;
+  // (stage 1 keeps the full main grad and, beside it, its reduce-scattered 1/N slice)
+  const double optimizer_share = c.zero >= 1 ? 1.0 / n : 1.0;
+  const double grad_share = c.zero >= 2 ? 1.0 / n : c.zero == 1 ? 1.0 + 1.0 / n : 1.0;
   const double weight_share = c.zero >= 3 ? 1.0 / n : 1.0;
   const double state_bytes = state_elem * (grad_share + (wide ? 2.0 : 3.0) * optimizer_share);
   // Ranks with the same count share a line: "ranks 0-3: ...", in rank order.

@@ -1,6 +1,8 @@
 // picotron/utils.cpp — see utils.h.
 #include "picotron/utils.h"
 
+#include <fstream>
+
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -42,6 +44,11 @@ int64_t peak_memory_bytes(torch::Device device) {
     return stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak;
   }
 #endif
+  // The CPU: the resident set's high-water mark, VmHWM, which reset_peak_memory() can lower
+  // (getrusage's max RSS cannot be reset: it would report start-up forever).
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
@@ -51,6 +58,7 @@ void reset_peak_memory(torch::Device device) {
 #ifdef PICOTRON_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
+  if (device.is_cpu()) std::ofstream("/proc/self/clear_refs") << "5";  // Linux: VmHWM := the current RSS
 }
 
 std::string with_commas(int64_t n) {

@@ -27,7 +27,8 @@ int64_t matmul_parameters(const LlamaConfig& c);
 double flops_per_token(const LlamaConfig& c, int64_t seq_len);
 // Dense bf16 peak FLOP/s of the current CUDA device (0 when unknown or on the CPU).
 double device_peak_flops(torch::Device device);
-// Peak memory of this process: CUDA caching allocator's peak on CUDA, max RSS on the CPU.
+// Peak memory of this process since the last reset_peak_memory(): the CUDA caching
+// allocator's peak on CUDA, the resident set's high-water mark (VmHWM) on the CPU.
 int64_t peak_memory_bytes(torch::Device device);
 void reset_peak_memory(torch::Device device);
 

@@ -181,7 +181,7 @@ add_test(NAME cli.mpi_comm_report_zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
 set_tests_properties(cli.mpi_comm_report_zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
-  "zero-1 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 3.13 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
+  "zero-1 over cp x dp = 2 ranks; rank 0 holds parameters 3.13 MiB, gradients 4.69 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
 picotron_cli_test(cli.zero2_with_pp ${EXPECT_FAIL} "error: --zero 2 does not combine with --pp or --sp" -- ${TRAIN} --zero 2 --pp 2)
 picotron_cli_test(cli.zero3_with_pp ${EXPECT_FAIL} "error: --zero 3 does not combine with --pp or --sp" -- ${TRAIN} --zero 3 --pp 2)
 picotron_cli_test(cli.zero3_with_sp ${EXPECT_FAIL} "error: --zero 3 does not combine with --pp or --sp" -- ${TRAIN} --zero 3 --tp 2 --sp)
@@ -206,11 +206,16 @@ add_test(NAME cli.mpi_comm_report_zero3 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
 set_tests_properties(cli.mpi_comm_report_zero3 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-3 over cp x dp = 2 ranks; rank 0 holds parameters 1.56 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp +2 +reduce_scatter +24 +3281408 +12 +1640704\n")
+# The measured peak memory of a CPU run falls stage by stage (tests/check_zero_memory.sh).
+add_test(NAME cli.mpi_zero_memory_falls COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_zero_memory.sh ${TRAIN} ${PICOTRON_MPIRUN})
+set_tests_properties(cli.mpi_zero_memory_falls PROPERTIES LABELS "cli;mpi" TIMEOUT 240
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "peak memory falls stage by stage")
 picotron_cli_test(cli.bad_zero ${EXPECT_FAIL} "error: --zero must be 0, 1, 2 or 3, got 4" -- ${TRAIN} --zero 4)
 # ZeRO in --dry-run: smollm-1.7b at dp 8 in bf16, training state per rank (main grad 4Ψ,
-# moments 8Ψ, master 4Ψ, Ψ = 1,711,376,384): plain 16Ψ = 25.50 GiB, zero-1 4Ψ + 12Ψ/8 =
-# 8.77 GiB, zero-2 16Ψ/8 = 3.19 GiB, zero-3 the same and weights 2Ψ/8 = 408.02 MiB.
-foreach(case "0;3.19 GiB;25.50" "1;3.19 GiB;8.77" "2;3.19 GiB;3.19" "3;408.02 MiB;3.19")
+# moments 8Ψ, master 4Ψ, Ψ = 1,711,376,384): plain 16Ψ = 25.50 GiB, zero-1 4Ψ + 4Ψ/8 (the
+# main grad and its averaged slice) + 12Ψ/8 = 9.56 GiB, zero-2 16Ψ/8 = 3.19 GiB, zero-3 the
+# same and weights 2Ψ/8 = 408.02 MiB.
+foreach(case "0;3.19 GiB;25.50" "1;3.19 GiB;9.56" "2;3.19 GiB;3.19" "3;408.02 MiB;3.19")
   list(GET case 0 stage)
   list(GET case 1 weights)
   list(GET case 2 gib)

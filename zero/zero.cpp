@@ -153,17 +153,27 @@ ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::strin
   if (offload) host_grad_ = torch::empty({layout_.shard}, optimizer_at);  // the gradient slice, copied down
   exp_avg_ = torch::zeros({layout_.shard}, optimizer_at);
   exp_avg_sq_ = torch::zeros({layout_.shard}, optimizer_at);
-  decay_ = torch::zeros({layout_.shard}, optimizer_at.dtype(torch::kBool));
-  counts_ = torch::zeros_like(grad_);
+  // The per-element rules as runs of my slice: weight decay (matrices) and whether an
+  // element counts in the norm. Adjacent pieces with the same rules merge: a few runs per
+  // layer, instead of two more slice-sized masks.
+  runs_.resize(layout_.buckets.size());
+  size_t bucket = 0;
   for (const auto& piece : layout_.pieces(group.rank())) {
+    while (piece.slice_offset >= layout_.buckets[bucket].shard_offset + layout_.buckets[bucket].padded / group.size())
+      ++bucket;
     const auto& p = params_[piece.param];
-    decay_.narrow(0, piece.slice_offset, piece.length).fill_(p.decay);
     // Each dp/cp rank holds a different slice now: only tp / pp copies can repeat an element.
     ShardRecord r = p.record;
     auto& axes = r.replica_axes;
     axes.erase(std::remove_if(axes.begin(), axes.end(), [](Axis a) { return a == Axis::kDp || a == Axis::kCp; }),
                axes.end());
-    counts_.narrow(0, piece.slice_offset, piece.length).fill_(r.counts_once(here) ? 1.0 : 0.0);
+    const Run run{piece.slice_offset, piece.length, p.decay, r.counts_once(here)};
+    auto& runs = runs_[bucket];
+    if (!runs.empty() && runs.back().offset + runs.back().length == run.offset && runs.back().decay == run.decay &&
+        runs.back().counts == run.counts)
+      runs.back().length += run.length;
+    else
+      runs.push_back(run);
   }
 
   if (stage >= 2) {  // a hook on each parameter's gradient accumulator (see data_parallel.cpp)
@@ -380,8 +390,9 @@ void ZeroOptimizer::reduce_scatter_grads() {
 double ZeroOptimizer::grad_norm(Comm& world) const {
   torch::NoGradGuard no_grad;
   auto sum = torch::zeros({1}, grad_.options().dtype(torch::kFloat64));  // [1]
-  for (const auto& b : layout_.buckets)  // bucket by bucket: no slice-sized temporary
-    sum += (slice_of(grad_, b) * slice_of(counts_, b)).norm().to(torch::kFloat64).square();
+  for (const auto& runs : runs_)
+    for (const auto& run : runs)
+      if (run.counts) sum += grad_.narrow(0, run.offset, run.length).norm().to(torch::kFloat64).square();
   world.all_reduce(sum, ReduceOp::kSum);
   return std::sqrt(sum.item<double>());
 }
@@ -399,13 +410,15 @@ void ZeroOptimizer::step(double lr, double c) {
   const double decayed = 1.0 - lr * opts_.weight_decay;
   for (size_t i = 0; i < layout_.buckets.size(); ++i) {  // my part of each bucket
     const auto& b = layout_.buckets[i];
-    const auto g = slice_of(offload_ ? host_grad_ : grad_, b), decay = slice_of(decay_, b);
+    const auto g = slice_of(offload_ ? host_grad_ : grad_, b);
     auto m = slice_of(exp_avg_, b), v = slice_of(exp_avg_sq_, b);
     auto w = master_in_place_ ? my_params(i) : slice_of(master_, b);  // fp32/fp64: the parameters themselves
     if (c == 1.0) m.lerp_(g, 1.0 - b1);
     else m.mul_(b1).add_(g, (1.0 - b1) * c);
     v.mul_(b2).addcmul_(g, g, (1.0 - b2) * c * c);
-    if (opts_.weight_decay != 0) w.mul_(torch::ones_like(w).masked_fill_(decay, decayed));  // matrices only
+    if (opts_.weight_decay != 0)
+      for (const auto& run : runs_[i])  // matrices only
+        if (run.decay) w.narrow(0, run.offset - b.shard_offset, run.length).mul_(decayed);
     auto denom = v.sqrt().div_(bias2_sqrt).add_(opts_.eps);
     w.addcdiv_(m, denom, -lr / bias1);
     if (stage_ == 3) {  // my shard is all I keep: the next forward gathers it
@@ -450,7 +463,10 @@ std::map<std::string, torch::Tensor> ZeroOptimizer::full_parameters() {
 ZeroOptimizer::Bytes ZeroOptimizer::bytes() const {
   const int64_t state = int64_t(grad_.element_size());
   const int64_t param_elements = stage_ == 3 ? layout_.shard : layout_.padded;
-  return {param_elements * int64_t(bucket_param_.front().element_size()), (stage_ == 1 ? layout_.padded : layout_.shard) * state,
+  // Stage 1 keeps the full gradient AND my slice of its average (the reduce-scatter cannot
+  // write into its own input); stages 2 and 3 only the slice.
+  const int64_t grad_elements = stage_ == 1 ? layout_.padded + layout_.shard : layout_.shard;
+  return {param_elements * int64_t(bucket_param_.front().element_size()), grad_elements * state,
           master_in_place_ ? 0 : layout_.shard * state, 2 * layout_.shard * state, offload_};
 }
 

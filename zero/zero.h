@@ -193,8 +193,12 @@ class ZeroOptimizer {
   torch::Tensor master_;      // [P_pad / N] fp32 for bf16/fp16 runs (and offload); fp32/fp64 runs update my_params in place
   bool master_in_place_ = false;
   torch::Tensor exp_avg_, exp_avg_sq_;  // [P_pad / N]
-  torch::Tensor decay_;       // [P_pad / N] true where weight decay applies (matrices)
-  torch::Tensor counts_;      // [P_pad / N] 1 where this element counts in the norm, else 0
+  struct Run {                // a stretch of my slice [offset, offset + length) under the same rules
+    int64_t offset, length;
+    bool decay;               // weight decay applies (matrices)
+    bool counts;              // counts in the gradient norm (not a tp / pp copy counted elsewhere)
+  };
+  std::vector<std::vector<Run>> runs_;  // per bucket, in slice order (padding is in none)
   // Stage 2: per bucket, this micro-batch's gradients and their reduce-scatter in flight.
   struct InFlight {
     torch::Tensor full;   // [bucket padded] fp32: the micro-batch's gradients of the bucket
