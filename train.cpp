@@ -36,6 +36,7 @@
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
+#include "context_parallel/context_parallel.h"
 
 using namespace picotron;
 
@@ -92,6 +93,9 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
   // Techniques replace the model's slots here, one line each (see model.h).
   if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
+  const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
+  const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
+  if (cfg.cp > 1) apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 
@@ -129,12 +133,14 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   if (cfg.pp > 1)
     pipeline = std::make_unique<Pipeline>(
         model, mesh,
-        Pipeline::Options{schedule, cfg.pp_virtual_stages, cfg.grad_acc_steps, cfg.micro_batch_size, cfg.seq_len, cfg.sp,
-                          !cfg.pp_trace.empty()},
+        Pipeline::Options{schedule, cfg.pp_virtual_stages, cfg.grad_acc_steps, cfg.micro_batch_size,
+                          cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(), torch::tensor(my_tokens, torch::kInt64)},
         torch::TensorOptions().device(device).dtype(dtype));
 
   BatchLoader loader(data, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
                      mesh.coords().dp);
+  if (cfg.cp > 1)  // this cp rank's tokens of every sequence (their targets and RoPE positions follow)
+    loader.keep_positions(my_tokens);
   print0(rank, "data: " + std::string(cfg.data == "synthetic" ? "synthetic" : cfg.data) + "; global batch " +
                    std::to_string(loader.global_batch_rows()) + " x " + std::to_string(cfg.seq_len) + " = " +
                    with_commas(loader.tokens_per_step()) + " tokens/step (micro-batch " +
@@ -159,7 +165,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
         const Batch batch = loader.micro_batch(step, micro);
         // Only the last micro-batch's backward communicates (no-sync for the others).
         prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
-        auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device)) / double(cfg.grad_acc_steps);
+        auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device), batch.positions) /
+                    double(cfg.grad_acc_steps);
         (loss * scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
         accumulate_grads();                  // main_grad += grad, for bf16/fp16 grads no hook took
         loss_sum += loss.detach().to(torch::kFloat64);

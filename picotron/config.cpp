@@ -1,6 +1,8 @@
 // picotron/config.cpp — flag parsing (cxxopts, the only place flags are read), and
 // validation that reports every problem with its numbers. (Presets: presets.cpp.)
 #include "picotron/config.h"
+
+#include "context_parallel/cp_layout.h"
 #include "pipeline_parallel/schedules.h"
 
 #include <cxxopts.hpp>
@@ -83,7 +85,8 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("pp-schedule", "pipeline schedule: afab | 1f1b | interleaved | zb-h1", cxxopts::value<std::string>()->default_value(d.pp_schedule))
     ("pp-virtual-stages", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", cxxopts::value<int>()->default_value(s(d.pp_virtual_stages)))
     ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
-    ("cp", "context-parallel size", cxxopts::value<int>()->default_value("1"))
+    ("cp", "context-parallel size: each sequence split over cp ranks, attention by ring", cxxopts::value<int>()->default_value("1"))
+    ("cp-layout", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", cxxopts::value<std::string>()->default_value(d.cp_layout))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
     ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", cxxopts::value<int>()->default_value(s(d.zero)))
     ("zero-offload", "with --zero >= 1 on --device cuda: this rank's master weights and AdamW moments live in pinned CPU memory and AdamW runs on the CPU (ZeRO-Offload)", cxxopts::value<bool>())
@@ -155,6 +158,8 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.tp = r["tp"].as<int>();
     c.pp = r["pp"].as<int>();
     c.cp = r["cp"].as<int>();
+    c.cp_layout = r["cp-layout"].as<std::string>();
+    parse_cp_layout(c.cp_layout);  // throws naming the flag and the choices
     c.sp = r.count("sp") > 0 && r["sp"].as<bool>();
     c.zero = r["zero"].as<int>();
     c.zero_offload = r.count("zero-offload") > 0 && r["zero-offload"].as<bool>();
@@ -277,7 +282,10 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   need(!c.zero_offload || c.device != "cpu",
        "--zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda (on --device cpu everything "
        "is on the CPU already)");
-  need(c.cp == 1, "--cp " + str(c.cp) + ": this parallelism is not yet available (only --dp, --tp, --pp)");
+  if (c.cp > 1) {
+    const std::string problem = cp_problem(c.seq_len, c.cp, parse_cp_layout(c.cp_layout));
+    need(problem.empty(), problem);
+  }
   return errors;
 }
 

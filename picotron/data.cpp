@@ -197,7 +197,15 @@ Batch BatchLoader::global_batch(int64_t step) const { return slice(step, 0, glob
 Batch BatchLoader::micro_batch(int64_t step, int64_t micro, int64_t dp_rank) const {
   TORCH_CHECK(micro >= 0 && micro < grad_acc_steps_, "micro-batch ", micro, " out of [0, ", grad_acc_steps_, ")");
   TORCH_CHECK(dp_rank >= 0 && dp_rank < dp_size_, "dp rank ", dp_rank, " out of [0, ", dp_size_, ")");
-  return slice(step, (dp_rank * grad_acc_steps_ + micro) * micro_batch_size_, micro_batch_size_);
+  Batch batch = slice(step, (dp_rank * grad_acc_steps_ + micro) * micro_batch_size_, micro_batch_size_);
+  if (positions_.defined())  // this cp rank's tokens of each sequence, and their targets
+    batch = {batch.inputs.index_select(1, positions_), batch.targets.index_select(1, positions_), positions_};
+  return batch;
+}
+
+void BatchLoader::keep_positions(const std::vector<int64_t>& positions) {
+  for (int64_t p : positions) TORCH_CHECK(p >= 0 && p < seq_len_, "position ", p, " is outside the sequence");
+  positions_ = torch::tensor(positions, torch::kInt64);  // [n]
 }
 
 }  // namespace picotron

@@ -93,8 +93,9 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
 
 // ---- the loader ---------------------------------------------------------------------
 struct Batch {
-  torch::Tensor inputs;   // [B, S] int64
-  torch::Tensor targets;  // [B, S] int64: inputs shifted left by one token
+  torch::Tensor inputs;     // [B, S] int64
+  torch::Tensor targets;    // [B, S] int64: inputs shifted left by one token
+  torch::Tensor positions;  // [S] int64, the tokens' places in the sequence (undefined: 0..S-1)
 };
 
 class BatchLoader {
@@ -111,12 +112,16 @@ class BatchLoader {
   Batch micro_batch(int64_t step, int64_t micro, int64_t dp_rank) const;
   // ... of this loader's own dp rank.
   Batch micro_batch(int64_t step, int64_t micro) const { return micro_batch(step, micro, dp_rank_); }
+  // Context parallelism: micro_batch() keeps only these positions of every sequence (a cp
+  // rank's tokens, context_parallel/cp_layout.h): inputs and targets [B, n], positions [n].
+  void keep_positions(const std::vector<int64_t>& positions);
 
  private:
   Batch slice(int64_t step, int64_t first_row, int64_t num_rows) const;
   std::shared_ptr<TokenSource> source_;
   uint64_t seed_;
   int64_t seq_len_, micro_batch_size_, grad_acc_steps_, dp_size_, dp_rank_;
+  torch::Tensor positions_;  // [n] int64 when only part of each sequence is kept
 };
 
 }  // namespace picotron

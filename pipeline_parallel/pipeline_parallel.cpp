@@ -68,7 +68,8 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   if (model->config.tie_word_embeddings && P_ > 1)  // collective over pp: every rank splits
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
   if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
-  positions_ = torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
+  positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
+                                         : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
   // MPI moves a posted send forward only while the sender is inside an MPI call (the
   // same lesson as data parallelism's buckets). A send posted before a long backward
   // would reach the next stage only after it, and the next stage would idle. So at every

@@ -84,9 +84,10 @@ class Pipeline {
     PipelineSchedule schedule = PipelineSchedule::k1F1B;
     int virtual_stages = 1;
     int64_t grad_acc_steps = 1;          // m micro-batches per step
-    int64_t micro_batch_size = 1, seq_len = 1;
+    int64_t micro_batch_size = 1, seq_len = 1;  // seq_len: the tokens of a sequence this rank holds (S/cp)
     bool sequence_parallel = false;      // activations are [B, S/tp, H]
     bool trace = false;                  // record TraceEvents
+    torch::Tensor positions;             // [seq_len] RoPE positions (context parallelism); undefined: 0..seq_len-1
   };
   // Collective over the pp group (the embedding group is split from it).
   Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations);

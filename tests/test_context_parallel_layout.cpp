@@ -1,0 +1,98 @@
+// Context parallelism without communication: which tokens each rank holds, which blocks
+// it computes at each ring step (pure), the causal work per rank, and the block kernel's
+// two forms (the CPU flash kernel and the explicit scores) against each other.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "context_parallel/context_parallel.h"
+
+using namespace picotron;
+
+TEST_CASE("cp layouts: every token on exactly one rank, zigzag pairs chunk i with 2C-1-i", "[cp]") {
+  for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kZigzag})
+    for (int C : {1, 2, 3, 4}) {
+      const int64_t S = 24;
+      std::multiset<int64_t> seen;
+      for (int r = 0; r < C; ++r) {
+        const auto p = cp_positions(S, C, r, layout);
+        REQUIRE(int64_t(p.size()) == S / C);
+        seen.insert(p.begin(), p.end());
+      }
+      CHECK(seen.size() == size_t(S));
+      for (int64_t t = 0; t < S; ++t) CHECK(seen.count(t) == 1);
+    }
+  CHECK(cp_positions(16, 4, 1, CpLayout::kZigzag) == std::vector<int64_t>{2, 3, 12, 13});
+  CHECK(cp_positions(16, 4, 1, CpLayout::kContiguous) == std::vector<int64_t>{4, 5, 6, 7});
+}
+
+TEST_CASE("cp ring blocks: exactly the causal pairs, each once", "[cp]") {
+  // Mark every (query, key) pair the blocks of all steps compute, in global positions;
+  // they must be exactly the pairs with key <= query, none twice.
+  for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kZigzag})
+    for (int C : {1, 2, 3, 4}) {
+      const int64_t S = 8 * C, n = S / C;
+      std::vector<int> hits(size_t(S * S), 0);
+      for (int r = 0; r < C; ++r) {
+        const auto mine = cp_positions(S, C, r, layout);
+        for (int step = 0; step < C; ++step) {
+          const auto theirs = cp_positions(S, C, ((r - step) % C + C) % C, layout);
+          for (const RingBlock& b : ring_blocks(layout, C, r, step, n))
+            for (int64_t i = b.q_first; i < b.q_first + b.q_len; ++i)
+              for (int64_t j = b.k_first; j < b.k_first + b.k_len; ++j)
+                if (!b.causal || j - b.k_first <= i - b.q_first) ++hits[size_t(mine[i] * S + theirs[j])];
+        }
+      }
+      int wrong = 0;
+      for (int64_t q = 0; q < S; ++q)
+        for (int64_t k = 0; k < S; ++k) wrong += hits[size_t(q * S + k)] != (k <= q ? 1 : 0);
+      INFO(cp_layout_name(layout) << " C=" << C);
+      CHECK(wrong == 0);
+    }
+}
+
+TEST_CASE("cp load balance: zigzag gives every rank the same causal work, contiguous does not", "[cp]") {
+  for (int C : {2, 4, 8}) {
+    const int64_t n = 64;
+    std::set<int64_t> zigzag, contiguous;
+    for (int r = 0; r < C; ++r) {
+      zigzag.insert(ring_attention_work(CpLayout::kZigzag, C, r, n));
+      contiguous.insert(ring_attention_work(CpLayout::kContiguous, C, r, n));
+    }
+    CHECK(zigzag.size() == 1);
+    CHECK(contiguous.size() == size_t(C));  // rank r: r full blocks + the diagonal
+  }
+  // C = 4, S/C = 64: contiguous 2080 (rank 0) ... 14368 (rank 3); zigzag 8224 each.
+  CHECK(ring_attention_work(CpLayout::kContiguous, 4, 0, 64) == 2080);
+  CHECK(ring_attention_work(CpLayout::kContiguous, 4, 3, 64) == 2080 + 3 * 4096);
+  CHECK(ring_attention_work(CpLayout::kZigzag, 4, 2, 64) == 2080 + 3 * 2048);
+}
+
+TEST_CASE("cp: --seq-len must split into the layout's chunks", "[cp]") {
+  CHECK(cp_problem(32, 4, CpLayout::kZigzag).empty());
+  CHECK(cp_problem(36, 4, CpLayout::kZigzag) ==
+        "--seq-len 36 is not divisible by 2 x --cp = 8 (--cp-layout zigzag gives each rank two chunks of S / 2cp)");
+  CHECK(cp_problem(36, 4, CpLayout::kContiguous).empty());
+  CHECK(cp_problem(30, 4, CpLayout::kContiguous) == "--seq-len 30 is not divisible by --cp 4 (--cp-layout contiguous)");
+  CHECK_THROWS_WITH(parse_cp_layout("ring"), "--cp-layout must be contiguous or zigzag, got 'ring'");
+}
+
+TEST_CASE("attention block: the CPU flash kernel and the explicit scores agree, forward and backward", "[cp]") {
+  torch::manual_seed(3);
+  const auto f64 = torch::dtype(torch::kFloat64);
+  for (bool causal : {true, false})
+    for (int64_t kv_heads : {2, 4}) {
+      const int64_t sk = causal ? 6 : 9;  // a full block may be wider than tall
+      const auto q = torch::randn({2, 4, 6, 8}, f64) * 5, k = torch::randn({2, kv_heads, sk, 8}, f64),
+                 v = torch::randn({2, kv_heads, sk, 8}, f64), dout = torch::randn({2, 4, 6, 8}, f64);
+      const auto flash = attention_block(q, k, v, causal), expl = attention_block(q, k, v, causal, true);
+      CHECK(torch::allclose(flash.out, expl.out, 1e-12, 1e-12));
+      CHECK(torch::allclose(flash.lse, expl.lse, 1e-12, 1e-12));
+      const auto [dq1, dk1, dv1] = attention_block_backward(dout, q, k, v, flash.out, flash.lse, causal);
+      const auto [dq2, dk2, dv2] = attention_block_backward(dout, q, k, v, flash.out, flash.lse, causal, true);
+      CHECK(torch::allclose(dq1, dq2, 1e-12, 1e-12));
+      CHECK(torch::allclose(dk1, dk2, 1e-12, 1e-12));
+      CHECK(torch::allclose(dv1, dv2, 1e-12, 1e-12));
+      CHECK(dk1.size(1) == kv_heads);  // only the kv heads' gradients: what travels
+    }
+}
