@@ -95,7 +95,15 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
-  if (cfg.cp > 1) apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
+  if (cfg.cp > 1) {
+    apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
+    std::string work;
+    for (int r = 0; r < cfg.cp; ++r)
+      work += (r ? ", " : "") + with_commas(ring_attention_work(cp_layout, cfg.cp, r, cfg.seq_len / cfg.cp));
+    print0(rank, "context parallelism: cp " + std::to_string(cfg.cp) + ", " + cp_layout_name(cp_layout) + " layout, " +
+                     std::to_string(cfg.seq_len / cfg.cp) + " of " + std::to_string(cfg.seq_len) +
+                     " tokens per rank; attention work per cp rank (query-key pairs per head): " + work);
+  }
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 

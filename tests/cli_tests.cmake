@@ -54,7 +54,7 @@ function(picotron_mpi_cli_test name np regex)
 endfunction()
 picotron_mpi_cli_test(cli.mpi_bad_mesh 4
   "\\[rank 3\\] error: --dp 2 x --pp 1 x --cp 1 x --tp 3 = 6 ranks, but the job has 4 processes" ${TRAIN} --dp 2 --tp 3)
-picotron_mpi_cli_test(cli.mpi_cp_not_yet 4 "\\[rank 0\\] error: --cp 2: this parallelism is not yet available" ${TRAIN} --dp 2 --cp 2)
+picotron_mpi_cli_test(cli.mpi_cp_seq_len 4 "\\[rank 3\\] error: --seq-len 30 is not divisible by 2 x --cp = 4" ${TRAIN} --dp 2 --cp 2 --seq-len 30)
 # Pipeline parallelism: bad combinations, one line on every rank.
 picotron_mpi_cli_test(cli.mpi_pp_interleaved_acc 2
   "\\[rank 1\\] error: --pp 2 --pp-schedule interleaved needs --grad-acc-steps divisible by --pp" ${TRAIN} --pp 2
@@ -234,3 +234,16 @@ foreach(case "0;3.19 GiB;25.50" "1;3.19 GiB;9.56" "2;3.19 GiB;3.19" "3;408.02 Mi
   picotron_cli_test(cli.dry_run_zero${stage} ${TRAIN} --model smollm-1.7b --dp 8 --zero ${stage} --dtype bf16 --dry-run)
   set_tests_properties(cli.dry_run_zero${stage} PROPERTIES PASS_REGULAR_EXPRESSION "ranks 0-7: 1,711,376,384 parameters, weights ${weights}, training state ${gib} GiB")
 endforeach()
+
+# Context parallelism's ledger against context_parallel/README.md (tiny model: 4 layers,
+# nKV 2, Hd 32; B 2, S 32, cp 2, so a k/v block is 2·2·16·2·32 = 4,096 elements): per
+# layer per micro-batch forward C-1 = 1 k/v block, backward 1 k/v block + C = 2 dk/dv
+# blocks: 16 sends (and 16 receives) of 65,536 elements per step on the cp group.
+add_test(NAME cli.mpi_comm_report_cp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --steps 2
+  --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_cp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "cp +2 +send +32 +131072 +16 +65536\ncp +2 +recv +32 +131072 +16 +65536\n")
+picotron_cli_test(cli.bad_cp_layout ${EXPECT_FAIL} "error: --cp-layout must be contiguous or zigzag, got 'ring'" -- ${TRAIN} --cp-layout ring)
+picotron_cli_test(cli.cp_seq_len_zigzag ${EXPECT_FAIL} "error: --seq-len 36 is not divisible by 2 x --cp = 8" -- ${TRAIN} --cp 4 --seq-len 36 --dry-run)
+picotron_cli_test(cli.cp_seq_len_contiguous ${EXPECT_FAIL} "error: --seq-len 30 is not divisible by --cp 4" -- ${TRAIN} --cp 4 --cp-layout contiguous --seq-len 30 --dry-run)
