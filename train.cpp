@@ -37,6 +37,7 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
 #include "context_parallel/context_parallel.h"
+#include "picotron/recompute.h"
 
 using namespace picotron;
 
@@ -104,6 +105,9 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                      std::to_string(cfg.seq_len / cfg.cp) + " of " + std::to_string(cfg.seq_len) +
                      " tokens per rank; attention work per cp rank (query-key pairs per head): " + work);
   }
+  // Recomputation wraps what the techniques installed (the ring attention core included);
+  // ZeRO-3, attached below, gathers around it.
+  apply_recompute(model, parse_recompute(cfg.recompute));
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
 

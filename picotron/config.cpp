@@ -86,6 +86,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("pp-virtual-stages", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", cxxopts::value<int>()->default_value(s(d.pp_virtual_stages)))
     ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
     ("cp", "context-parallel size: each sequence split over cp ranks, attention by ring", cxxopts::value<int>()->default_value("1"))
+    ("recompute", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", cxxopts::value<std::string>()->default_value(d.recompute))
     ("cp-layout", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", cxxopts::value<std::string>()->default_value(d.cp_layout))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
     ("zero", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", cxxopts::value<int>()->default_value(s(d.zero)))
@@ -159,6 +160,9 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.pp = r["pp"].as<int>();
     c.cp = r["cp"].as<int>();
     c.cp_layout = r["cp-layout"].as<std::string>();
+    c.recompute = r["recompute"].as<std::string>();
+    if (c.recompute != "none" && c.recompute != "selective" && c.recompute != "full")
+      throw std::invalid_argument("--recompute must be none, selective or full, got '" + c.recompute + "'");
     parse_cp_layout(c.cp_layout);  // throws naming the flag and the choices
     c.sp = r.count("sp") > 0 && r["sp"].as<bool>();
     c.zero = r["zero"].as<int>();

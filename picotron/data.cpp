@@ -189,7 +189,7 @@ BatchLoader::BatchLoader(std::shared_ptr<TokenSource> source, uint64_t seed, int
 
 Batch BatchLoader::slice(int64_t step, int64_t first_row, int64_t num_rows) const {
   auto rows = source_->rows(seed_, step, global_batch_rows(), first_row, num_rows, seq_len_ + 1);  // [n, S+1]
-  return {rows.narrow(1, 0, seq_len_), rows.narrow(1, 1, seq_len_)};                                // [n, S] each
+  return {rows.narrow(1, 0, seq_len_), rows.narrow(1, 1, seq_len_), {}};  // [n, S] each; all positions
 }
 
 Batch BatchLoader::global_batch(int64_t step) const { return slice(step, 0, global_batch_rows()); }

@@ -1,6 +1,8 @@
 // picotron/model.cpp — the LLaMA forward pass. See model.h for the picture, shapes and slots.
 #include "picotron/model.h"
 
+#include "picotron/recompute.h"
+
 namespace picotron {
 
 namespace F = torch::nn::functional;
@@ -48,9 +50,13 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, torch::TensorOptions opts) : 
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
-  auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);  // [..., 1]
-  return weight * (xf * inv_rms).to(x.scalar_type());                              // [..., H]
+  const auto normalize = [this](const std::vector<torch::Tensor>& in) {
+    const auto& x = in[0];
+    auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
+    auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);  // [..., 1]
+    return weight * (xf * inv_rms).to(x.scalar_type());                              // [..., H]
+  };
+  return recompute ? checkpoint(normalize, {x}) : normalize({x});
 }
 
 // ---- RoPE -------------------------------------------------------------------------
@@ -126,7 +132,9 @@ MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::Tensor
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   const torch::Tensor x = enter ? enter(x_in) : x_in;              // [B, S, H]
-  auto gated = F::silu(gate_proj.forward(x)) * up_proj.forward(x);  // [B, S, I]
+  const auto swiglu = [](const std::vector<torch::Tensor>& in) { return F::silu(in[0]) * in[1]; };
+  const auto gate = gate_proj.forward(x), up = up_proj.forward(x);            // [B, S, I] each
+  auto gated = recompute_activation ? checkpoint(swiglu, {gate, up}) : swiglu({gate, up});  // [B, S, I]
   auto out = down_proj.forward(gated);                              // [B, S, H]
   return exit ? exit(out) : out;
 }

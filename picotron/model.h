@@ -77,6 +77,7 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // [..., H] -> [..., H]
   torch::Tensor weight;                            // [H], ones
   double eps;
+  bool recompute = false;  // keep only the input for backward, recompute the rest (picotron/recompute.h)
 };
 TORCH_MODULE(RMSNorm);
 
@@ -128,6 +129,7 @@ class MLPImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
   torch::nn::AnyModule gate_proj, up_proj, down_proj;
   BlockMap enter, exit;  // around the block: x -> enter -> gate/up ... down_proj -> exit
+  bool recompute_activation = false;  // silu(gate) * up recomputed in backward (picotron/recompute.h)
 };
 TORCH_MODULE(MLP);
 

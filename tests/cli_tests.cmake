@@ -247,3 +247,4 @@ set_tests_properties(cli.mpi_comm_report_cp2 PROPERTIES LABELS "cli;mpi" TIMEOUT
 picotron_cli_test(cli.bad_cp_layout ${EXPECT_FAIL} "error: --cp-layout must be contiguous or zigzag, got 'ring'" -- ${TRAIN} --cp-layout ring)
 picotron_cli_test(cli.cp_seq_len_zigzag ${EXPECT_FAIL} "error: --seq-len 36 is not divisible by 2 x --cp = 8" -- ${TRAIN} --cp 4 --seq-len 36 --dry-run)
 picotron_cli_test(cli.cp_seq_len_contiguous ${EXPECT_FAIL} "error: --seq-len 30 is not divisible by --cp 4" -- ${TRAIN} --cp 4 --cp-layout contiguous --seq-len 30 --dry-run)
+picotron_cli_test(cli.bad_recompute ${EXPECT_FAIL} "error: --recompute must be none, selective or full, got 'some'" -- ${TRAIN} --recompute some)

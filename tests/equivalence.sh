@@ -18,7 +18,7 @@ ref_args=() par_args=() dp=1 acc=1 micro=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
-    --tp|--pp|--cp|--cp-layout|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero) par_args+=("$1" "$2"); shift 2 ;;
+    --tp|--pp|--cp|--cp-layout|--recompute|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero) par_args+=("$1" "$2"); shift 2 ;;
     --sp) par_args+=("$1"); shift ;;
     --grad-acc-steps) acc=$2; shift 2 ;;
     --micro-batch-size) micro=$2; shift 2 ;;

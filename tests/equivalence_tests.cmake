@@ -174,3 +174,25 @@ picotron_equivalence(cp2_tp2_sp NP 4 ARGS --cp 2 --tp 2 --sp)
 picotron_equivalence(cp2_pp2 NP 4 ARGS --cp 2 --pp 2 --grad-acc-steps 2)
 picotron_equivalence(cp2_dp2_zero1 NP 4 ARGS --cp 2 --dp 2 --zero 1)
 picotron_equivalence(cp2_dp2_zero3 NP 4 ARGS --cp 2 --dp 2 --zero 3)
+
+# Activation recomputation (picotron/recompute.h): --recompute selective and full give the
+# losses, grad norms and final parameters of --recompute none on the same mesh within
+# 1e-12 (fp64): 1 rank, dp2, tp2 (+sp), pp2 (1f1b and zb-h1), cp2, zero-3. The 1-process
+# equivalence lines below also hold (1e-9).
+function(picotron_recompute name np mode)
+  add_test(NAME recompute.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/recompute_vs_none.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/recompute/${name} ${np} ${mode} -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype fp64 ${ARGN})
+  set_tests_properties(recompute.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    LABELS "equivalence;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+endfunction()
+foreach(mode selective full)
+  picotron_recompute(${mode}_1rank 1 ${mode})
+  picotron_recompute(${mode}_dp2 2 ${mode} --dp 2 --grad-acc-steps 2)
+  picotron_recompute(${mode}_tp2_sp 2 ${mode} --tp 2 --sp)
+  picotron_recompute(${mode}_pp2 2 ${mode} --pp 2 --grad-acc-steps 2)
+  picotron_recompute(${mode}_cp2 2 ${mode} --cp 2)
+endforeach()
+picotron_recompute(full_pp2_zb 2 full --pp 2 --grad-acc-steps 2 --pp-schedule zb-h1)
+picotron_recompute(full_zero3 2 full --dp 2 --zero 3)
+picotron_equivalence(recompute_full_dp2 NP 2 ARGS --recompute full --dp 2)
+picotron_equivalence(recompute_selective_tp2 NP 2 ARGS --recompute selective --tp 2)
