@@ -64,6 +64,7 @@ ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
 
 int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const int rank = dist.rank();
+  count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
   // ---- device, precision, threads ---------------------------------------------------
   if (cfg.device == "auto") cfg.device = torch::cuda::is_available() ? "cuda" : "cpu";
   if (!cfg.dtype_given) cfg.dtype = cfg.device == "cuda" ? Precision::kBF16 : Precision::kFP32;
@@ -159,19 +160,28 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                    std::to_string(cfg.micro_batch_size) + " x grad-acc " + std::to_string(cfg.grad_acc_steps) +
                    " x dp " + std::to_string(cfg.dp) + "); data parallelism: " + dp_mode_name(cfg.dp_mode));
   MetricsWriter metrics(rank == 0 ? cfg.metrics_file : "");
+  MemoryTraceWriter memory_trace(rank == 0 ? cfg.memory_trace : "");
+  const Timer run_clock;
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
 
   // ---- the loop ---------------------------------------------------------------------
   mesh.reset_ledgers();        // --comm-report counts the training steps only
-  reset_peak_memory(device);   // and "mem" their peak, not the model's construction
   for (int64_t step = 0; step < cfg.steps; ++step) {
     Timer timer;
+    reset_peak_memory(device);  // "mem": this step's peak (tensor memory; on the CPU counted exactly)
+    const auto trace = [&](const char* phase, int64_t micro) {  // --memory-trace
+      if (memory_trace.enabled())
+        memory_trace.write(step + 1, phase, micro, run_clock.seconds(), current_memory_bytes(device),
+                           peak_memory_bytes(device));
+    };
     zero ? zero->zero_main_grads() : adamw->zero_main_grads();
+    trace("start", -1);
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     if (pipeline) {  // the schedule decides the order; data parallelism syncs after the last backward
       loss_sum = pipeline->run_step(step, loader, scaler.scale(),
                                     {[&] { prepare_backward(/*sync=*/false); }, accumulate_grads});
+      trace("pipeline", -1);
     } else {
       for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
         const Batch batch = loader.micro_batch(step, micro);
@@ -179,15 +189,18 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
         prepare_backward(/*sync=*/micro == cfg.grad_acc_steps - 1);
         auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device), batch.positions) /
                     double(cfg.grad_acc_steps);
+        trace("forward", micro);             // the activations kept for backward are all alive here
         (loss * scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
         accumulate_grads();                  // main_grad += grad, for bf16/fp16 grads no hook took
         loss_sum += loss.detach().to(torch::kFloat64);
+        trace("backward", micro);
       }
     }
     if (data_parallel) data_parallel->finish_gradient_sync();  // main grads now hold the cp x dp average
     if (pipeline) pipeline->sync_tied_embedding(grads);               // lookup + head parts of a tied embedding
     if (cfg.sp) sync_sequence_parallel_grads(grads, mesh.tp());       // norm gains saw S/tp tokens
     if (zero) zero->reduce_scatter_grads();  // ZeRO: the cp x dp average of this rank's slice only
+    trace("sync", -1);
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
     const double norm =
@@ -197,6 +210,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     const double grad_scale = clip_coefficient(norm, cfg.grad_clip) / scaler.scale();
     if (finite) zero ? zero->step(lr, grad_scale) : adamw->step(lr, grad_scale);
     scaler.update(finite);
+    trace("optimizer", -1);
     mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
 
     StepStats stats;

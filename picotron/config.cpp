@@ -96,6 +96,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("timeout-s", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", cxxopts::value<int>()->default_value(s(d.timeout_s)));
   opts.add_options("Output")
     ("metrics-file", "write one JSON object per step to this file", cxxopts::value<std::string>())
+    ("memory-trace", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", cxxopts::value<std::string>())
     ("save-params", "write the final full parameters to this file", cxxopts::value<std::string>())
     ("log-every", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", cxxopts::value<int>()->default_value(s(d.log_every)))
     ("comm-report", "print, at the end, the calls and elements of every collective per group and per step", cxxopts::value<bool>())
@@ -178,6 +179,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.dp_bucket_mb = r["dp-bucket-mb"].as<double>();
     c.timeout_s = r["timeout-s"].as<int>();
     if (r.count("metrics-file")) c.metrics_file = r["metrics-file"].as<std::string>();
+    if (r.count("memory-trace")) c.memory_trace = r["memory-trace"].as<std::string>();
     if (r.count("save-params")) c.save_params = r["save-params"].as<std::string>();
     c.log_every = r["log-every"].as<int>();
     c.comm_report = r.count("comm-report") > 0 && r["comm-report"].as<bool>();

@@ -91,6 +91,7 @@ struct TrainConfig {
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job
   // --- output ---
   std::string metrics_file;            // one JSON object per step (empty: none)
+  std::string memory_trace;            // one JSON object per phase of each step: tensor memory (empty: none)
   std::string save_params;             // write final full parameters here (empty: none)
   int log_every = 0;                   // print a line every N steps (0: every step up to 50 steps,
                                        //   else about 50 lines; always the first and last)

@@ -108,4 +108,19 @@ void MetricsWriter::write(const StepStats& s) {
   if (!out_) throw std::runtime_error("--metrics-file " + path_ + ": write failed");
 }
 
+MemoryTraceWriter::MemoryTraceWriter(const std::string& path) : path_(path) {
+  if (path_.empty()) return;
+  out_.open(path_);
+  if (!out_) throw std::runtime_error("--memory-trace " + path_ + ": cannot open for writing");
+}
+
+void MemoryTraceWriter::write(int64_t step, const std::string& phase, int64_t micro, double seconds, int64_t bytes,
+                              int64_t peak) {
+  if (path_.empty()) return;
+  nlohmann::ordered_json j = {{"step", step}, {"phase", phase}, {"micro", micro}, {"t", seconds},
+                              {"bytes", bytes}, {"peak", peak}};
+  out_ << j.dump() << "\n";
+  if (!out_) throw std::runtime_error("--memory-trace " + path_ + ": write failed");
+}
+
 }  // namespace picotron

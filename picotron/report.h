@@ -49,4 +49,19 @@ class MetricsWriter {
   std::ofstream out_;
 };
 
+// --memory-trace: one JSON object per phase of each step (this rank's tensor memory,
+// picotron/utils.h): {"step", "phase", "micro", "t", "bytes", "peak"}. Phases: "start",
+// "forward" and "backward" of each micro-batch (or "pipeline" for a whole pipeline
+// step), "sync", "optimizer". scripts/plot_memory.py draws it.
+class MemoryTraceWriter {
+ public:
+  explicit MemoryTraceWriter(const std::string& path);
+  bool enabled() const { return !path_.empty(); }
+  void write(int64_t step, const std::string& phase, int64_t micro, double seconds, int64_t bytes, int64_t peak);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
 }  // namespace picotron

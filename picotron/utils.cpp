@@ -1,7 +1,10 @@
 // picotron/utils.cpp — see utils.h.
 #include "picotron/utils.h"
 
+#include <atomic>
 #include <fstream>
+
+#include <c10/core/CPUAllocator.h>
 
 #include <sys/resource.h>
 
@@ -37,6 +40,65 @@ double device_peak_flops(torch::Device device) {
   return 0.0;
 }
 
+namespace {
+
+// Every CPU tensor's bytes pass through here: the wrapper hands out the base
+// allocator's memory and counts it until the tensor's storage lets it go.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t bytes) override {
+    auto inner = base_->allocate(bytes);
+    void* data = inner.get();
+    const int64_t now = current_ += int64_t(bytes);
+    for (int64_t p = peak_.load(); now > p && !peak_.compare_exchange_weak(p, now);) {
+    }
+    return {data, new Counted{std::move(inner), int64_t(bytes)}, &release, c10::Device(c10::kCPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
+  int64_t current() const { return current_; }
+  int64_t peak() const { return peak_; }
+  void reset_peak() { peak_ = current_.load(); }
+
+ private:
+  struct Counted {  // what a storage holds: the base allocation, and how much it counted
+    c10::DataPtr inner;
+    int64_t bytes;
+  };
+  static void release(void* context) {
+    auto* c = static_cast<Counted*>(context);
+    current_ -= c->bytes;
+    delete c;  // frees the base allocation
+  }
+  c10::Allocator* base_;
+  static inline std::atomic<int64_t> current_{0}, peak_{0};
+};
+
+CountingCpuAllocator* cpu_counter = nullptr;
+
+}  // namespace
+
+void count_cpu_tensor_memory() {
+  if (cpu_counter) return;
+  static CountingCpuAllocator counter(c10::GetDefaultCPUAllocator());  // lives as long as the process
+  cpu_counter = &counter;
+  c10::SetCPUAllocator(cpu_counter, /*priority=*/1);  // above the default's 0: every new CPU tensor
+}
+
+int64_t current_memory_bytes(torch::Device device) {
+#ifdef PICOTRON_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  if (cpu_counter) return cpu_counter->current();
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmRSS:   1234 kB"
+  return 0;
+}
+
 int64_t peak_memory_bytes(torch::Device device) {
 #ifdef PICOTRON_WITH_CUDA
   if (device.is_cuda()) {
@@ -44,8 +106,9 @@ int64_t peak_memory_bytes(torch::Device device) {
     return stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak;
   }
 #endif
-  // The CPU: the resident set's high-water mark, VmHWM, which reset_peak_memory() can lower
-  // (getrusage's max RSS cannot be reset: it would report start-up forever).
+  if (cpu_counter) return cpu_counter->peak();
+  // Without the counter: the resident set's high-water mark, which reset_peak_memory()
+  // can lower (getrusage's max RSS cannot be reset: it would report start-up forever).
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
@@ -58,7 +121,10 @@ void reset_peak_memory(torch::Device device) {
 #ifdef PICOTRON_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
-  if (device.is_cpu()) std::ofstream("/proc/self/clear_refs") << "5";  // Linux: VmHWM := the current RSS
+  if (device.is_cpu()) {
+    if (cpu_counter) cpu_counter->reset_peak();
+    else std::ofstream("/proc/self/clear_refs") << "5";  // Linux: VmHWM := the current RSS
+  }
 }
 
 std::string with_commas(int64_t n) {

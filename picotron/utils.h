@@ -27,8 +27,14 @@ int64_t matmul_parameters(const LlamaConfig& c);
 double flops_per_token(const LlamaConfig& c, int64_t seq_len);
 // Dense bf16 peak FLOP/s of the current CUDA device (0 when unknown or on the CPU).
 double device_peak_flops(torch::Device device);
-// Peak memory of this process since the last reset_peak_memory(): the CUDA caching
-// allocator's peak on CUDA, the resident set's high-water mark (VmHWM) on the CPU.
+// Tensor memory. CUDA: the caching allocator's statistics. CPU: once
+// count_cpu_tensor_memory() has run, a counting wrapper around LibTorch's CPU allocator
+// gives the exact bytes of live tensors (max RSS is too coarse to teach with: it holds
+// libraries and what the C allocator keeps); before that, the resident set's high-water
+// mark (VmHWM).
+void count_cpu_tensor_memory();  // installs the counter: call before allocating what should count
+int64_t current_memory_bytes(torch::Device device);
+// The peak since the last reset_peak_memory().
 int64_t peak_memory_bytes(torch::Device device);
 void reset_peak_memory(torch::Device device);
 

@@ -3,20 +3,18 @@
 # falls stage by stage, --zero 0 > 1 > 2 > 3 (dp 2; a 55M-parameter model of 32 thin
 # layers, so that a layer, which ZeRO-3 gathers whole, is small next to the model).
 #
-# "mem" is the resident set's high-water mark since training began (VmHWM, reset after
-# the model is built). glibc would keep freed blocks of the construction in the heap, so
-# MALLOC_MMAP_THRESHOLD_ makes every large tensor its own mapping, returned when freed.
+# "mem" is the step's peak of CPU tensor memory, counted exactly by picotron's wrapper
+# around LibTorch's CPU allocator (picotron/utils.h).
 set -euo pipefail
 train=$1; shift
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export MALLOC_MMAP_THRESHOLD_=131072
 model=(--model tiny --hidden-size 384 --intermediate-size 1152 --num-hidden-layers 32 --num-attention-heads 6
        --num-key-value-heads 2 --device cpu --dtype fp32 --seq-len 16 --micro-batch-size 1 --steps 2 --generate 0
        --threads 1 --dp-bucket-mb 2 --dp 2)
 previous=0
 for stage in 0 1 2 3; do
-  if ! "$@" -x MALLOC_MMAP_THRESHOLD_ -np 2 "$train" "${model[@]}" --zero "$stage" \
+  if ! "$@" -np 2 "$train" "${model[@]}" --zero "$stage" \
        --metrics-file "$work/zero$stage.jsonl" > "$work/zero$stage.log" 2>&1; then
     cat "$work/zero$stage.log"; echo "FAILED: the --zero $stage run"; exit 1
   fi

@@ -248,3 +248,9 @@ picotron_cli_test(cli.bad_cp_layout ${EXPECT_FAIL} "error: --cp-layout must be c
 picotron_cli_test(cli.cp_seq_len_zigzag ${EXPECT_FAIL} "error: --seq-len 36 is not divisible by 2 x --cp = 8" -- ${TRAIN} --cp 4 --seq-len 36 --dry-run)
 picotron_cli_test(cli.cp_seq_len_contiguous ${EXPECT_FAIL} "error: --seq-len 30 is not divisible by --cp 4" -- ${TRAIN} --cp 4 --cp-layout contiguous --seq-len 30 --dry-run)
 picotron_cli_test(cli.bad_recompute ${EXPECT_FAIL} "error: --recompute must be none, selective or full, got 'some'" -- ${TRAIN} --recompute some)
+# --memory-trace: every phase of every step, as JSON lines; tensor memory rises through
+# forward and falls through backward (tests/check_memory_trace.py).
+add_test(NAME cli.memory_trace COMMAND sh -c "${TRAIN} --device cpu --steps 2 --seq-len 64 --grad-acc-steps 2 --generate 0 \
+--threads 1 --memory-trace ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl >/dev/null && python3 \
+${CMAKE_CURRENT_SOURCE_DIR}/check_memory_trace.py ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl 2 2")
+set_tests_properties(cli.memory_trace PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "memory trace ok")

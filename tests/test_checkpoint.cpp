@@ -42,3 +42,23 @@ TEST_CASE("utils: FLOPs per token, thousands separators, byte sizes", "[utils]")
   CHECK(human_bytes(1536) == "1.50 KiB");
   CHECK(device_peak_flops(torch::kCPU) == 0.0);
 }
+
+TEST_CASE("utils: the CPU tensor memory counter sees every allocation and free, and the peak", "[utils]") {
+  count_cpu_tensor_memory();
+  const torch::Device cpu(torch::kCPU);
+  const int64_t before = current_memory_bytes(cpu);
+  reset_peak_memory(cpu);
+  {
+    auto a = torch::empty({1000}, torch::kFloat64);  // 8,000 bytes
+    CHECK(current_memory_bytes(cpu) - before == 8000);
+    {
+      auto b = torch::empty({250}, torch::kFloat32);  // 1,000 more
+      CHECK(current_memory_bytes(cpu) - before == 9000);
+    }
+    CHECK(current_memory_bytes(cpu) - before == 8000);
+  }
+  CHECK(current_memory_bytes(cpu) == before);
+  CHECK(peak_memory_bytes(cpu) - before == 9000);
+  reset_peak_memory(cpu);
+  CHECK(peak_memory_bytes(cpu) == before);
+}
