@@ -1,8 +1,10 @@
 // picotron/utils.cpp — see utils.h.
 #include "picotron/utils.h"
 
-#include <atomic>
+#include <algorithm>
 #include <fstream>
+#include <mutex>
+#include <unordered_map>
 
 #include <c10/core/CPUAllocator.h>
 
@@ -43,35 +45,50 @@ double device_peak_flops(torch::Device device) {
 namespace {
 
 // Every CPU tensor's bytes pass through here: the wrapper hands out the base
-// allocator's memory and counts it until the tensor's storage lets it go.
+// allocator's memory and counts it until the tensor's storage lets it go. Its data
+// pointers stay "simple" (the pointer is its own context, as raw_allocate requires): the
+// size of each live allocation is looked up by address when it is freed.
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t bytes) override {
-    auto inner = base_->allocate(bytes);
-    void* data = inner.get();
-    const int64_t now = current_ += int64_t(bytes);
-    for (int64_t p = peak_.load(); now > p && !peak_.compare_exchange_weak(p, now);) {
-    }
-    return {data, new Counted{std::move(inner), int64_t(bytes)}, &release, c10::Device(c10::kCPU)};
+  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {
+    TORCH_CHECK(base->raw_deleter(), "the CPU allocator has no raw deleter to wrap");
+    base_free_ = base->raw_deleter();
   }
+  c10::DataPtr allocate(size_t bytes) override {
+    c10::DataPtr inner = base_->allocate(bytes);
+    void* data = inner.release_context();  // ours now; freed with the base's raw deleter
+    if (data) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sizes_[data] = int64_t(bytes);
+      const int64_t now = current_ += int64_t(bytes);
+      peak_ = std::max(peak_, now);
+    }
+    return {data, data, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { base_->copy_data(dest, src, count); }
-  int64_t current() const { return current_; }
-  int64_t peak() const { return peak_; }
-  void reset_peak() { peak_ = current_.load(); }
+  int64_t current() const { std::lock_guard<std::mutex> lock(mutex_); return current_; }
+  int64_t peak() const { std::lock_guard<std::mutex> lock(mutex_); return peak_; }
+  void reset_peak() { std::lock_guard<std::mutex> lock(mutex_); peak_ = current_; }
 
  private:
-  struct Counted {  // what a storage holds: the base allocation, and how much it counted
-    c10::DataPtr inner;
-    int64_t bytes;
-  };
-  static void release(void* context) {
-    auto* c = static_cast<Counted*>(context);
-    current_ -= c->bytes;
-    delete c;  // frees the base allocation
+  static void release(void* data) {
+    if (!data) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = sizes_.find(data);
+      if (it != sizes_.end()) {
+        current_ -= it->second;
+        sizes_.erase(it);
+      }
+    }
+    base_free_(data);
   }
   c10::Allocator* base_;
-  static inline std::atomic<int64_t> current_{0}, peak_{0};
+  static inline c10::DeleterFnPtr base_free_ = nullptr;
+  static inline std::mutex mutex_;  // allocations come from intra-op threads too
+  static inline std::unordered_map<void*, int64_t> sizes_;
+  static inline int64_t current_ = 0, peak_ = 0;
 };
 
 CountingCpuAllocator* cpu_counter = nullptr;
