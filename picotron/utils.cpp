@@ -93,6 +93,25 @@ class CountingCpuAllocator final : public c10::Allocator {
 
 CountingCpuAllocator* cpu_counter = nullptr;
 
+// A "Key:   1234 kB" line of /proc/self/status, in bytes (-1 if absent).
+int64_t proc_status_bytes(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  return -1;
+}
+
+// The CUDA caching allocator's allocated bytes, current or peak.
+int64_t cuda_allocated_bytes([[maybe_unused]] torch::Device device, [[maybe_unused]] bool peak) {
+#ifdef PICOTRON_WITH_CUDA
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto& s = stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)];
+  return peak ? s.peak : s.current;
+#else
+  return 0;
+#endif
+}
+
 }  // namespace
 
 void count_cpu_tensor_memory() {
@@ -103,32 +122,17 @@ void count_cpu_tensor_memory() {
 }
 
 int64_t current_memory_bytes(torch::Device device) {
-#ifdef PICOTRON_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].current;
-  }
-#endif
+  if (device.is_cuda()) return cuda_allocated_bytes(device, /*peak=*/false);
   if (cpu_counter) return cpu_counter->current();
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmRSS:   1234 kB"
-  return 0;
+  return std::max<int64_t>(0, proc_status_bytes("VmRSS"));
 }
 
 int64_t peak_memory_bytes(torch::Device device) {
-#ifdef PICOTRON_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak;
-  }
-#endif
+  if (device.is_cuda()) return cuda_allocated_bytes(device, /*peak=*/true);
   if (cpu_counter) return cpu_counter->peak();
   // Without the counter: the resident set's high-water mark, which reset_peak_memory()
   // can lower (getrusage's max RSS cannot be reset: it would report start-up forever).
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+  if (const int64_t hwm = proc_status_bytes("VmHWM"); hwm >= 0) return hwm;
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
