@@ -68,5 +68,10 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   "$venv/bin/pip" install -q --progress-bar off "${index[@]}" "torch==$torch_version" >&2 || {
     log "could not install torch==$torch_version; install LibTorch yourself and set Torch_DIR"; exit 1; }
 fi
+# matplotlib draws the pictures (scripts/plot_*.py); their tests run when it is there.
+if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
+  log "installing matplotlib into $venv (for scripts/plot_*.py)"
+  "$venv/bin/pip" install -q --progress-bar off matplotlib >&2 || log "could not install matplotlib: the plot tests are skipped"
+fi
 log "using torch $torch_version from $venv"
 "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null

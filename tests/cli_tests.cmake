@@ -254,3 +254,20 @@ add_test(NAME cli.memory_trace COMMAND sh -c "${TRAIN} --device cpu --steps 2 --
 --threads 1 --memory-trace ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl >/dev/null && python3 \
 ${CMAKE_CURRENT_SOURCE_DIR}/check_memory_trace.py ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl 2 2")
 set_tests_properties(cli.memory_trace PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "memory trace ok")
+# The plot scripts draw a real run's memory trace and metrics, with the Python of the
+# torch virtualenv that scripts/setup.sh made (and put matplotlib in); without it they
+# are not registered.
+get_filename_component(PICOTRON_VENV "${Torch_DIR}/../../../../../../.." ABSOLUTE)
+set(PICOTRON_PYTHON "${PICOTRON_VENV}/bin/python")
+execute_process(COMMAND "${PICOTRON_PYTHON}" -c "import matplotlib" RESULT_VARIABLE NO_MATPLOTLIB OUTPUT_QUIET ERROR_QUIET)
+if(NO_MATPLOTLIB EQUAL 0)
+  add_test(NAME cli.plot_scripts COMMAND sh -c "${TRAIN} --device cpu --steps 3 --seq-len 32 --grad-acc-steps 2 --generate 0 \
+--threads 1 --memory-trace ${CMAKE_CURRENT_BINARY_DIR}/plot_trace.jsonl --metrics-file ${CMAKE_CURRENT_BINARY_DIR}/plot_metrics.jsonl \
+>/dev/null && ${PICOTRON_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_memory.py ${CMAKE_CURRENT_BINARY_DIR}/plot_trace.jsonl \
+-o ${CMAKE_CURRENT_BINARY_DIR}/plot_memory.png && ${PICOTRON_PYTHON} ${CMAKE_SOURCE_DIR}/scripts/plot_metrics.py \
+${CMAKE_CURRENT_BINARY_DIR}/plot_metrics.jsonl -o ${CMAKE_CURRENT_BINARY_DIR}/plot_metrics.png && test -s \
+${CMAKE_CURRENT_BINARY_DIR}/plot_memory.png && test -s ${CMAKE_CURRENT_BINARY_DIR}/plot_metrics.png && echo plots ok")
+  set_tests_properties(cli.plot_scripts PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "plots ok")
+else()
+  message(STATUS "no matplotlib in ${PICOTRON_PYTHON}: the plot-script test is not registered")
+endif()
