@@ -99,12 +99,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
   if (cfg.cp > 1) {
     apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
-    std::string work;
-    for (int r = 0; r < cfg.cp; ++r)
-      work += (r ? ", " : "") + with_commas(ring_attention_work(cp_layout, cfg.cp, r, cfg.seq_len / cfg.cp));
-    print0(rank, "context parallelism: cp " + std::to_string(cfg.cp) + ", " + cp_layout_name(cp_layout) + " layout, " +
-                     std::to_string(cfg.seq_len / cfg.cp) + " of " + std::to_string(cfg.seq_len) +
-                     " tokens per rank; attention work per cp rank (query-key pairs per head): " + work);
+    print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
   }
   // Recomputation wraps what the techniques installed (the ring attention core included);
   // ZeRO-3, attached below, gathers around it.
@@ -127,12 +122,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     zero = std::make_unique<ZeroOptimizer>(mesh.cp_dp(), named, adam, plan, mesh.coords(), cfg.zero, cfg.dp_bucket_mb,
                                            cfg.zero_offload);
     if (cfg.zero == 3) zero->attach(model);  // each layer's parameters gathered as it runs, released after
-    const auto b = zero->bytes();
-    print0(rank, "zero-" + std::to_string(cfg.zero) + " over cp x dp = " + std::to_string(mesh.cp_dp().size()) + " ranks; rank 0 holds parameters " +
-                     human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) + ", master weights " +
-                     (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
-                     ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" +
-                     std::to_string(mesh.cp_dp().size()) + " slice" + (b.offloaded ? "; master and moments in pinned CPU memory" : "") + ")");
+    print0(rank, zero->summary());
   }
   // Every parameter's name, tensor, full main gradient and shard record, whichever optimizer.
   std::vector<TrainableParam>& grads = zero ? zero->params() : adamw->params();
@@ -255,7 +245,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     }
   }
   if (prints_samples(cfg)) {  // a whole model on rank 0, whatever the mesh trained
-    if (zero) weights = zero->full_parameters();  // ZeRO-3 keeps only slices: gather every unit
+    if (cfg.zero == 3) weights = zero->full_parameters();  // ZeRO-3 keeps only slices: gather every unit
     const auto full = gather_full_tensors(weights, cfg.llama, shape, plan_of, dtype, world);
     if (rank == 0) {
       LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "picotron/utils.h"
+
 namespace picotron {
 
 using torch::autograd::AutogradContext;
@@ -171,6 +173,14 @@ AttentionCore ring_attention(Comm& cp, CpLayout layout) {
   return [address, layout](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
     return RingAttention::apply(q, k, v, address, int64_t(layout));
   };
+}
+
+std::string cp_summary(CpLayout layout, int C, int64_t seq_len) {
+  std::string work;
+  for (int r = 0; r < C; ++r) work += (r ? ", " : "") + with_commas(ring_attention_work(layout, C, r, seq_len / C));
+  return "context parallelism: cp " + std::to_string(C) + ", " + cp_layout_name(layout) + " layout, " +
+         std::to_string(seq_len / C) + " of " + std::to_string(seq_len) +
+         " tokens per rank; attention work per cp rank (query-key pairs per head): " + work;
 }
 
 void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, CpLayout layout) {

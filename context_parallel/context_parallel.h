@@ -46,6 +46,9 @@ namespace picotron {
 // block, no communication.
 AttentionCore ring_attention(Comm& cp, CpLayout layout);
 
+// One line: the layout, the tokens per rank and each cp rank's attention work.
+std::string cp_summary(CpLayout layout, int C, int64_t seq_len);
+
 // Every decoder layer's attention core becomes ring attention over mesh.cp().
 void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, CpLayout layout);
 

@@ -108,11 +108,7 @@ picotron_equivalence(pp2_tp2_sp_interleaved NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2
 # buffer, 90,496 elements, is padded to a multiple of 3 and parameters straddle the
 # slices); float32; with tp2 and with pp2 (zb-h1). Reduce-scattering a sum instead of
 # an average, or counting tp copies of the norm gains twice, fails them (tried).
-foreach(dp 2 4)
-  foreach(acc 1 4)
-    picotron_equivalence(zero1_dp${dp}_acc${acc} NP ${dp} ARGS --zero 1 --dp ${dp} --grad-acc-steps ${acc})
-  endforeach()
-endforeach()
+# (dp 2 and 4 x grad-acc 1 and 4: with ZeRO-3's, below.)
 picotron_equivalence(zero1_dp3_uneven NP 3 ARGS --zero 1 --dp 3 --vocab-size 257 --grad-acc-steps 2)
 picotron_equivalence(zero1_dp2_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --zero 1 --dp 2 --grad-acc-steps 2)
 picotron_equivalence(zero1_dp2_tp2 NP 4 ARGS --zero 1 --dp 2 --tp 2 --sp)
@@ -131,9 +127,11 @@ picotron_equivalence(zero2_dp2_tp2 NP 4 ARGS --zero 2 --dp 2 --tp 2 --dp-bucket-
 # to a multiple of 3); float32; untied (the head is its own unit, not the embedding);
 # with tp2. (With --pp or --sp it is refused: cli.zero3_with_pp.) Skipping the gather
 # before backward fails them (tried).
-foreach(dp 2 4)
-  foreach(acc 1 4)
-    picotron_equivalence(zero3_dp${dp}_acc${acc} NP ${dp} ARGS --zero 3 --dp ${dp} --grad-acc-steps ${acc})
+foreach(stage 1 3)  # ZeRO-1's and ZeRO-3's dp x grad-acc grid (ZeRO-2's has buckets: above)
+  foreach(dp 2 4)
+    foreach(acc 1 4)
+      picotron_equivalence(zero${stage}_dp${dp}_acc${acc} NP ${dp} ARGS --zero ${stage} --dp ${dp} --grad-acc-steps ${acc})
+    endforeach()
   endforeach()
 endforeach()
 picotron_equivalence(zero3_dp3_uneven NP 3 ARGS --zero 3 --dp 3 --vocab-size 257 --grad-acc-steps 2)

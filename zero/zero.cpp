@@ -1,77 +1,14 @@
-// zero/zero.cpp — see zero.h for the picture and the costs.
+// zero/zero.cpp — ZeroOptimizer: the bucket parameters, gradients into my slice (stages 1
+// and 2; stage 3 too), the norm, AdamW on my slice. The layout: zero_layout.cpp; stage 3's
+// gather / release: zero3.cpp. See zero.h for the picture and the costs.
 #include "zero/zero.h"
+
+#include "picotron/utils.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace picotron {
-
-ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket_capacity,
-                       const std::vector<int>& units) {
-  TORCH_CHECK(units.empty() || units.size() == numels.size(), "zero_layout: one unit id per parameter");
-  ZeroLayout l;
-  l.ranks = N;
-  l.offsets.resize(numels.size());
-  // Consecutive parameters fill a bucket up to the capacity (a bigger one gets its own)
-  // or until the unit changes; each bucket is padded to a multiple of N with zeros that
-  // nobody owns.
-  for (size_t i = 0; i < numels.size(); ++i) {
-    const bool full = !l.buckets.empty() && l.buckets.back().numel > 0 &&
-                      l.buckets.back().numel + numels[i] > bucket_capacity;
-    const bool new_unit = !units.empty() && i > 0 && units[i] != units[i - 1];
-    if (l.buckets.empty() || full || new_unit) l.buckets.push_back({i, i, 0, 0, 0, 0});
-    auto& b = l.buckets.back();
-    b.end_param = i + 1;
-    b.numel += numels[i];
-    l.numel += numels[i];
-  }
-  for (auto& b : l.buckets) {
-    b.offset = l.padded;
-    b.padded = (b.numel + N - 1) / N * N;
-    b.shard_offset = l.shard;
-    int64_t at = b.offset;
-    for (size_t i = b.first_param; i < b.end_param; ++i) l.offsets[i] = at, at += numels[i];
-    l.padded += b.padded;
-    l.shard += b.padded / N;
-  }
-  return l;
-}
-
-std::string zero3_unit(const std::string& name) {
-  const std::string layers = "model.layers.";
-  if (name.rfind(layers, 0) == 0) return "layer " + name.substr(layers.size(), name.find('.', layers.size()) - layers.size());
-  if (name.rfind("model.embed_tokens.", 0) == 0) return "embedding";
-  return "head";  // model.norm.weight, lm_head.weight
-}
-
-// Stage 3 frees a unit's parameters without touching the tensors: the storage all their
-// views share (also the views autograd saved for backward) drops its bytes, and gets new
-// ones from the same allocator before the next gather refills it.
-static void drop_storage(const torch::Tensor& t) {
-  auto* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));  // the old bytes are freed here
-  storage->set_nbytes(0);
-}
-static void refill_storage(const torch::Tensor& t) {
-  auto* storage = t.storage().unsafeGetStorageImpl();
-  const size_t bytes = size_t(t.numel()) * t.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
-
-std::vector<ZeroLayout::Piece> ZeroLayout::pieces(int rank) const {
-  std::vector<Piece> out;
-  for (const auto& b : buckets) {
-    const int64_t slice = b.padded / ranks;                        // each rank's part of this bucket
-    const int64_t lo = b.offset + rank * slice, hi = lo + slice;  // mine: [lo, hi) of the flat buffer
-    for (size_t i = b.first_param; i < b.end_param; ++i) {
-      const int64_t begin = offsets[i], end = i + 1 < b.end_param ? offsets[i + 1] : b.offset + b.numel;
-      const int64_t x = std::max(begin, lo), y = std::min(end, hi);
-      if (x < y) out.push_back({i, x - begin, y - x, b.shard_offset + (x - lo)});
-    }
-  }
-  return out;
-}
 
 ZeroOptimizer::ZeroOptimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                              AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, int stage,
@@ -203,100 +140,6 @@ torch::Tensor ZeroOptimizer::my_params(size_t b) const {
   if (stage_ == 3) return slice_of(shard_param_, layout_.buckets[b]);  // the only copy of my part
   const int64_t part = layout_.buckets[b].padded / layout_.ranks;
   return bucket_param_[b].narrow(0, group_.rank() * part, part);  // my part of bucket b's parameters
-}
-
-// ---- stage 3: gather, compute, release -------------------------------------------------
-
-void ZeroOptimizer::attach(LlamaForCausalLM& model) {
-  TORCH_CHECK(stage_ == 3, "zero: attach() is for stage 3 (stage ", stage_, " keeps the whole parameters)");
-  TORCH_CHECK(!model_, "zero-3: attach() twice");
-  const auto unit_index = [&](const std::string& name) -> std::optional<size_t> {
-    for (size_t u = 0; u < units_.size(); ++u)
-      if (units_[u].name == name) return u;
-    return std::nullopt;
-  };
-  // The passes of a forward, in order, and the units each computes with.
-  if (const auto u = unit_index("embedding")) {
-    part_pass_["embed"] = passes_.size();
-    passes_.push_back({"embedding", {*u}});
-  }
-  for (const auto& [index, layer] : model->model->layers->items) {
-    const auto u = unit_index("layer " + std::to_string(index));
-    TORCH_CHECK(u, "zero-3: decoder layer ", index, " has no parameters here");
-    layer_pass_[index] = passes_.size();
-    passes_.push_back({"layer " + std::to_string(index), {*u}});
-  }
-  if (const auto u = unit_index("head")) {
-    part_pass_["head"] = passes_.size();
-    passes_.push_back({"head", {*u}});
-    if (model->config.tie_word_embeddings)  // the head's matrix is the embedding
-      if (const auto e = unit_index("embedding")) passes_.back().units.push_back(*e);
-  }
-  model_ = model;
-  inner_layer_runner_ = model->layer_runner;
-  inner_part_runner_ = model->part_runner;
-  model->layer_runner = [this](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
-    return run_pass(layer_pass_.at(index), [&] {
-      return inner_layer_runner_ ? inner_layer_runner_(index, layer, x, rope) : layer->forward(x, rope);
-    });
-  };
-  model->part_runner = [this](const std::string& part, const std::function<torch::Tensor()>& run) {
-    const auto it = part_pass_.find(part);
-    TORCH_CHECK(it != part_pass_.end(), "zero-3: this rank holds no parameters of the model's ", part);
-    return run_pass(it->second, [&] { return inner_part_runner_ ? inner_part_runner_(part, run) : run(); });
-  };
-  for (size_t u = 0; u < units_.size(); ++u) release(u);  // from now on: only my shard
-}
-
-void ZeroOptimizer::gather(size_t u, bool wait) {
-  auto& unit = units_[u];
-  if (unit.held == Held::kReleased) {
-    refill_storage(bucket_param_[u]);
-    record("gather " + unit.name);
-    unit.gather = group_.all_gather_async(bucket_param_[u], my_params(u));  // [padded / N] -> [padded]
-    unit.held = Held::kGathering;
-  }
-  if (wait && unit.held == Held::kGathering) {
-    unit.gather->wait();
-    unit.gather.reset();
-    unit.held = Held::kGathered;
-  }
-}
-
-void ZeroOptimizer::release(size_t u) {
-  auto& unit = units_[u];
-  if (unit.held == Held::kReleased) return;
-  gather(u, /*wait=*/true);  // never free a buffer a gather is still writing
-  drop_storage(bucket_param_[u]);
-  unit.held = Held::kReleased;
-  record("release " + unit.name);
-}
-
-torch::Tensor ZeroOptimizer::run_pass(size_t k, const std::function<torch::Tensor()>& compute) {
-  const Pass& pass = passes_[k];
-  const Pass* next = k + 1 < passes_.size() ? &passes_[k + 1] : nullptr;
-  for (size_t u : pass.units) gather(u, /*wait=*/true);
-  if (next)
-    for (size_t u : next->units) gather(u, /*wait=*/false);  // prefetch: travels while this pass computes
-  record("forward " + pass.name);
-  torch::Tensor y = compute();
-  record("forward end " + pass.name);
-  const bool backward_follows = torch::GradMode::is_enabled() && y.requires_grad();
-  // Backward reaches this pass when y's gradient is ready: the hook brings the units back first.
-  if (backward_follows) y.register_hook([this, k](const at::TensorBase&) { before_backward(k); });
-  for (size_t u : pass.units) {
-    const bool next_needs = next && std::count(next->units.begin(), next->units.end(), u);
-    const bool backward_next = backward_follows && !next;  // the last pass: its backward comes at once
-    if (!next_needs && !backward_next) release(u);
-  }
-  return y;
-}
-
-void ZeroOptimizer::before_backward(size_t k) {
-  for (size_t u : passes_[k].units) gather(u, /*wait=*/true);
-  if (k > 0)
-    for (size_t u : passes_[k - 1].units) gather(u, /*wait=*/false);  // prefetch, backward runs last to first
-  record("backward " + passes_[k].name);
 }
 
 void ZeroOptimizer::zero_main_grads() {
@@ -447,19 +290,6 @@ std::map<std::string, torch::Tensor> ZeroOptimizer::full_masters() {
   return out;
 }
 
-std::map<std::string, torch::Tensor> ZeroOptimizer::full_parameters() {
-  torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> out;
-  for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    const bool gathered_here = stage_ == 3 && units_[b].held == Held::kReleased;
-    if (stage_ == 3) gather(b, /*wait=*/true);
-    for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i)
-      out[params_[i].name] = params_[i].param.clone();
-    if (gathered_here) release(b);
-  }
-  return out;
-}
-
 ZeroOptimizer::Bytes ZeroOptimizer::bytes() const {
   const int64_t state = int64_t(grad_.element_size());
   const int64_t param_elements = stage_ == 3 ? layout_.shard : layout_.padded;
@@ -468,6 +298,16 @@ ZeroOptimizer::Bytes ZeroOptimizer::bytes() const {
   const int64_t grad_elements = stage_ == 1 ? layout_.padded + layout_.shard : layout_.shard;
   return {param_elements * int64_t(bucket_param_.front().element_size()), grad_elements * state,
           master_in_place_ ? 0 : layout_.shard * state, 2 * layout_.shard * state, offload_};
+}
+
+std::string ZeroOptimizer::summary() const {
+  const Bytes b = bytes();
+  const std::string n = std::to_string(layout_.ranks);
+  return "zero-" + std::to_string(stage_) + " over cp x dp = " + n + " ranks; rank " + std::to_string(group_.rank()) +
+         " holds parameters " + human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) +
+         ", master weights " + (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
+         ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" + n + " slice" +
+         (b.offloaded ? "; master and moments in pinned CPU memory" : "") + ")";
 }
 
 }  // namespace picotron

@@ -159,6 +159,8 @@ class ZeroOptimizer {
     bool offloaded;  // master and optimizer in CPU memory
   };
   Bytes bytes() const;
+  // One line: the stage, N, and what this rank keeps (printed at start by rank 0).
+  std::string summary() const;
   // With record_events on: stage 2 "launch bucket 3", "backward end"; stage 3 also
   // "gather layer 1", "forward layer 0", "forward end layer 0", "release layer 0",
   // "backward head" (the overlap and prefetch tests).
