@@ -30,6 +30,7 @@
 #include "picotron/mesh.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "picotron/memory_estimate.h"
 #include "picotron/report.h"
 #include "picotron/shard.h"
 #include "picotron/utils.h"
@@ -284,6 +285,7 @@ int main(int argc, char** argv) {
         const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
         std::cout << model_summary(cfg) << "\n"
                   << plan_summary(cfg, shape, [&](const MeshCoords& c) { return plan_for(cfg, c); }) << std::endl;
+        std::cout << memory_summary(cfg, [&](const MeshCoords& c) { return plan_for(cfg, c); }) << std::endl;
         if (cfg.pp > 1)
           std::cout << pipeline_summary(cfg.llama, parse_schedule(cfg.pp_schedule), cfg.pp, cfg.pp_virtual_stages)
                     << std::endl;

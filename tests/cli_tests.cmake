@@ -271,3 +271,34 @@ ${CMAKE_CURRENT_BINARY_DIR}/plot_memory.png && test -s ${CMAKE_CURRENT_BINARY_DI
 else()
   message(STATUS "no matplotlib in ${PICOTRON_PYTHON}: the plot-script test is not registered")
 endif()
+
+# The memory estimator of --dry-run (picotron/memory_estimate.h) against the measured peak
+# of two real steps (rank 0, CPU counting allocator), one line per case: within 2%
+# (the issue asks for 10%; at 2% dropping any one term of the estimate fails some case).
+# Tiny and a 25.3M model (H 512, I 1536, 8 layers), seq 128 and 512, micro-batch 1 and 8,
+# each recompute mode, fp32/bf16/fp64, grad accumulation, tp2, pp2, zero 1/2/3, cp2.
+set(M25 --hidden-size 512 --intermediate-size 1536 --num-hidden-layers 8)
+function(picotron_memory_estimate name np)
+  add_test(NAME memory_estimate.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_memory_estimate.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/memory_estimate/${name} ${np} 0.02 -- ${TRAIN} ${ARGN})
+  set_tests_properties(memory_estimate.${name} PROPERTIES LABELS "cli;mpi" TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    PROCESSORS 2 PASS_REGULAR_EXPRESSION "estimate ok" FAIL_REGULAR_EXPRESSION "FAILED")
+endfunction()
+picotron_memory_estimate(tiny_s128_b1 1 --seq-len 128 --micro-batch-size 1)
+picotron_memory_estimate(tiny_s128_b8 1 --seq-len 128 --micro-batch-size 8)
+picotron_memory_estimate(tiny_s512_b8 1 --seq-len 512 --micro-batch-size 8)
+picotron_memory_estimate(tiny_selective 1 --seq-len 128 --micro-batch-size 8 --recompute selective)
+picotron_memory_estimate(tiny_full 1 --seq-len 128 --micro-batch-size 8 --recompute full)
+picotron_memory_estimate(tiny_bf16 1 --seq-len 128 --micro-batch-size 8 --dtype bf16)
+picotron_memory_estimate(tiny_fp64_untied_acc2 1 --seq-len 128 --micro-batch-size 4 --grad-acc-steps 2 --dtype fp64 --tie-word-embeddings=false)
+picotron_memory_estimate(m25_s512_b1 1 ${M25} --seq-len 512 --micro-batch-size 1)
+picotron_memory_estimate(m25_s512_b1_selective 1 ${M25} --seq-len 512 --micro-batch-size 1 --recompute selective)
+picotron_memory_estimate(m25_s512_b1_full 1 ${M25} --seq-len 512 --micro-batch-size 1 --recompute full)
+picotron_memory_estimate(m25_s128_b8 1 ${M25} --seq-len 128 --micro-batch-size 8)
+picotron_memory_estimate(tiny_tp2 2 --seq-len 128 --micro-batch-size 8 --tp 2)
+picotron_memory_estimate(tiny_pp2 2 --seq-len 128 --micro-batch-size 8 --pp 2 --grad-acc-steps 4)
+picotron_memory_estimate(tiny_pp2_afab 2 --seq-len 128 --micro-batch-size 8 --pp 2 --grad-acc-steps 4 --pp-schedule afab)
+picotron_memory_estimate(tiny_zero1 2 --seq-len 128 --micro-batch-size 8 --dp 2 --zero 1)
+picotron_memory_estimate(tiny_zero2 2 --seq-len 128 --micro-batch-size 8 --dp 2 --zero 2)
+picotron_memory_estimate(tiny_zero3 2 --seq-len 128 --micro-batch-size 8 --dp 2 --zero 3)
+picotron_memory_estimate(tiny_cp2 2 --seq-len 128 --micro-batch-size 8 --cp 2)
