@@ -32,6 +32,7 @@
 #include "picotron/optim.h"
 #include "picotron/memory_estimate.h"
 #include "picotron/report.h"
+#include "picotron/resume.h"
 #include "picotron/shard.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/pipeline_parallel.h"
@@ -61,6 +62,49 @@ ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp
   if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);  // this stage's layers
   return plan;
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s", s);
+  return text;
+}
+
+// --resume: every rank loads its pieces; any rank's problem (a missing or corrupt file, a
+// different model) stops every rank with its line, together. Returns the step to start at.
+int64_t resume(const TrainConfig& cfg, int64_t end_step, AdamW* adamw, ZeroOptimizer* zero, LossScaler& scaler,
+               Comm& world, Distributed& dist) {
+  const Timer clock;
+  std::string problem, where;
+  std::vector<std::string> warnings;
+  TrainingCounters counters;
+  try {
+    where = resolve_checkpoint(cfg.resume);
+    CheckpointReader reader(where);
+    const auto bad = reader.incompatibilities(cfg, &warnings);
+    for (const auto& b : bad) problem += (problem.empty() ? "" : "; ") + b;
+    counters = reader.counters();
+    if (problem.empty() && counters.step >= end_step)
+      problem = "--resume " + where + " is at step " + std::to_string(counters.step) + ", and this run stops at step " +
+                std::to_string(end_step) + ": nothing to train (raise --steps)";
+    if (problem.empty()) load_state(reader, adamw, zero);
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  auto failed = torch::tensor({problem.empty() ? 0.0 : 1.0}, torch::TensorOptions().dtype(torch::kFloat64).device(world.device()));
+  world.all_reduce(failed, ReduceOp::kMax);
+  if (failed.item<double>() > 0) {
+    report_error(dist.rank(), problem.empty() ? "--resume " + cfg.resume + ": another rank could not load it (see its "
+                                                "error)" : problem);
+    dist.exit_together(2, std::chrono::seconds(30));
+  }
+  scaler.restore(counters.loss_scale, int(counters.loss_scale_clean_steps));
+  if (dist.rank() == 0) {
+    for (const auto& w : warnings) std::cout << w << std::endl;
+    std::cout << "resumed from " << where << ": step " << counters.step << " of " << cfg.steps << " ("
+              << seconds_text(clock.seconds()) << ")" << std::endl;
+  }
+  return counters.step;
 }
 
 int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
@@ -156,9 +200,15 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
 
+  // ---- checkpoints (picotron/resume.h): resume on any mesh, save what this rank owns --
+  const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
+  int64_t start_step = 0;
+  if (!cfg.resume.empty()) start_step = resume(cfg, end_step, adamw.get(), zero.get(), scaler, world, dist);
+  const std::vector<StatePiece> owned = owned_state(adamw.get(), zero.get(), mesh.coords());
+
   // ---- the loop ---------------------------------------------------------------------
   mesh.reset_ledgers();        // --comm-report counts the training steps only
-  for (int64_t step = 0; step < cfg.steps; ++step) {
+  for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
     reset_peak_memory(device);  // "mem": this step's peak (tensor memory; on the CPU counted exactly)
     const auto trace = [&](const char* phase, int64_t micro) {  // --memory-trace
@@ -216,6 +266,14 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     stats.skipped = !finite;
     if (rank == 0 && should_log(stats.step, cfg.steps, cfg.log_every)) std::cout << step_line(stats) << std::endl;
     metrics.write(stats);
+    if (!cfg.save_dir.empty() && ((cfg.save_every > 0 && (step + 1) % cfg.save_every == 0) || step + 1 == end_step)) {
+      const Timer save_clock;
+      const TrainingCounters counters{step + 1, zero ? zero->steps_taken() : adamw->steps_taken(), scaler.scale(),
+                                      scaler.clean_steps()};
+      const std::string where = save_checkpoint(cfg.save_dir, cfg, counters, owned, world);
+      print0(rank, "saved checkpoint " + where + " (" + human_bytes(double(directory_bytes(where))) + ", " +
+                       std::to_string(world.size()) + " file(s), " + seconds_text(save_clock.seconds()) + ")");
+    }
   }
   if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) {

@@ -4,7 +4,8 @@
 // A parameter file maps Hugging Face names to full (unsharded) tensors, so a file
 // written on one mesh can be read on any other: the equivalence harness compares the
 // final parameters of a parallel run with the single-process run through it.
-// Format: LibTorch's serialize archive (a zip of tensors), keys = parameter names.
+// Format: safetensors (picotron/safetensors.h), keys = parameter names: Python reads it
+// with `safetensors.torch.load_file`. Checkpoints that resume: picotron/resume.h.
 //
 // Test: build/tests/unit_tests "[checkpoint]"; gather_full_tensors: ctest -R sharded
 #pragma once

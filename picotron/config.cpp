@@ -97,7 +97,12 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   opts.add_options("Output")
     ("metrics-file", "write one JSON object per step to this file", cxxopts::value<std::string>())
     ("memory-trace", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", cxxopts::value<std::string>())
-    ("save-params", "write the final full parameters to this file", cxxopts::value<std::string>())
+    ("save-params", "write the final full parameters to this file (safetensors, Hugging Face names)", cxxopts::value<std::string>())
+    ("save-dir", "write checkpoints (master weights, AdamW moments, step, loss scale) into this directory, one step-NNNNNN/ each", cxxopts::value<std::string>())
+    ("save-every", "a checkpoint every N steps (0: only at the end of the run; always at the end when --save-dir is set)", cxxopts::value<int64_t>()->default_value(s(d.save_every)))
+    ("keep-checkpoints", "keep the newest K checkpoints in --save-dir", cxxopts::value<int>()->default_value(s(d.keep_checkpoints)))
+    ("resume", "continue from a checkpoint: a --save-dir (its newest) or one step-NNNNNN directory; any mesh", cxxopts::value<std::string>())
+    ("stop-at-step", "stop after this step (0: --steps); the learning-rate schedule still runs to --steps, so a later --resume continues it", cxxopts::value<int64_t>()->default_value(s(d.stop_at_step)))
     ("log-every", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", cxxopts::value<int>()->default_value(s(d.log_every)))
     ("comm-report", "print, at the end, the calls and elements of every collective per group and per step", cxxopts::value<bool>())
     ("generate", "samples printed after training (0: none)", cxxopts::value<int>()->default_value(s(d.generate)))
@@ -181,6 +186,11 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     if (r.count("metrics-file")) c.metrics_file = r["metrics-file"].as<std::string>();
     if (r.count("memory-trace")) c.memory_trace = r["memory-trace"].as<std::string>();
     if (r.count("save-params")) c.save_params = r["save-params"].as<std::string>();
+    if (r.count("save-dir")) c.save_dir = r["save-dir"].as<std::string>();
+    c.save_every = r["save-every"].as<int64_t>();
+    c.keep_checkpoints = r["keep-checkpoints"].as<int>();
+    if (r.count("resume")) c.resume = r["resume"].as<std::string>();
+    c.stop_at_step = r["stop-at-step"].as<int64_t>();
     c.log_every = r["log-every"].as<int>();
     c.comm_report = r.count("comm-report") > 0 && r["comm-report"].as<bool>();
     c.generate = r["generate"].as<int>();
@@ -211,6 +221,11 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   positive("--steps", c.steps);
   need(c.log_every >= 0, "--log-every must be >= 0 (0: automatic), got " + str(c.log_every));
   positive("--timeout-s", c.timeout_s);
+  need(c.save_every >= 0, "--save-every must be >= 0 (0: only at the end), got " + str(c.save_every));
+  need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + str(c.save_every) + " needs --save-dir");
+  need(c.keep_checkpoints >= 1, "--keep-checkpoints must be >= 1, got " + str(c.keep_checkpoints));
+  need(c.stop_at_step >= 0 && c.stop_at_step <= c.steps,
+       "--stop-at-step must be in [0, --steps = " + str(c.steps) + "], got " + str(c.stop_at_step));
   if (m.hidden_size > 0 && m.num_attention_heads > 0) {
     need(m.hidden_size % m.num_attention_heads == 0,
          "--hidden-size " + str(m.hidden_size) + " is not divisible by --num-attention-heads " + str(m.num_attention_heads));

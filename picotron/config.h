@@ -92,7 +92,13 @@ struct TrainConfig {
   // --- output ---
   std::string metrics_file;            // one JSON object per step (empty: none)
   std::string memory_trace;            // one JSON object per phase of each step: tensor memory (empty: none)
-  std::string save_params;             // write final full parameters here (empty: none)
+  std::string save_params;             // write final full parameters here, safetensors (empty: none)
+  // --- checkpoints (picotron/resume.h) ---
+  std::string save_dir;                // write checkpoints here, D/step-000120/ (empty: none)
+  int64_t save_every = 0;              // a checkpoint every N steps (0: only at the end of the run)
+  int keep_checkpoints = 2;            // keep the newest K checkpoints in --save-dir
+  std::string resume;                  // continue from D (its newest checkpoint) or D/step-000120
+  int64_t stop_at_step = 0;            // stop after this step (0: --steps); the schedule still follows --steps
   int log_every = 0;                   // print a line every N steps (0: every step up to 50 steps,
                                        //   else about 50 lines; always the first and last)
   bool comm_report = false;            // print the communication ledger (per group and kind) at the end

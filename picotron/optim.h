@@ -83,6 +83,7 @@ class AdamW {
   // master. grad_scale folds clipping and fp16 unscaling into the update.
   void step(double lr, double grad_scale = 1.0);
   int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }  // a resumed run (picotron/resume.h)
 
  private:
   std::vector<TrainableParam> params_;
@@ -119,6 +120,10 @@ class LossScaler {
   explicit LossScaler(bool enabled, double initial_scale = 65536.0, int growth_interval = 1000)
       : enabled_(enabled), scale_(enabled ? initial_scale : 1.0), growth_interval_(growth_interval) {}
   double scale() const { return scale_; }
+  int clean_steps() const { return clean_steps_; }
+  void restore(double scale, int clean_steps) {  // a resumed run (picotron/resume.h)
+    if (enabled_) scale_ = scale, clean_steps_ = clean_steps;
+  }
   // After a step: `step_was_finite` is whether the global grad norm was finite (the
   // optimizer step is skipped when it was not). Grads are unscaled inside AdamW::step.
   void update(bool step_was_finite);

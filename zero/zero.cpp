@@ -310,4 +310,14 @@ std::string ZeroOptimizer::summary() const {
          (b.offloaded ? "; master and moments in pinned CPU memory" : "") + ")";
 }
 
+torch::Tensor ZeroOptimizer::master_piece(const ZeroLayout::Piece& piece) const {
+  if (!master_in_place_) return master_.narrow(0, piece.slice_offset, piece.length);
+  return weights_piece(piece);  // fp32/fp64: the weights are the masters
+}
+
+torch::Tensor ZeroOptimizer::weights_piece(const ZeroLayout::Piece& piece) const {
+  if (stage_ == 3) return shard_param_.narrow(0, piece.slice_offset, piece.length);
+  return params_[piece.param].param.view({-1}).narrow(0, piece.first, piece.length);
+}
+
 }  // namespace picotron

@@ -149,6 +149,14 @@ class ZeroOptimizer {
   std::map<std::string, torch::Tensor> full_parameters();
 
   const ZeroLayout& layout() const { return layout_; }
+  // Checkpoints (picotron/resume.h): views of my piece of a parameter's master weights and
+  // of its weights (stage 3: in my shard), and AdamW's step count.
+  torch::Tensor master_piece(const ZeroLayout::Piece& piece) const;
+  torch::Tensor weights_piece(const ZeroLayout::Piece& piece) const;
+  int stage() const { return stage_; }
+  int group_rank() const { return group_.rank(); }
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
   // My slice of the AdamW moments [P_pad / N] (tests compare them with AdamW's).
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
