@@ -10,6 +10,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <ftw.h>
+#include <cerrno>
+#include <cstring>
+
 #include "zero/zero.h"
 
 namespace picotron {
@@ -38,6 +42,16 @@ std::string hex(uint64_t v) {
   char text[24];
   std::snprintf(text, sizeof text, "%016llx", (unsigned long long)v);
   return text;
+}
+
+// rm -rf, by hand: libtorch.so exports its own std::filesystem::remove_all, which the
+// dynamic linker may pick over libstdc++'s and which crashes on a non-empty directory.
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+void remove_tree(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  if (::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    throw std::runtime_error("cannot remove " + path.string() + ": " + std::strerror(errno));
 }
 
 // Every rank learns whether any rank failed (a collective: all ranks must call it).
@@ -133,7 +147,7 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
   if (rank == 0) {
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (!ec) fs::remove_all(tmp, ec);
+    if (!ec) try { remove_tree(tmp); } catch (const std::exception&) { ec = std::make_error_code(std::errc::io_error); }
     if (!ec) fs::create_directories(tmp, ec);
     if (ec) problem = "--save-dir " + dir + ": cannot create " + tmp.string() + ": " + ec.message();
   }
@@ -201,16 +215,18 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
       if (!fs::exists(manifest_tmp) || fs::file_size(manifest_tmp) == 0)
         throw std::runtime_error("cannot write " + manifest_tmp.string());
       fs::rename(manifest_tmp, tmp / "manifest.json");
-      fs::remove_all(final_dir);
+      remove_tree(final_dir);
       fs::rename(tmp, final_dir);
       // keep the newest --keep-checkpoints; unfinished saves of earlier steps go too
       const auto steps = finished_steps(dir);
       for (size_t i = 0; i + size_t(cfg.keep_checkpoints) < steps.size(); ++i)
-        fs::remove_all(fs::path(dir) / step_name(steps[i]));
+        remove_tree(fs::path(dir) / step_name(steps[i]));
+      std::vector<fs::path> unfinished;  // (collected first: removing while iterating is undefined)
       for (const auto& entry : fs::directory_iterator(dir)) {
         const std::string name = entry.path().filename().string();
-        if (name.size() == 15 && name.rfind("step-", 0) == 0 && name.substr(11) == ".tmp") fs::remove_all(entry.path());
+        if (name.size() == 15 && name.rfind("step-", 0) == 0 && name.substr(11) == ".tmp") unfinished.push_back(entry.path());
       }
+      for (const auto& path : unfinished) remove_tree(path);
     } catch (const std::exception& e) {
       problem = "checkpoint " + final_dir.string() + ": " + e.what();
     }
@@ -245,11 +261,14 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     manifest_ = json::parse(in);
     if (manifest_.value("format", "") != kFormat)
       throw std::runtime_error("format is '" + manifest_.value("format", "") + "', not " + kFormat);
-    for (const char* field : {"step", "adam_steps", "loss_scale", "config", "tensors"})
+    for (const char* field : {"step", "adam_steps", "loss_scale", "config", "tensors", "files"})
       if (!manifest_.contains(field)) throw std::runtime_error(std::string("no field '") + field + "'");
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": corrupt: " + std::string(e.what()).substr(0, 160));
   }
+  for (const auto& name : manifest_.at("files"))  // a damaged checkpoint is named, needed file or not
+    if (!fs::exists(fs::path(dir) / name.get<std::string>()))
+      throw std::runtime_error((fs::path(dir) / name.get<std::string>()).string() + ": no such file (the manifest lists it)");
 }
 
 TrainingCounters CheckpointReader::counters() const {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# checkpoint_resume.sh WORKDIR RTOL SAVE_NP "SAVE_FLAGS" LOAD_NP "LOAD_FLAGS" -- TRAIN FLAGS...
+#
+# Save on one layout, resume on another (or the same), against the uninterrupted run:
+#   A: LOAD layout, all --steps straight                    (the reference)
+#   B: SAVE layout, --stop-at-step K with --save-dir        (a checkpoint at step K = steps/2)
+#   C: LOAD layout, --resume from B's checkpoint to --steps
+# C's per-step losses and grad norms (steps K+1..) and final parameters must match A's:
+# RTOL "exact" compares the bits (the same layout: the same arithmetic), a number is the
+# equivalence tolerance (another layout adds in another order). Prints EQUIVALENT/FAILED.
+set -euo pipefail
+work=$1 rtol=$2 save_np=$3 save_flags=$4 load_np=$5 load_flags=$6; shift 6; [ "$1" = "--" ] && shift
+train=$1; shift
+compare=$(dirname "$train")/tests/compare_runs
+steps=$(echo "$@" | sed -n 's/.*--steps \([0-9]*\).*/\1/p')
+k=$((steps / 2))
+rm -rf "$work" && mkdir -p "$work"
+run() {  # run NAME NP FLAGS...
+  local name=$1 np=$2; shift 2
+  if ! ${MPIEXEC:-mpirun} --oversubscribe --bind-to none -np "$np" "$train" "$@" > "$work/$name.log" 2>&1; then
+    cat "$work/$name.log"; echo "FAILED: run $name"; exit 1
+  fi
+}
+# shellcheck disable=SC2086
+run A "$load_np" "$@" $load_flags --metrics-file "$work/A.jsonl" --save-params "$work/A.params"
+# shellcheck disable=SC2086
+run B "$save_np" "$@" $save_flags --stop-at-step "$k" --save-dir "$work/ckpt"
+# shellcheck disable=SC2086
+run C "$load_np" "$@" $load_flags --resume "$work/ckpt" --metrics-file "$work/C.jsonl" --save-params "$work/C.params"
+grep -h "resumed from" "$work/C.log"
+tail -n +$((k + 1)) "$work/A.jsonl" > "$work/A_after.jsonl"
+if [ "$rtol" = exact ]; then
+  if ! python3 - "$work/A_after.jsonl" "$work/C.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+c = [json.loads(l) for l in open(sys.argv[2])]
+bad = len(a) != len(c) or any(x[f] != y[f] for x, y in zip(a, c) for f in ("step", "loss", "grad_norm", "lr"))
+for x, y in zip(a, c):
+    print(f"step {x['step']}: loss {x['loss']!r} vs {y['loss']!r}, grad norm {x['grad_norm']!r} vs {y['grad_norm']!r}")
+sys.exit(1 if bad else 0)
+PY
+  then echo "FAILED: the resumed steps differ"; exit 1; fi
+  cmp "$work/A.params" "$work/C.params" || { echo "FAILED: the final parameters differ"; exit 1; }
+  echo "bit-identical: $((steps - k)) resumed steps and every byte of the final parameters"
+  echo EQUIVALENT
+else
+  "$compare" "$work/A_after.jsonl" "$work/C.jsonl" "$work/A.params" "$work/C.params" "$rtol"
+fi

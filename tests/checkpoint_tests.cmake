@@ -1,0 +1,95 @@
+# Checkpoints (picotron/resume.h). Three kinds of case:
+#  - bit-exact resume: k steps + save + resume + k steps on the same layout gives the bits
+#    of 2k steps straight (losses, grad norms, every byte of the final parameters);
+#  - the table: save on layout X, resume on layout Y, against Y's uninterrupted run within
+#    the equivalence tolerance (fp64 1e-9). Each technique adds its line here. The global
+#    batch is 4 sequences on every layout;
+#  - bad checkpoints and killed saves: one line naming the file and the problem, non-zero
+#    exit, on every rank.
+set(CHECKPOINT_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
+    --seq-len 32 --steps 6 --warmup-steps 2 --lr 3e-3 --min-lr 3e-4 --grad-clip 0.5 --generate 0 --log-every 1
+    --threads 1)
+function(picotron_checkpoint name rtol save_np save_flags load_np load_flags)
+  add_test(NAME checkpoint.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_resume.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/${name} ${rtol} ${save_np} "${save_flags}" ${load_np} "${load_flags}"
+    -- $<TARGET_FILE:train> ${CHECKPOINT_FLAGS} ${ARGN})
+  set_tests_properties(checkpoint.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    LABELS "checkpoint;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+endfunction()
+
+# Bit-exact resume on the same layout: 1 rank and dp 2, fp32 and bf16 (and fp16: the loss
+# scale travels; ZeRO: the slices).
+set(ONE "--micro-batch-size 4")
+set(DP2 "--dp 2 --micro-batch-size 2")
+picotron_checkpoint(bitexact_1rank_fp32 exact 1 "${ONE}" 1 "${ONE}" --dtype fp32)
+picotron_checkpoint(bitexact_1rank_bf16 exact 1 "${ONE}" 1 "${ONE}" --dtype bf16)
+picotron_checkpoint(bitexact_1rank_fp16 exact 1 "${ONE}" 1 "${ONE}" --dtype fp16)
+picotron_checkpoint(bitexact_dp2_fp32 exact 2 "${DP2}" 2 "${DP2}" --dtype fp32)
+picotron_checkpoint(bitexact_dp2_bf16 exact 2 "${DP2}" 2 "${DP2}" --dtype bf16)
+picotron_checkpoint(bitexact_dp2_zero1_bf16 exact 2 "${DP2} --zero 1" 2 "${DP2} --zero 1" --dtype bf16)
+picotron_checkpoint(bitexact_dp2_zero3_fp32 exact 2 "${DP2} --zero 3" 2 "${DP2} --zero 3" --dtype fp32)
+
+# The table: save on X, resume on Y (fp64, 1e-9).
+#                    name             save ranks, layout                          resume ranks, layout
+picotron_checkpoint(dp2_to_1          1e-9 2 "${DP2}"                             1 "${ONE}" --dtype fp64)
+picotron_checkpoint(1_to_dp2          1e-9 1 "${ONE}"                             2 "${DP2}" --dtype fp64)
+picotron_checkpoint(tp2_to_1          1e-9 2 "--tp 2 --micro-batch-size 4"        1 "${ONE}" --dtype fp64)
+picotron_checkpoint(1_to_tp2_sp       1e-9 1 "${ONE}"                             2 "--tp 2 --sp --micro-batch-size 4" --dtype fp64)
+picotron_checkpoint(pp2_to_1          1e-9 2 "--pp 2 --micro-batch-size 2 --grad-acc-steps 2" 1 "${ONE}" --dtype fp64)
+picotron_checkpoint(cp2_to_1          1e-9 2 "--cp 2 --micro-batch-size 4"        1 "${ONE}" --dtype fp64)
+picotron_checkpoint(zero1_dp2_to_1    1e-9 2 "${DP2} --zero 1"                    1 "${ONE}" --dtype fp64)
+picotron_checkpoint(zero3_dp2_to_1    1e-9 2 "${DP2} --zero 3"                    1 "${ONE}" --dtype fp64)
+picotron_checkpoint(1_to_zero3_dp2    1e-9 1 "${ONE}"                             2 "${DP2} --zero 3" --dtype fp64)
+picotron_checkpoint(tp2_to_pp2        1e-9 2 "--tp 2 --micro-batch-size 4"        2 "--pp 2 --micro-batch-size 2 --grad-acc-steps 2" --dtype fp64)
+
+# A fixture checkpoint (1 rank, 2 steps), then broken copies of it.
+set(CKPT ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/fixture)
+list(JOIN CHECKPOINT_FLAGS " " CHECKPOINT_FLAGS_LINE)
+set(CKPT_RUN "${TRAIN} ${CHECKPOINT_FLAGS_LINE} --micro-batch-size 4")
+list(JOIN PICOTRON_MPIRUN " " PICOTRON_MPIRUN_LINE)
+add_test(NAME checkpoint.fixture COMMAND sh -c "rm -rf ${CKPT} && ${TRAIN} --device cpu --model tiny --hidden-size 64 \
+--intermediate-size 128 --num-hidden-layers 2 --seq-len 32 --steps 6 --warmup-steps 2 --generate 0 --threads 1 \
+--micro-batch-size 4 --stop-at-step 2 --save-dir ${CKPT}")
+set_tests_properties(checkpoint.fixture PROPERTIES FIXTURES_SETUP checkpoint_fixture LABELS checkpoint TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "saved checkpoint .*step-000002")
+# break NAME REGEX SHELL-COMMAND (run in a fresh copy of the fixture, $B) -- extra train flags
+function(picotron_bad_checkpoint name regex breakage)
+  set(B ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/bad_${name})
+  list(JOIN ARGN " " extra)
+  string(REPLACE "$B" "${B}" breakage "${breakage}")
+  add_test(NAME checkpoint.bad_${name} COMMAND ${EXPECT_FAIL} "${regex}" -- sh -c
+    "rm -rf ${B} && cp -r ${CKPT} ${B} && ${breakage} && ${TRAIN} --device cpu --model tiny --hidden-size 64 \
+--intermediate-size 128 --num-hidden-layers 2 --seq-len 32 --steps 6 --warmup-steps 2 --generate 0 --threads 1 \
+--micro-batch-size 4 --resume ${B} ${extra}")
+  set_tests_properties(checkpoint.bad_${name} PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint TIMEOUT 60)
+endfunction()
+set(FILE0 "$B/step-000002/rank-00000.safetensors")
+picotron_bad_checkpoint(missing_file "error: .*rank-00000.safetensors: no such file" "rm ${FILE0}")
+picotron_bad_checkpoint(truncated "error: .*rank-00000.safetensors: tensor .*truncated: its data ends at byte" "truncate -s 100000 ${FILE0}")
+picotron_bad_checkpoint(checksum "error: .*rank-00000.safetensors: checksum mismatch in tensor"
+  "printf 'XXXXXXXX' | dd of=${FILE0} bs=1 seek=20000 conv=notrunc 2>/dev/null")
+picotron_bad_checkpoint(manifest_lacks_tensor "error: checkpoint .* the manifest lists no tensor 'model.norm.weight/exp_avg'"
+  "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); del m['tensors']['model.norm.weight/exp_avg']; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
+picotron_bad_checkpoint(corrupt_manifest "error: .*manifest.json: corrupt" "echo '{not json' > $B/step-000002/manifest.json")
+picotron_bad_checkpoint(model_shape "error: checkpoint .* has hidden_size 64, the flags ask for 32" "true" --hidden-size 32)
+picotron_bad_checkpoint(vocab "error: checkpoint .* has vocab_size 256, the flags ask for 300" "true" --vocab-size 300)
+picotron_bad_checkpoint(nothing_left "error: --resume .* is at step 2, and this run stops at step 2" "true" --stop-at-step 2)
+picotron_bad_checkpoint(no_checkpoint "error: --resume .*: no checkpoint there" "rm -rf $B/step-000002")
+picotron_cli_test(checkpoint.bad_no_dir ${EXPECT_FAIL} "error: --resume /nonexistent/ckpt: no such directory" --
+  ${TRAIN} --device cpu --resume /nonexistent/ckpt)
+picotron_cli_test(checkpoint.bad_save_every ${EXPECT_FAIL} "error: --save-every 5 needs --save-dir" -- ${TRAIN} --save-every 5)
+# A different learning rate is allowed, with a warning line.
+add_test(NAME checkpoint.warn_lr COMMAND sh -c "rm -rf ${CKPT}_lr && cp -r ${CKPT} ${CKPT}_lr && ${CKPT_RUN} --lr 1e-3 --resume ${CKPT}_lr")
+set_tests_properties(checkpoint.warn_lr PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "warning: the checkpoint was trained with lr 0.003, this run uses 0.001.*resumed from .*step 2 of 6.*step +6/6")
+# Under mpirun every rank names the problem (rank 1's ZeRO slice is missing: rank 0 needs it too).
+add_test(NAME checkpoint.mpi_bad_missing_rank_file COMMAND ${EXPECT_FAIL} "\\[rank 1\\] error: .*rank-00001.safetensors: no such file" --
+  sh -c "rm -rf ${CKPT}_dp2 && ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --stop-at-step 2 --save-dir ${CKPT}_dp2 >/dev/null \
+&& rm ${CKPT}_dp2/step-000002/rank-00001.safetensors && ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --resume ${CKPT}_dp2")
+set_tests_properties(checkpoint.mpi_bad_missing_rank_file PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 FAIL_REGULAR_EXPRESSION "FAIL:" PASS_REGULAR_EXPRESSION "\\[rank 0\\] error: .*rank-00001.safetensors: no such file")
+# Keep the newest K; a rank killed while it writes step 3 leaves step 2 loadable.
+add_test(NAME checkpoint.keep_and_killed_save COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_killed_save.sh
+  ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/killed -- ${TRAIN} ${CHECKPOINT_FLAGS} --dp 2 --micro-batch-size 2)
+set_tests_properties(checkpoint.keep_and_killed_save PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 180
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "killed save ok" FAIL_REGULAR_EXPRESSION "FAILED")
