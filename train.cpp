@@ -31,6 +31,7 @@
 #include "picotron/model.h"
 #include "picotron/optim.h"
 #include "picotron/memory_estimate.h"
+#include "picotron/hf.h"
 #include "picotron/report.h"
 #include "picotron/resume.h"
 #include "picotron/shard.h"
@@ -151,6 +152,10 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   apply_recompute(model, parse_recompute(cfg.recompute));
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
+  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (picotron/hf.h)
+    load_hf_weights(cfg.init_from, *model, plan);
+    print0(rank, "initialised from " + cfg.init_from + " (Hugging Face weights)");
+  }
 
   // ---- optimizer and data parallelism (over cp x dp: every rank there sees other tokens)
   std::vector<std::pair<std::string, torch::Tensor>> named;
@@ -294,22 +299,29 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     weights[p.name] = p.param;
     if (adamw) masters[p.name] = p.master;
   }
-  if (!cfg.save_params.empty()) {  // fp32 master weights (fp64 in fp64 runs)
+  if (!cfg.save_params.empty() || !cfg.export_hf.empty()) {  // fp32 master weights (fp64 in fp64 runs)
     if (zero) masters = zero->full_masters();  // ZeRO: the slices, all-gathered over cp x dp
     const auto full = gather_full_tensors(masters, cfg.llama, shape, plan_of,
                                           zero ? zero->state_dtype() : grads.front().master.scalar_type(), world);
-    if (rank == 0) {
+    if (rank == 0 && !cfg.save_params.empty()) {
       save_tensors(cfg.save_params, full);
       print0(rank, "saved parameters to " + cfg.save_params);
     }
+    if (rank == 0 && !cfg.export_hf.empty()) {
+      export_hf(cfg.export_hf, cfg.llama, full);
+      print0(rank, "exported a Hugging Face folder to " + cfg.export_hf + " (config.json, model.safetensors)");
+    }
   }
-  if (prints_samples(cfg)) {  // a whole model on rank 0, whatever the mesh trained
+  const bool uses_whole_model = prints_samples(cfg) || !cfg.eval.empty() || !cfg.prompt_ids.empty();
+  if (uses_whole_model) {  // a whole model on rank 0, whatever the mesh trained
     if (cfg.zero == 3) weights = zero->full_parameters();  // ZeRO-3 keeps only slices: gather every unit
     const auto full = gather_full_tensors(weights, cfg.llama, shape, plan_of, dtype, world);
     if (rank == 0) {
       LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));
       load_parameters(*whole, full);
-      print_samples(whole, cfg, loader);
+      if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
+      if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
+      else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
     }
   }
   return 0;
@@ -333,11 +345,13 @@ int main(int argc, char** argv) {
   // Setup problems (flags, mesh, device, data files): every rank sees the same ones.
   std::vector<std::string> problems;
   std::shared_ptr<TokenSource> data;
-  if (!args.config) {
+  std::optional<TrainConfig> config = args.config;
+  if (!config) {
     problems.push_back(args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0));
   } else {
-    const TrainConfig& cfg = *args.config;
-    problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
+    TrainConfig& cfg = *config;
+    if (!cfg.init_from.empty()) problems = apply_hf_config(cfg);  // the shape comes from its config.json
+    if (problems.empty()) problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
     if (problems.empty() && cfg.dry_run) {  // no launch, no allocation: the summary is pure arithmetic
       if (launch.rank == 0) {
         const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
@@ -375,7 +389,7 @@ int main(int argc, char** argv) {
     // Each rank has printed its problems; leave together so that none is killed first.
     if (!problems.empty()) dist->exit_together(2, std::chrono::seconds(30));
     try {
-      return run(*args.config, data, *dist);
+      return run(*config, data, *dist);
     } catch (const std::exception& e) {
       std::string msg = e.what();
       msg = msg.substr(0, msg.find('\n'));

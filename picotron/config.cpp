@@ -57,6 +57,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("max-position-embeddings", "override max_position_embeddings", cxxopts::value<int64_t>())
     ("rms-norm-eps", "override rms_norm_eps", cxxopts::value<double>())
     ("tie-word-embeddings", "override tie_word_embeddings (--tie-word-embeddings=false unties)", cxxopts::value<bool>())
+    ("init-from", "start from a Hugging Face LLaMA folder (config.json + model.safetensors, or sharded with model.safetensors.index.json): its shape and weights", cxxopts::value<std::string>())
     ("dry-run", "print the model summary (exact parameter count) and exit", cxxopts::value<bool>());
   opts.add_options("Hardware")
     ("device", "cpu | cuda | auto (cuda when a GPU is present)", cxxopts::value<std::string>()->default_value(d.device))
@@ -103,6 +104,10 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("keep-checkpoints", "keep the newest K checkpoints in --save-dir", cxxopts::value<int>()->default_value(s(d.keep_checkpoints)))
     ("resume", "continue from a checkpoint: a --save-dir (its newest) or one step-NNNNNN directory; any mesh", cxxopts::value<std::string>())
     ("stop-at-step", "stop after this step (0: --steps); the learning-rate schedule still runs to --steps, so a later --resume continues it", cxxopts::value<int64_t>()->default_value(s(d.stop_at_step)))
+    ("export-hf", "write the final weights as a Hugging Face folder (config.json + model.safetensors) that transformers' LlamaForCausalLM.from_pretrained loads", cxxopts::value<std::string>())
+    ("eval", "a JSON file {\"input_ids\": [[ids...], ...]}: after training (or with --steps 0), print the next-token loss on it", cxxopts::value<std::string>())
+    ("eval-logits", "with --eval: write {\"loss\": ..., \"logits\": [B][S][V]} to this JSON file", cxxopts::value<std::string>())
+    ("prompt-ids", "comma-separated token ids: at the end, print their greedy continuation by --generate tokens (ids in, ids out; no tokenizer needed)", cxxopts::value<std::string>())
     ("log-every", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", cxxopts::value<int>()->default_value(s(d.log_every)))
     ("comm-report", "print, at the end, the calls and elements of every collective per group and per step", cxxopts::value<bool>())
     ("generate", "samples printed after training (0: none)", cxxopts::value<int>()->default_value(s(d.generate)))
@@ -119,6 +124,11 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     if (!r.unmatched().empty()) throw std::invalid_argument("unexpected argument '" + r.unmatched()[0] + "'");
     TrainConfig c;
     c.model = r["model"].as<std::string>();
+    for (const char* flag : {"model", "hidden-size", "intermediate-size", "num-hidden-layers", "num-attention-heads",
+                             "num-key-value-heads", "vocab-size", "rope-theta", "max-position-embeddings",
+                             "rms-norm-eps", "tie-word-embeddings"})
+      if (r.count(flag)) c.shape_flags.push_back(flag);
+    if (r.count("init-from")) c.init_from = r["init-from"].as<std::string>();
     c.llama = preset(c.model);
     auto& m = c.llama;
     if (r.count("hidden-size")) m.hidden_size = r["hidden-size"].as<int64_t>();
@@ -187,6 +197,20 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     if (r.count("memory-trace")) c.memory_trace = r["memory-trace"].as<std::string>();
     if (r.count("save-params")) c.save_params = r["save-params"].as<std::string>();
     if (r.count("save-dir")) c.save_dir = r["save-dir"].as<std::string>();
+    if (r.count("export-hf")) c.export_hf = r["export-hf"].as<std::string>();
+    if (r.count("eval")) c.eval = r["eval"].as<std::string>();
+    if (r.count("eval-logits")) c.eval_logits = r["eval-logits"].as<std::string>();
+    if (r.count("prompt-ids")) {
+      std::stringstream ids(r["prompt-ids"].as<std::string>());
+      for (std::string id; std::getline(ids, id, ',');) {
+        size_t used = 0;
+        int64_t v = -1;
+        try { v = std::stoll(id, &used); } catch (const std::exception&) { used = 0; }
+        if (used == 0 || used != id.size() || v < 0)
+          throw std::invalid_argument("--prompt-ids: '" + id + "' is not a token id (comma-separated integers >= 0)");
+        c.prompt_ids.push_back(v);
+      }
+    }
     c.save_every = r["save-every"].as<int64_t>();
     c.keep_checkpoints = r["keep-checkpoints"].as<int>();
     if (r.count("resume")) c.resume = r["resume"].as<std::string>();
@@ -218,9 +242,12 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   positive("--seq-len", c.seq_len);
   positive("--micro-batch-size", c.micro_batch_size);
   positive("--grad-acc-steps", c.grad_acc_steps);
-  positive("--steps", c.steps);
+  need(c.steps >= 0, "--steps must be >= 0 (0: no training: --eval, --generate, --export-hf only), got " + str(c.steps));
   need(c.log_every >= 0, "--log-every must be >= 0 (0: automatic), got " + str(c.log_every));
   positive("--timeout-s", c.timeout_s);
+  need(c.eval_logits.empty() || !c.eval.empty(), "--eval-logits needs --eval");
+  for (int64_t id : c.prompt_ids)
+    need(id < m.vocab_size, "--prompt-ids: token " + str(id) + " is not below --vocab-size " + str(m.vocab_size));
   need(c.save_every >= 0, "--save-every must be >= 0 (0: only at the end), got " + str(c.save_every));
   need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + str(c.save_every) + " needs --save-dir");
   need(c.keep_checkpoints >= 1, "--keep-checkpoints must be >= 1, got " + str(c.keep_checkpoints));

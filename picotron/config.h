@@ -53,6 +53,8 @@ struct TrainConfig {
   // --- model ---
   std::string model = "tiny";          // preset name (--model)
   LlamaConfig llama;                   // preset, then --hidden-size etc. overrides
+  std::vector<std::string> shape_flags;  // the model flags given on the command line ("model", "hidden-size", ...)
+  std::string init_from;               // a Hugging Face LLaMA folder: its config.json and weights (picotron/hf.h)
   // --- hardware and numerics ---
   std::string device = "auto";         // cpu | cuda | auto (cuda when a GPU is present)
   Precision dtype = Precision::kFP32;  // compute dtype; --dtype defaults to bf16 on cuda, fp32 on cpu
@@ -93,6 +95,10 @@ struct TrainConfig {
   std::string metrics_file;            // one JSON object per step (empty: none)
   std::string memory_trace;            // one JSON object per phase of each step: tensor memory (empty: none)
   std::string save_params;             // write final full parameters here, safetensors (empty: none)
+  std::string export_hf;               // write a Hugging Face folder (config.json + model.safetensors) here
+  std::string eval;                    // a JSON file {"input_ids": [[...], ...]}: print the loss on it at the end
+  std::string eval_logits;             // with --eval: write {"loss", "logits"} to this JSON file
+  std::vector<int64_t> prompt_ids;     // continue these token ids by --generate tokens (greedy) at the end
   // --- checkpoints (picotron/resume.h) ---
   std::string save_dir;                // write checkpoints here, D/step-000120/ (empty: none)
   int64_t save_every = 0;              // a checkpoint every N steps (0: only at the end of the run)

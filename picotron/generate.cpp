@@ -1,6 +1,11 @@
 // picotron/generate.cpp — see generate.h.
 #include "picotron/generate.h"
 
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdio>
@@ -83,6 +88,65 @@ void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchL
       std::cout << "  [" << bytes_to_text(p) << "] " << bytes_to_text(out) << "\n";
     }
     std::cout << std::flush;
+  }
+}
+
+void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new) {
+  model->eval();
+  const auto out = continue_tokens(model, prompt, max_new, /*stop_token=*/-1, /*temperature=*/0.0, /*seed=*/0);
+  std::ostringstream o;
+  o << "prompt ids:";
+  for (int64_t id : prompt) o << " " << id;
+  o << " ->";
+  for (int64_t id : out) o << " " << id;
+  if (model->config.vocab_size <= 256) o << "   [" << bytes_to_text(prompt) << "] " << bytes_to_text(out);
+  std::cout << o.str() << std::endl;
+}
+
+void print_eval(LlamaForCausalLM& model, const std::string& path, const std::string& logits_path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("--eval " + path + ": no such file");
+  nlohmann::json j;
+  std::vector<std::vector<int64_t>> rows;
+  try {
+    j = nlohmann::json::parse(in);
+    rows = j.at("input_ids").get<std::vector<std::vector<int64_t>>>();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--eval " + path + ": not {\"input_ids\": [[ids...], ...]}: " + std::string(e.what()).substr(0, 100));
+  }
+  if (rows.empty() || rows[0].size() < 2) throw std::runtime_error("--eval " + path + ": needs rows of 2 or more ids");
+  for (const auto& r : rows) {
+    if (r.size() != rows[0].size()) throw std::runtime_error("--eval " + path + ": rows of different lengths");
+    for (int64_t id : r)
+      if (id < 0 || id >= model->config.vocab_size)
+        throw std::runtime_error("--eval " + path + ": token " + std::to_string(id) + " is outside the vocabulary");
+  }
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const int64_t b = int64_t(rows.size()), s = int64_t(rows[0].size());
+  auto ids = torch::empty({b, s}, torch::kInt64);
+  for (int64_t i = 0; i < b; ++i) std::copy(rows[i].begin(), rows[i].end(), ids[i].data_ptr<int64_t>());
+  const auto device = model->parameters().front().device();
+  const auto logits = model->forward(ids.to(device)).to(torch::kCPU, torch::kFloat64);  // [B, S, V]
+  const int64_t v = logits.size(-1);
+  const auto loss = torch::nn::functional::cross_entropy(logits.narrow(1, 0, s - 1).reshape({-1, v}),
+                                                         ids.narrow(1, 1, s - 1).reshape({-1}));
+  char line[128];
+  std::snprintf(line, sizeof line, "eval: loss %.9g over %lld x %lld tokens of %s", loss.item<double>(), (long long)b,
+                (long long)(s - 1), path.c_str());
+  std::cout << line << std::endl;
+  if (!logits_path.empty()) {
+    const auto flat = logits.contiguous();
+    const double* p = flat.data_ptr<double>();
+    nlohmann::json out = {{"loss", loss.item<double>()},
+                          {"logits", std::vector<std::vector<std::vector<double>>>(
+                                         size_t(b), std::vector<std::vector<double>>(size_t(s), std::vector<double>(size_t(v))))}};
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t t = 0; t < s; ++t)
+        for (int64_t k = 0; k < v; ++k) out["logits"][size_t(i)][size_t(t)][size_t(k)] = p[(i * s + t) * v + k];
+    std::ofstream f(logits_path);
+    f << out.dump() << "\n";
+    if (!f) throw std::runtime_error("--eval-logits " + logits_path + ": cannot write");
   }
 }
 

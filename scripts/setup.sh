@@ -73,5 +73,12 @@ if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
   log "installing matplotlib into $venv (for scripts/plot_*.py)"
   "$venv/bin/pip" install -q --progress-bar off matplotlib >&2 || log "could not install matplotlib: the plot tests are skipped"
 fi
+# transformers and safetensors: the tests that import and export Hugging Face folders
+# (tests/hf_roundtrip.py) check picotron against the real library.
+if ! "$venv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
+  log "installing transformers and safetensors into $venv (for tests/hf_roundtrip.py)"
+  "$venv/bin/pip" install -q --progress-bar off "transformers==4.57.6" "safetensors" >&2 ||
+    log "could not install transformers: the Hugging Face tests are skipped"
+fi
 log "using torch $torch_version from $venv"
 "$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null

@@ -260,6 +260,25 @@ set_tests_properties(cli.memory_trace PROPERTIES LABELS cli TIMEOUT 120 PASS_REG
 get_filename_component(PICOTRON_VENV "${Torch_DIR}/../../../../../../.." ABSOLUTE)
 set(PICOTRON_PYTHON "${PICOTRON_VENV}/bin/python")
 execute_process(COMMAND "${PICOTRON_PYTHON}" -c "import matplotlib" RESULT_VARIABLE NO_MATPLOTLIB OUTPUT_QUIET ERROR_QUIET)
+# Hugging Face folders in and out, against transformers itself (tests/hf_roundtrip.py):
+# registered when the torch virtualenv has transformers (scripts/setup.sh installs it).
+execute_process(COMMAND "${PICOTRON_PYTHON}" -c "import transformers, safetensors" RESULT_VARIABLE NO_TRANSFORMERS
+  OUTPUT_QUIET ERROR_QUIET)
+if(NO_TRANSFORMERS EQUAL 0)
+  add_test(NAME hf.roundtrip COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_roundtrip.py
+    ${CMAKE_CURRENT_BINARY_DIR}/hf ${TRAIN} ${PICOTRON_MPIRUN})
+  set_tests_properties(hf.roundtrip PROPERTIES LABELS "cli;mpi;hf" TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    PROCESSORS 2 PASS_REGULAR_EXPRESSION "hf ok" FAIL_REGULAR_EXPRESSION "FAILED")
+else()
+  message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip is not registered (scripts/setup.sh installs it)")
+endif()
+picotron_cli_test(hf.bad_init_from ${EXPECT_FAIL} "error: --init-from /nonexistent/llama: .*config.json: no such file" --
+  ${TRAIN} --init-from /nonexistent/llama)
+set(HF_DIR ${CMAKE_CURRENT_BINARY_DIR}/hf_export_flags)
+picotron_cli_test(hf.conflicting_shape_flag ${EXPECT_FAIL}
+  "error: --hidden-size 32 disagrees with .*config.json \\(hidden_size 128\\)" -- sh -c
+  "rm -rf ${HF_DIR} && ${TRAIN} --device cpu --steps 1 --seq-len 16 --micro-batch-size 2 --generate 0 --export-hf ${HF_DIR} >/dev/null && ${TRAIN} --device cpu --init-from ${HF_DIR} --hidden-size 32")
+picotron_cli_test(hf.bad_prompt_ids ${EXPECT_FAIL} "error: --prompt-ids: 'x' is not a token id" -- ${TRAIN} --prompt-ids 1,x)
 if(NO_MATPLOTLIB EQUAL 0)
   add_test(NAME cli.plot_scripts COMMAND sh -c "${TRAIN} --device cpu --steps 3 --seq-len 32 --grad-acc-steps 2 --generate 0 \
 --threads 1 --memory-trace ${CMAKE_CURRENT_BINARY_DIR}/plot_trace.jsonl --metrics-file ${CMAKE_CURRENT_BINARY_DIR}/plot_metrics.jsonl \
