@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "picotron/checkpoint.h"
+#include "picotron/safetensors.h"
 #include "picotron/utils.h"
 
 using namespace picotron;
@@ -61,4 +62,31 @@ TEST_CASE("utils: the CPU tensor memory counter sees every allocation and free, 
   CHECK(peak_memory_bytes(cpu) - before == 9000);
   reset_peak_memory(cpu);
   CHECK(peak_memory_bytes(cpu) == before);
+}
+
+TEST_CASE("safetensors: layout on disk, metadata, and every broken file named", "[safetensors]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto path = (dir / "picotron_test.safetensors").string();
+  write_safetensors(path, {{"a", torch::arange(6, torch::kFloat32).view({2, 3})}, {"b", torch::ones({1}, torch::kInt64)}},
+                    {{"format", "pt"}});
+  // 8-byte little-endian header length, then JSON; the data starts 8-byte aligned.
+  std::ifstream in(path, std::ios::binary);
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  CHECK(n % 8 == 0);
+  CHECK(std::filesystem::file_size(path) == 8 + n + 6 * 4 + 8);
+  const SafetensorsFile f(path);
+  CHECK(f.metadata().at("format") == "pt");
+  CHECK(torch::equal(f.read("a"), torch::arange(6, torch::kFloat32).view({2, 3})));
+  CHECK(f.read("b").scalar_type() == torch::kInt64);
+  CHECK(fnv1a64(f.read("a")) != fnv1a64(f.read("a") + 1));
+  // Truncated: the header is whole, the data is not.
+  std::filesystem::resize_file(path, 8 + n + 10);
+  CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains(path) && Catch::Contains("tensor 'a'") && Catch::Contains("truncated"));
+  std::filesystem::resize_file(path, 5);
+  CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains("truncated"));
+  std::ofstream(path, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{not json at all", 24);
+  CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains(path) && Catch::Contains("corrupt header"));
 }
