@@ -213,6 +213,9 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
 
   // ---- the loop ---------------------------------------------------------------------
   mesh.reset_ledgers();        // --comm-report counts the training steps only
+  int bad_steps = 0;  // steps with a non-finite loss or grad norm (--max-bad-steps)
+  int64_t last_good_step = 0;
+  double last_good_loss = 0;
   for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
     reset_peak_memory(device);  // "mem": this step's peak (tensor memory; on the CPU counted exactly)
@@ -271,6 +274,25 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     stats.skipped = !finite;
     if (rank == 0 && should_log(stats.step, cfg.steps, cfg.log_every)) std::cout << step_line(stats) << std::endl;
     metrics.write(stats);
+    // Divergence: the loss and the norm are global, so every rank decides alike.
+    const bool bad = !std::isfinite(stats.loss) || (!finite && cfg.dtype != Precision::kFP16);
+    if (bad) {
+      ++bad_steps;
+      if (rank == 0 && !should_log(stats.step, cfg.steps, cfg.log_every)) std::cout << step_line(stats) << std::endl;
+      print0(rank, "step " + std::to_string(step + 1) + ": non-finite loss or gradient norm (bad step " +
+                       std::to_string(bad_steps) + " of --max-bad-steps " + std::to_string(cfg.max_bad_steps) + ")");
+      if (bad_steps >= cfg.max_bad_steps) {
+        if (rank == 0)
+          report_error(rank, "the run diverged: " + std::to_string(bad_steps) + " steps had a non-finite loss or "
+                       "gradient norm (--max-bad-steps " + std::to_string(cfg.max_bad_steps) + "); the last finite loss " +
+                       (last_good_step > 0 ? "was " + std::to_string(last_good_loss) + " at step " +
+                                                 std::to_string(last_good_step) : "never came") +
+                       ". Lower --lr, or raise --warmup-steps");
+        return 3;
+      }
+    } else {
+      last_good_step = step + 1, last_good_loss = stats.loss;
+    }
     if (!cfg.save_dir.empty() && ((cfg.save_every > 0 && (step + 1) % cfg.save_every == 0) || step + 1 == end_step)) {
       const Timer save_clock;
       const TrainingCounters counters{step + 1, zero ? zero->steps_taken() : adamw->steps_taken(), scaler.scale(),

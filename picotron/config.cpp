@@ -76,6 +76,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("beta2", "AdamW beta2", cxxopts::value<double>()->default_value(s(d.beta2)))
     ("adam-eps", "AdamW epsilon", cxxopts::value<double>()->default_value(s(d.adam_eps)))
     ("grad-clip", "clip the global gradient norm to this (0: off)", cxxopts::value<double>()->default_value(s(d.grad_clip)))
+    ("max-bad-steps", "stop with an error (exit 3) after this many steps with a non-finite loss or gradient norm (fp16 overflow steps with a finite loss do not count)", cxxopts::value<int>()->default_value(s(d.max_bad_steps)))
     ("init-std", "std of the normal initialisation of weight matrices", cxxopts::value<double>()->default_value(s(d.init_std)))
     ("seed", "seed of initialisation and data order", cxxopts::value<uint64_t>()->default_value(s(d.seed)))
     ("data", "arithmetic | synthetic | a text file | a token file (.bin) or a directory of them", cxxopts::value<std::string>()->default_value(d.data));
@@ -215,6 +216,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.keep_checkpoints = r["keep-checkpoints"].as<int>();
     if (r.count("resume")) c.resume = r["resume"].as<std::string>();
     c.stop_at_step = r["stop-at-step"].as<int64_t>();
+    c.max_bad_steps = r["max-bad-steps"].as<int>();
     c.log_every = r["log-every"].as<int>();
     c.comm_report = r.count("comm-report") > 0 && r["comm-report"].as<bool>();
     c.generate = r["generate"].as<int>();
@@ -245,6 +247,7 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   need(c.steps >= 0, "--steps must be >= 0 (0: no training: --eval, --generate, --export-hf only), got " + str(c.steps));
   need(c.log_every >= 0, "--log-every must be >= 0 (0: automatic), got " + str(c.log_every));
   positive("--timeout-s", c.timeout_s);
+  need(c.max_bad_steps >= 1, "--max-bad-steps must be >= 1, got " + str(c.max_bad_steps));
   need(c.eval_logits.empty() || !c.eval.empty(), "--eval-logits needs --eval");
   for (int64_t id : c.prompt_ids)
     need(id < m.vocab_size, "--prompt-ids: token " + str(id) + " is not below --vocab-size " + str(m.vocab_size));

@@ -73,6 +73,8 @@ struct TrainConfig {
   double beta2 = 0.95;                 // AdamW second-moment decay
   double adam_eps = 1e-8;              // AdamW epsilon
   double grad_clip = 1.0;              // global grad-norm clipping threshold (0: off)
+  int max_bad_steps = 3;               // stop (exit 3) after this many steps with a non-finite loss or grad
+                                       //   norm (fp16 overflows with a finite loss do not count)
   double init_std = 0.02;              // std of the normal init of weight matrices
   uint64_t seed = 1234;                // seed of init and data order
   // --- data ---

@@ -24,6 +24,7 @@ std::vector<int64_t> continue_tokens(LlamaForCausalLM& model, const std::vector<
   for (int64_t i = 0; i < max_new; ++i) {
     auto input = torch::tensor(tokens, torch::kInt64).unsqueeze(0).to(device);  // [1, S]
     auto logits = model->forward(input)[0][-1].to(torch::kFloat32).cpu();       // [V]
+    if (!torch::isfinite(logits).all().item<bool>()) break;  // a diverged model: no token to pick
     int64_t next;
     if (temperature <= 0) {
       next = logits.argmax().item<int64_t>();

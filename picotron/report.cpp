@@ -81,7 +81,7 @@ std::string step_line(const StepStats& s) {
   std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
                 (long long)s.step, (long long)s.steps, s.loss, s.lr, s.grad_norm,
                 with_commas(int64_t(s.tokens_per_s)).c_str(), mfu_text, human_bytes(double(s.peak_mem_bytes)).c_str(),
-                s.skipped ? " | overflow: step skipped" : "");
+                s.skipped ? " | non-finite grad norm: optimizer step skipped" : "");
   return line;
 }
 

@@ -321,3 +321,17 @@ picotron_memory_estimate(tiny_zero1 2 --seq-len 128 --micro-batch-size 8 --dp 2 
 picotron_memory_estimate(tiny_zero2 2 --seq-len 128 --micro-batch-size 8 --dp 2 --zero 2)
 picotron_memory_estimate(tiny_zero3 2 --seq-len 128 --micro-batch-size 8 --dp 2 --zero 3)
 picotron_memory_estimate(tiny_cp2 2 --seq-len 128 --micro-batch-size 8 --cp 2)
+
+# Divergence: a non-finite loss or grad norm is reported on its step; after --max-bad-steps
+# the run stops with one line and exit 3 (every rank alike: the loss and norm are global);
+# the metrics stay valid JSON; sampling a diverged model does not abort.
+set(DIVERGE --device cpu --steps 8 --seq-len 32 --lr 1e12 --warmup-steps 0 --threads 1)
+list(JOIN DIVERGE " " DIVERGE_LINE)
+picotron_cli_test(cli.diverged ${EXPECT_FAIL}
+  "error: the run diverged: 2 steps had a non-finite loss or gradient norm \\(--max-bad-steps 2\\). the last finite loss was [0-9.]+ at step 1" --
+  sh -c "${TRAIN} ${DIVERGE_LINE} --micro-batch-size 2 --max-bad-steps 2 --metrics-file ${CMAKE_CURRENT_BINARY_DIR}/diverged.jsonl \
+|| (python3 -c \"[__import__('json').loads(l) for l in open('${CMAKE_CURRENT_BINARY_DIR}/diverged.jsonl')]\" && exit 3 || exit 0)")
+picotron_mpi_cli_test(cli.mpi_diverged 2 "error: the run diverged" ${TRAIN} ${DIVERGE} --dp 2 --micro-batch-size 1)
+add_test(NAME cli.diverged_samples COMMAND ${TRAIN} ${DIVERGE} --micro-batch-size 2 --data synthetic --max-bad-steps 100 --generate 2)
+set_tests_properties(cli.diverged_samples PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "samples .*step +8/8|step +8/8.*samples")
+picotron_cli_test(cli.bad_max_bad_steps ${EXPECT_FAIL} "error: --max-bad-steps must be >= 1, got 0" -- ${TRAIN} --max-bad-steps 0)
