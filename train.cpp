@@ -16,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #include "picotron/optim.h"
 #include "picotron/memory_estimate.h"
 #include "picotron/hf.h"
+#include "picotron/output_file.h"
 #include "picotron/report.h"
 #include "picotron/resume.h"
 #include "picotron/shard.h"
@@ -288,6 +290,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                        (last_good_step > 0 ? "was " + std::to_string(last_good_loss) + " at step " +
                                                  std::to_string(last_good_step) : "never came") +
                        ". Lower --lr, or raise --warmup-steps");
+        metrics.finish();  // what was written stays: valid JSON lines
+        memory_trace.finish();
         return 3;
       }
     } else {
@@ -302,6 +306,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                        std::to_string(world.size()) + " file(s), " + seconds_text(save_clock.seconds()) + ")");
     }
   }
+  metrics.finish();
+  memory_trace.finish();
   if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) {
     char formula_value[32];
@@ -386,6 +392,15 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    // Every output can be written, checked now rather than after the run (picotron/output_file.h).
+    if (problems.empty())
+      for (const auto& [flag, path, directory] :
+           {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
+            {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
+            {"--eval-logits", cfg.eval_logits, false}, {"--save-dir", cfg.save_dir, true},
+            {"--export-hf", cfg.export_hf, true}})
+        if (!path.empty())
+          if (auto p = output_path_problem(flag, path, directory, cfg.data); !p.empty()) problems.push_back(p);
     if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())
       problems.push_back("--device cuda: no CUDA device is visible to this process");
     if (problems.empty() && cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine

@@ -10,12 +10,8 @@
 
 namespace picotron {
 
-void save_tensors(const std::string& path, const NamedTensors& tensors) {
-  try {
-    write_safetensors(path, tensors);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cannot write parameter file " + std::string(e.what()));
-  }
+void save_tensors(const std::string& path, const NamedTensors& tensors, const std::string& flag) {
+  write_safetensors(path, tensors, {}, flag);
 }
 
 std::map<std::string, torch::Tensor> load_tensors(const std::string& path) {

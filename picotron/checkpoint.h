@@ -26,7 +26,7 @@ namespace picotron {
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Writes every tensor (moved to the CPU). Throws naming the path if it cannot.
-void save_tensors(const std::string& path, const NamedTensors& tensors);
+void save_tensors(const std::string& path, const NamedTensors& tensors, const std::string& flag = "--save-params");
 // Reads a file written by save_tensors. Throws one line naming the path if it is
 // missing or corrupt.
 std::map<std::string, torch::Tensor> load_tensors(const std::string& path);

@@ -36,6 +36,7 @@ static std::string name_the_flag(const std::string& what, int argc, const char* 
     else if (i > 1 && std::string(argv[i - 1]).rfind("--", 0) == 0) { flag = argv[i - 1]; value = arg; }
     if (!flag.empty() && !value.empty() && what.find(value) != std::string::npos)
       return flag + ": '" + value + "' is not a valid value";
+    if (!flag.empty() && value.empty()) return flag + ": empty value";  // "--steps ''"
   }
   return what;
 }
@@ -123,6 +124,9 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
       return out;
     }
     if (!r.unmatched().empty()) throw std::invalid_argument("unexpected argument '" + r.unmatched()[0] + "'");
+    // A flag given an empty value ("--metrics-file ''") is a mistake, not "no file".
+    for (const auto& kv : r.arguments())
+      if (kv.value().empty()) throw std::invalid_argument("--" + kv.key() + ": empty value");
     TrainConfig c;
     c.model = r["model"].as<std::string>();
     for (const char* flag : {"model", "hidden-size", "intermediate-size", "num-hidden-layers", "num-attention-heads",

@@ -232,7 +232,8 @@ void Distributed::abort_job(int code) const {
   std::cerr.flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  if (mpi_initialised_) MPI_Abort(MPI_COMM_WORLD, code);  // mpirun / srun then kill every rank
+  // mpirun / srun then kill every rank (alone, there is nobody to kill: no MPI banner)
+  if (mpi_initialised_ && info_.world_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // torchrun: its agent sees the exit code and stops the other workers
 }
 

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "picotron/output_file.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cstdio>
@@ -145,9 +147,7 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
     for (int64_t i = 0; i < b; ++i)
       for (int64_t t = 0; t < s; ++t)
         for (int64_t k = 0; k < v; ++k) out["logits"][size_t(i)][size_t(t)][size_t(k)] = p[(i * s + t) * v + k];
-    std::ofstream f(logits_path);
-    f << out.dump() << "\n";
-    if (!f) throw std::runtime_error("--eval-logits " + logits_path + ": cannot write");
+    write_file("--eval-logits", logits_path, out.dump() + "\n");
   }
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "picotron/init.h"
+#include "picotron/output_file.h"
 #include "picotron/safetensors.h"
 
 namespace picotron {
@@ -155,11 +156,10 @@ void export_hf(const std::string& dir, const LlamaConfig& c, const NamedTensors&
                        {"attention_bias", false},
                        {"mlp_bias", false},
                        {"torch_dtype", "float32"}};
-  std::ofstream(fs::path(dir) / "config.json") << config.dump(2) << "\n";
+  write_file("--export-hf", (fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
   NamedTensors tensors;
   for (const auto& [name, t] : full) tensors.emplace_back(name, t.to(torch::kFloat32).contiguous());
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  if (!fs::exists(fs::path(dir) / "config.json")) throw std::runtime_error("--export-hf " + dir + ": cannot write config.json");
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}}, "--export-hf");
 }
 
 }  // namespace picotron

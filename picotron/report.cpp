@@ -90,37 +90,31 @@ bool should_log(int64_t step, int64_t steps, int log_every) {
   return step == 1 || step == steps || step % every == 0;
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
-  if (path_.empty()) return;
-  out_.open(path_);
-  if (!out_) throw std::runtime_error("--metrics-file " + path_ + ": cannot open for writing");
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (!path.empty()) out_ = OutputFile("--metrics-file", path);
 }
 
 void MetricsWriter::write(const StepStats& s) {
-  if (path_.empty()) return;
+  if (!out_.active()) return;
   // Non-finite numbers (a diverged loss, an fp16 overflow) are written as null: valid JSON.
   nlohmann::ordered_json j = {{"step", s.step},          {"loss", s.loss},
                       {"lr", s.lr},              {"grad_norm", s.grad_norm},
                       {"tokens_per_s", s.tokens_per_s}, {"mfu", nullptr},
                       {"peak_mem_bytes", s.peak_mem_bytes}, {"skipped", s.skipped}};
   if (s.mfu >= 0) j["mfu"] = s.mfu;
-  out_ << j.dump() << "\n" << std::flush;
-  if (!out_) throw std::runtime_error("--metrics-file " + path_ + ": write failed");
+  out_.write(j.dump() + "\n");
 }
 
-MemoryTraceWriter::MemoryTraceWriter(const std::string& path) : path_(path) {
-  if (path_.empty()) return;
-  out_.open(path_);
-  if (!out_) throw std::runtime_error("--memory-trace " + path_ + ": cannot open for writing");
+MemoryTraceWriter::MemoryTraceWriter(const std::string& path) {
+  if (!path.empty()) out_ = OutputFile("--memory-trace", path);
 }
 
 void MemoryTraceWriter::write(int64_t step, const std::string& phase, int64_t micro, double seconds, int64_t bytes,
                               int64_t peak) {
-  if (path_.empty()) return;
+  if (!out_.active()) return;
   nlohmann::ordered_json j = {{"step", step}, {"phase", phase}, {"micro", micro}, {"t", seconds},
                               {"bytes", bytes}, {"peak", peak}};
-  out_ << j.dump() << "\n";
-  if (!out_) throw std::runtime_error("--memory-trace " + path_ + ": write failed");
+  out_.write(j.dump() + "\n");
 }
 
 }  // namespace picotron

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "picotron/config.h"
+#include "picotron/output_file.h"
 #include "picotron/shard.h"
 
 namespace picotron {
@@ -37,16 +38,17 @@ std::string step_line(const StepStats& s);
 // log_every > 0 overrides the interval.
 bool should_log(int64_t step, int64_t steps, int log_every);
 
-// --metrics-file: one JSON object per step (nlohmann-json), flushed every line; opened
-// (and checked) at construction. Inactive with an empty path.
+// --metrics-file: one JSON object per step (nlohmann-json), each line written (and the
+// write checked) as the step ends, into "<path>.tmp"; finish() renames it into place
+// (picotron/output_file.h). Inactive with an empty path.
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);
   void write(const StepStats& s);
+  void finish() { out_.commit(); }
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  OutputFile out_;
 };
 
 // --memory-trace: one JSON object per phase of each step (this rank's tensor memory,
@@ -56,12 +58,12 @@ class MetricsWriter {
 class MemoryTraceWriter {
  public:
   explicit MemoryTraceWriter(const std::string& path);
-  bool enabled() const { return !path_.empty(); }
+  bool enabled() const { return out_.active(); }
   void write(int64_t step, const std::string& phase, int64_t micro, double seconds, int64_t bytes, int64_t peak);
+  void finish() { out_.commit(); }
 
  private:
-  std::string path_;
-  std::ofstream out_;
+  OutputFile out_;
 };
 
 }  // namespace picotron

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "picotron/output_file.h"
 #include "zero/zero.h"
 
 namespace picotron {
@@ -173,7 +174,7 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
       tensors.emplace_back(piece.key, cpu);
     }
     const std::string path = (tmp / rank_file(rank)).string();
-    write_safetensors(path, tensors, {{"format", kFormat}, {"pieces", pieces.dump()}});
+    write_safetensors(path, tensors, {{"format", kFormat}, {"pieces", pieces.dump()}}, "--save-dir");
     if (killed_during_save(counters.step, rank, world.size())) {
       fs::resize_file(path, fs::file_size(path) / 2);
       std::raise(SIGKILL);
@@ -210,11 +211,7 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
           tensor["pieces"].push_back(piece);
         }
       }
-      const fs::path manifest_tmp = tmp / "manifest.json.tmp";
-      std::ofstream(manifest_tmp) << manifest.dump(1) << "\n";
-      if (!fs::exists(manifest_tmp) || fs::file_size(manifest_tmp) == 0)
-        throw std::runtime_error("cannot write " + manifest_tmp.string());
-      fs::rename(manifest_tmp, tmp / "manifest.json");
+      write_file("--save-dir", (tmp / "manifest.json").string(), manifest.dump(1) + "\n");
       remove_tree(final_dir);
       fs::rename(tmp, final_dir);
       // keep the newest --keep-checkpoints; unfinished saves of earlier steps go too

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "picotron/output_file.h"
+
 namespace picotron {
 
 namespace {
@@ -42,7 +44,7 @@ uint64_t fnv1a64(const torch::Tensor& t) {
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, const std::string& flag) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<torch::Tensor> data;
@@ -57,16 +59,14 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::runtime_error(path + ": cannot open for writing");
+  OutputFile out(flag, path);
   const uint64_t n = text.size();
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = (unsigned char)(n >> (8 * i));  // little-endian
-  out.write(reinterpret_cast<const char*>(length), 8);
-  out.write(text.data(), std::streamsize(text.size()));
-  for (const auto& c : data) out.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.nbytes()));
-  out.flush();
-  if (!out) throw std::runtime_error(path + ": write failed (disk full?)");
+  out.write(length, 8);
+  out.write(text);
+  for (const auto& c : data) out.write(c.data_ptr(), c.nbytes());
+  out.commit();
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

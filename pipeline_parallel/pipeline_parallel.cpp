@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "picotron/output_file.h"
+
 namespace picotron {
 
 // ---- the stage split (pure) ---------------------------------------------------------
@@ -247,10 +249,7 @@ void Pipeline::write_trace(const std::string& path, Comm& world, const nlohmann:
     }
   }
   nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", about}};
-  std::ofstream out(path);
-  TORCH_CHECK(out, "--pp-trace: cannot write ", path);
-  out << doc.dump() << "\n";
-  TORCH_CHECK(out.good(), "--pp-trace: writing ", path, " failed (disk full?)");
+  write_file("--pp-trace", path, doc.dump() + "\n");
 }
 
 }  // namespace picotron

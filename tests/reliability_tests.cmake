@@ -1,0 +1,26 @@
+# Reliability: what a careless or hostile user, a full disk or a diverging run does to
+# build/train. Every case: one line naming the flag or file, a non-zero exit, no hang,
+# no partial file under a final name (picotron/output_file.h). Divergence: cli.diverged*.
+set(R_FLAGS --device cpu --model tiny --steps 3 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1)
+function(picotron_reliability name regex)
+  add_test(NAME reliability.${name} COMMAND ${EXPECT_FAIL} "${regex}" -- ${ARGN})
+  set_tests_properties(reliability.${name} PROPERTIES LABELS "reliability;cli" TIMEOUT 60 ENVIRONMENT "${CLI_ENV}")
+endfunction()
+# Output paths, checked at start-up (before any training).
+picotron_reliability(output_device "error: --save-params /dev/full: not a regular file" ${TRAIN} ${R_FLAGS} --save-params /dev/full)
+picotron_reliability(output_directory "error: --metrics-file /tmp: is a directory" ${TRAIN} ${R_FLAGS} --metrics-file /tmp)
+picotron_reliability(output_no_dir "error: --save-params /nonexistent/d/p.safetensors: directory /nonexistent/d does not exist"
+  ${TRAIN} ${R_FLAGS} --save-params /nonexistent/d/p.safetensors)
+picotron_reliability(output_empty "error: --metrics-file: empty value" sh -c "$<TARGET_FILE:train> --device cpu --metrics-file ''")
+picotron_reliability(empty_number "error: --steps: empty value" sh -c "$<TARGET_FILE:train> --steps ''")
+picotron_reliability(save_dir_is_file "error: --save-dir /etc/passwd: exists and is not a directory" ${TRAIN} ${R_FLAGS} --save-dir /etc/passwd)
+picotron_reliability(output_is_data "error: --save-params .*corpus.txt: is the --data file, which it would overwrite" sh -c
+  "echo 'some text to train on' > ${CMAKE_CURRENT_BINARY_DIR}/corpus.txt && $<TARGET_FILE:train> --device cpu --data ${CMAKE_CURRENT_BINARY_DIR}/corpus.txt --save-params ${CMAKE_CURRENT_BINARY_DIR}/corpus.txt")
+picotron_mpi_cli_test(reliability.mpi_output_device 2 "\\[rank 1\\] error: --metrics-file /dev/full: not a regular file"
+  ${TRAIN} ${R_FLAGS} --dp 2 --micro-batch-size 1 --metrics-file /dev/full)
+# A full disk (a 256 KiB tmpfs; skipped without root): --save-params, --metrics-file mid-run
+# and a checkpoint each fail with one line and leave no partial file.
+add_test(NAME reliability.full_disk COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/full_disk.sh
+  ${CMAKE_CURRENT_BINARY_DIR}/full_disk -- ${TRAIN} ${R_FLAGS})
+set_tests_properties(reliability.full_disk PROPERTIES LABELS "reliability;cli" TIMEOUT 120 SKIP_RETURN_CODE 77
+  PASS_REGULAR_EXPRESSION "full disk ok" FAIL_REGULAR_EXPRESSION "FAILED")
