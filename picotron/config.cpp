@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
 #include <stdexcept>
 
 namespace picotron {
@@ -249,6 +250,38 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   positive("--micro-batch-size", c.micro_batch_size);
   positive("--grad-acc-steps", c.grad_acc_steps);
   need(c.steps >= 0, "--steps must be >= 0 (0: no training: --eval, --generate, --export-hf only), got " + str(c.steps));
+  // Upper bounds: far above any model this program can train, low enough that every
+  // product of sizes below (rows, tokens, parameters, bytes) fits in 64 bits.
+  for (auto [flag, v, most] : {std::tuple{"--hidden-size", m.hidden_size, int64_t(1) << 16},
+                               {"--intermediate-size", m.intermediate_size, int64_t(1) << 20},
+                               {"--num-hidden-layers", m.num_hidden_layers, int64_t(1) << 10},
+                               {"--num-attention-heads", m.num_attention_heads, int64_t(1) << 12},
+                               {"--num-key-value-heads", m.num_key_value_heads, int64_t(1) << 12},
+                               {"--vocab-size", m.vocab_size, int64_t(1) << 24},
+                               {"--max-position-embeddings", m.max_position_embeddings, int64_t(1) << 24},
+                               {"--seq-len", c.seq_len, int64_t(1) << 24},
+                               {"--micro-batch-size", c.micro_batch_size, int64_t(1) << 20},
+                               {"--grad-acc-steps", c.grad_acc_steps, int64_t(1) << 20},
+                               {"--steps", c.steps, int64_t(1) << 40},
+                               {"--threads", int64_t(c.threads), int64_t(1) << 12},
+                               {"--generate", int64_t(c.generate), int64_t(1) << 20},
+                               {"--dp", int64_t(c.dp), int64_t(1) << 16}, {"--tp", int64_t(c.tp), int64_t(1) << 16},
+                               {"--pp", int64_t(c.pp), int64_t(1) << 16}, {"--cp", int64_t(c.cp), int64_t(1) << 16},
+                               {"--pp-virtual-stages", int64_t(c.pp_virtual_stages), int64_t(1) << 10},
+                               {"--timeout-s", int64_t(c.timeout_s), int64_t(7) * 24 * 3600},
+                               {"--keep-checkpoints", int64_t(c.keep_checkpoints), int64_t(1) << 20}})
+    need(v <= most, std::string(flag) + " must be <= " + str(most) + ", got " + str(v));
+  need(!(c.dp_bucket_mb > 1 << 20), "--dp-bucket-mb must be <= 1048576, got " + str(c.dp_bucket_mb));
+  // Products of the (bounded) sizes: rows and tokens of a step.
+  if (c.micro_batch_size > 0 && c.grad_acc_steps > 0 && c.dp > 0 && c.seq_len > 0) {
+    int64_t rows = 0, tokens = 0;
+    const bool overflow = __builtin_mul_overflow(c.micro_batch_size, c.grad_acc_steps, &rows) ||
+                          __builtin_mul_overflow(rows, int64_t(c.dp), &rows) ||
+                          __builtin_mul_overflow(rows, c.seq_len, &tokens);
+    need(!overflow && tokens <= int64_t(1) << 40,
+         "--micro-batch-size x --grad-acc-steps x --dp x --seq-len = the tokens of a step must be <= 2^40 (got " +
+             (overflow ? std::string("more than 2^63") : str(tokens)) + ")");
+  }
   need(c.log_every >= 0, "--log-every must be >= 0 (0: automatic), got " + str(c.log_every));
   positive("--timeout-s", c.timeout_s);
   need(c.max_bad_steps >= 1, "--max-bad-steps must be >= 1, got " + str(c.max_bad_steps));

@@ -24,3 +24,11 @@ add_test(NAME reliability.full_disk COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/full_dis
   ${CMAKE_CURRENT_BINARY_DIR}/full_disk -- ${TRAIN} ${R_FLAGS})
 set_tests_properties(reliability.full_disk PROPERTIES LABELS "reliability;cli" TIMEOUT 120 SKIP_RETURN_CODE 77
   PASS_REGULAR_EXPRESSION "full disk ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# Sizes: documented upper bounds, and the product of a step's sizes checked for overflow.
+picotron_reliability(huge_grad_acc "error: --grad-acc-steps must be <= 1048576, got 4611686018427387905"
+  ${TRAIN} --micro-batch-size 4 --grad-acc-steps 4611686018427387905)
+picotron_reliability(huge_hidden "error: --hidden-size must be <= 65536, got 4294967296" ${TRAIN} --hidden-size 4294967296 --dry-run)
+picotron_reliability(huge_vocab "error: --vocab-size must be <= 16777216" ${TRAIN} --vocab-size 9223372036854775807 --dry-run)
+picotron_reliability(huge_threads "error: --threads must be <= 4096, got 2147483647" ${TRAIN} --threads 2147483647)
+picotron_reliability(huge_step "error: --micro-batch-size x --grad-acc-steps x --dp x --seq-len = the tokens of a step must be <= 2\\^40"
+  ${TRAIN} --micro-batch-size 1048576 --grad-acc-steps 1048576 --seq-len 2048)
