@@ -4,10 +4,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace picotron {
 
@@ -28,42 +34,47 @@ uint64_t mix(uint64_t a, uint64_t b) {
 
 std::runtime_error data_error(const std::string& what) { return std::runtime_error("--data " + what); }
 
-std::vector<char> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw data_error(path.string() + ": cannot open (missing or unreadable)");
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+// The window starts of every row of a step's global batch, from one generator seeded by
+// (seed, step): a row's window does not depend on which rank asks for it.
+torch::Tensor window_starts(uint64_t seed, int64_t step, int64_t tokens, int64_t row_len, int64_t global_rows) {
+  auto gen = at::detail::createCPUGenerator(mix(seed, uint64_t(step)));
+  const int64_t max_start = tokens - row_len;  // inclusive
+  return torch::randint(0, max_start + 1, {global_rows}, gen, torch::kInt64);  // [G]
 }
 
-// Tokens of one .bin file: picotron's header format, or nanoGPT's raw uint16.
-std::vector<int32_t> read_token_file(const fs::path& path) {
-  const auto bytes = read_file(path);
+// What a file of --data holds, from its size and first bytes (nothing else is read):
+// PICOTOK1 token files, nanoGPT's raw uint16 .bin, or text (a byte per token).
+MappedSource::File describe_file(const fs::path& path, bool token_file) {
   const std::string name = path.string();
-  if (bytes.empty()) throw data_error(name + ": file is empty");
-  std::vector<int32_t> tokens;
-  if (bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0) {
-    if (int64_t(bytes.size()) < kHeaderBytes) throw data_error(name + ": truncated header (" + std::to_string(bytes.size()) + " bytes)");
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (fs::is_directory(status)) throw data_error(name + ": is a directory, not a token file");
+  if (!fs::is_regular_file(status)) throw data_error(name + ": not a regular file (a FIFO, device or socket)");
+  const auto size = int64_t(fs::file_size(path, ec));
+  if (ec) throw data_error(name + ": cannot read its size: " + ec.message());
+  if (size == 0) throw data_error(name + ": file is empty");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw data_error(name + ": cannot open (" + std::strerror(errno) + ")");
+  MappedSource::File f{name, 0, 1, size};
+  if (!token_file) return f;  // text
+  char head[24] = {};
+  in.read(head, std::min<int64_t>(size, 24));
+  if (size >= int64_t(sizeof(kMagic)) && std::memcmp(head, kMagic, sizeof(kMagic)) == 0) {
+    if (size < kHeaderBytes) throw data_error(name + ": truncated header (" + std::to_string(size) + " bytes)");
     uint32_t width = 0;
     uint64_t count = 0;
-    std::memcpy(&width, bytes.data() + 8, 4);
-    std::memcpy(&count, bytes.data() + 16, 8);
+    std::memcpy(&width, head + 8, 4);
+    std::memcpy(&count, head + 16, 8);
     if (width != 2 && width != 4) throw data_error(name + ": bytes per token is " + std::to_string(width) + ", expected 2 or 4");
-    const uint64_t expected = kHeaderBytes + count * width;
-    if (bytes.size() != expected)
-      throw data_error(name + ": truncated or corrupt: header says " + std::to_string(count) + " tokens (" +
-                       std::to_string(expected) + " bytes) but the file has " + std::to_string(bytes.size()) + " bytes");
-    tokens.resize(count);
-    const char* p = bytes.data() + kHeaderBytes;
-    for (uint64_t i = 0; i < count; ++i) {
-      if (width == 2) { uint16_t t; std::memcpy(&t, p + 2 * i, 2); tokens[i] = t; }
-      else { uint32_t t; std::memcpy(&t, p + 4 * i, 4); tokens[i] = int32_t(t); }
-    }
-  } else {  // nanoGPT: headerless little-endian uint16
-    if (bytes.size() % 2 != 0) throw data_error(name + ": truncated: raw uint16 file has an odd size (" + std::to_string(bytes.size()) + " bytes)");
-    tokens.resize(bytes.size() / 2);
-    for (size_t i = 0; i < tokens.size(); ++i) { uint16_t t; std::memcpy(&t, bytes.data() + 2 * i, 2); tokens[i] = t; }
+    const uint64_t data_bytes = uint64_t(size - kHeaderBytes);
+    if (count > data_bytes / width || count * width != data_bytes)  // (no overflow: count is checked first)
+      throw data_error(name + ": truncated or corrupt: header says " + std::to_string(count) + " tokens of " +
+                       std::to_string(width) + " bytes but the file has " + std::to_string(size) + " bytes");
+    if (count == 0) throw data_error(name + ": holds no tokens");
+    return {name, kHeaderBytes, int(width), int64_t(count)};
   }
-  if (tokens.empty()) throw data_error(name + ": holds no tokens");
-  return tokens;
+  if (size % 2 != 0) throw data_error(name + ": truncated: raw uint16 file has an odd size (" + std::to_string(size) + " bytes)");
+  return {name, 0, 2, size / 2};  // nanoGPT: headerless little-endian uint16
 }
 
 }  // namespace
@@ -74,16 +85,63 @@ MemorySource::MemorySource(std::vector<int32_t> tokens, std::string description)
 
 torch::Tensor MemorySource::rows(uint64_t seed, int64_t step, int64_t global_rows, int64_t first_row,
                                  int64_t num_rows, int64_t row_len) const {
-  // Offsets of ALL rows of the global batch come from one generator, so a row's window
-  // does not depend on which rank asks for it.
-  auto gen = at::detail::createCPUGenerator(mix(seed, uint64_t(step)));
-  const int64_t max_start = int64_t(tokens_.size()) - row_len;  // inclusive
-  auto starts = torch::randint(0, max_start + 1, {global_rows}, gen, torch::kInt64);  // [G]
+  auto starts = window_starts(seed, step, int64_t(tokens_.size()), row_len, global_rows);  // [G]
   auto out = torch::empty({num_rows, row_len}, torch::kInt64);                         // [rows, S+1]
   auto o = out.accessor<int64_t, 2>();
   auto s = starts.accessor<int64_t, 1>();
   for (int64_t r = 0; r < num_rows; ++r)
     for (int64_t j = 0; j < row_len; ++j) o[r][j] = tokens_[s[first_row + r] + j];
+  return out;
+}
+
+MappedSource::MappedSource(const std::vector<File>& files, int64_t vocab_size, std::string description)
+    : vocab_size_(vocab_size), description_(std::move(description)) {
+  for (const auto& f : files) {
+    const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw data_error(f.path + ": cannot open (" + std::strerror(errno) + ")");
+    const size_t bytes = size_t(f.header_bytes + f.count * f.width);
+    void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int error = errno;
+    ::close(fd);  // the mapping stays
+    if (base == MAP_FAILED) throw data_error(f.path + ": cannot map it into memory (" + std::strerror(error) + ")");
+    ::madvise(base, bytes, MADV_RANDOM);  // windows at random offsets: no read-ahead
+    maps_.push_back({f, base, bytes});
+    first_token_.push_back(total_);
+    total_ += f.count;
+  }
+  // A corpus small enough is checked whole now (every token below the vocabulary); a
+  // larger one token by token as windows are read, so that opening it reads nothing.
+  if (total_ <= (int64_t(1) << 26))
+    for (int64_t i = 0; i < total_; ++i) token(i);
+  description_ += " (" + std::to_string(total_) + " tokens, memory-mapped)";
+}
+
+MappedSource::~MappedSource() {
+  for (const auto& m : maps_) ::munmap(m.base, m.bytes);
+}
+
+int64_t MappedSource::token(int64_t i) const {
+  const size_t k = size_t(std::upper_bound(first_token_.begin(), first_token_.end(), i) - first_token_.begin()) - 1;
+  const Mapped& m = maps_[k];
+  const auto* p = static_cast<const unsigned char*>(m.base) + m.file.header_bytes + (i - first_token_[k]) * m.file.width;
+  int64_t t = 0;
+  if (m.file.width == 1) t = p[0];
+  else if (m.file.width == 2) { uint16_t v; std::memcpy(&v, p, 2); t = v; }
+  else { uint32_t v; std::memcpy(&v, p, 4); t = v; }
+  if (t >= vocab_size_)
+    throw data_error(m.file.path + ": holds token " + std::to_string(t) + " (token " + std::to_string(i - first_token_[k]) +
+                     " of the file) but --vocab-size is " + std::to_string(vocab_size_));
+  return t;
+}
+
+torch::Tensor MappedSource::rows(uint64_t seed, int64_t step, int64_t global_rows, int64_t first_row,
+                                 int64_t num_rows, int64_t row_len) const {
+  auto starts = window_starts(seed, step, total_, row_len, global_rows);  // [G]
+  auto out = torch::empty({num_rows, row_len}, torch::kInt64);           // [rows, S+1]
+  auto o = out.accessor<int64_t, 2>();
+  auto s = starts.accessor<int64_t, 1>();
+  for (int64_t r = 0; r < num_rows; ++r)
+    for (int64_t j = 0; j < row_len; ++j) o[r][j] = token(s[first_row + r] + j);
   return out;
 }
 
@@ -122,45 +180,48 @@ std::vector<int32_t> arithmetic_tokens(int64_t num_problems) {
 // ---- opening --data -------------------------------------------------------------------
 std::shared_ptr<TokenSource> open_data(const std::string& spec, int64_t vocab_size, int64_t seq_len) {
   if (spec == "synthetic") return std::make_shared<SyntheticSource>(vocab_size);
-  std::vector<int32_t> tokens;
-  std::string description;
+  std::shared_ptr<TokenSource> source;
+  int64_t size = 0;
   if (spec == "arithmetic") {
-    tokens = arithmetic_tokens(/*num_problems=*/200000);
-    description = "arithmetic: 200000 generated problems 'a+b=c' (a, b in [0, 99]), byte tokens";
-  } else if (fs::is_directory(spec)) {
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(spec))
-      if (e.path().extension() == ".bin") files.push_back(e.path());
-    if (files.empty()) throw data_error(spec + ": directory holds no .bin token files");
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) {
-      auto part = read_token_file(f);
-      tokens.insert(tokens.end(), part.begin(), part.end());
-    }
-    description = spec + ": " + std::to_string(files.size()) + " token files";
-  } else if (!fs::exists(spec)) {
-    throw data_error(spec + ": no such file or directory (or use arithmetic | synthetic)");
-  } else if (fs::path(spec).extension() == ".bin") {
-    tokens = read_token_file(spec);
-    description = spec + ": token file";
+    auto tokens = arithmetic_tokens(/*num_problems=*/200000);
+    size = int64_t(tokens.size());
+    const int32_t max_token = *std::max_element(tokens.begin(), tokens.end());
+    if (max_token >= vocab_size)
+      throw data_error(spec + ": holds token " + std::to_string(max_token) + " but --vocab-size is " + std::to_string(vocab_size));
+    source = std::make_shared<MemorySource>(std::move(tokens), "arithmetic: 200000 generated problems 'a+b=c' "
+                                            "(a, b in [0, 99]), byte tokens (" + std::to_string(size) + " tokens)");
   } else {
-    const auto bytes = read_file(spec);
-    if (bytes.empty()) throw data_error(spec + ": file is empty");
-    tokens.reserve(bytes.size());
-    for (char ch : bytes) tokens.push_back(static_cast<unsigned char>(ch));
-    description = spec + ": text, byte tokens";
+    std::error_code ec;
+    const auto status = fs::status(spec, ec);
+    std::vector<MappedSource::File> files;
+    std::string description;
+    if (fs::is_directory(status)) {
+      std::vector<fs::path> paths;
+      fs::directory_iterator it(spec, ec), end;
+      if (ec) throw data_error(spec + ": cannot list the directory: " + ec.message());
+      for (; it != end; it.increment(ec)) {
+        if (ec) throw data_error(spec + ": cannot list the directory: " + ec.message());
+        if (it->path().extension() == ".bin") paths.push_back(it->path());
+      }
+      if (paths.empty()) throw data_error(spec + ": directory holds no .bin token files");
+      std::sort(paths.begin(), paths.end());
+      for (const auto& p : paths) files.push_back(describe_file(p, /*token_file=*/true));
+      description = spec + ": " + std::to_string(files.size()) + " token files";
+    } else if (!fs::exists(status)) {
+      throw data_error(spec + ": no such file or directory (or use arithmetic | synthetic)");
+    } else {
+      const bool token_file = fs::path(spec).extension() == ".bin";
+      files.push_back(describe_file(spec, token_file));
+      description = spec + (token_file ? ": token file" : ": text, byte tokens");
+    }
+    auto mapped = std::make_shared<MappedSource>(files, vocab_size, description);
+    size = mapped->size();
+    source = mapped;
   }
-  const auto [min_it, max_it] = std::minmax_element(tokens.begin(), tokens.end());
-  const int32_t max_token = *max_it;
-  if (*min_it < 0)  // a 4-byte token >= 2^31
-    throw data_error(spec + ": holds token " + std::to_string(uint32_t(*min_it)) + ", beyond any vocabulary");
-  if (max_token >= vocab_size)
-    throw data_error(spec + ": holds token " + std::to_string(max_token) + " but --vocab-size is " + std::to_string(vocab_size));
-  if (int64_t(tokens.size()) < seq_len + 1)
-    throw data_error(spec + ": has " + std::to_string(tokens.size()) + " tokens, fewer than --seq-len + 1 = " +
+  if (size < seq_len + 1)
+    throw data_error(spec + ": has " + std::to_string(size) + " tokens, fewer than --seq-len + 1 = " +
                      std::to_string(seq_len + 1));
-  description += " (" + std::to_string(tokens.size()) + " tokens)";
-  return std::make_shared<MemorySource>(std::move(tokens), description);
+  return source;
 }
 
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens, int bytes_per_token) {

@@ -62,6 +62,41 @@ class MemorySource : public TokenSource {
   std::string description_;
 };
 
+// Files mapped into memory (mmap): text files (a byte per token), token files (2 or 4
+// bytes per token) and directories of them, concatenated in name order. Only the windows
+// a batch reads are paged in, so memory stays flat whatever the size of the corpus; the
+// windows are those MemorySource would read from the same tokens.
+class MappedSource : public TokenSource {
+ public:
+  struct File {
+    std::string path;
+    int64_t header_bytes = 0;  // 24 for PICOTOK1, 0 for raw uint16 and text
+    int width = 1;             // bytes per token
+    int64_t count = 0;         // tokens
+  };
+  MappedSource(const std::vector<File>& files, int64_t vocab_size, std::string description);
+  ~MappedSource() override;
+  MappedSource(const MappedSource&) = delete;
+  MappedSource& operator=(const MappedSource&) = delete;
+  std::string describe() const override { return description_; }
+  torch::Tensor rows(uint64_t seed, int64_t step, int64_t global_rows, int64_t first_row, int64_t num_rows,
+                     int64_t row_len) const override;
+  int64_t size() const { return total_; }
+  // Token i of the concatenation; one line naming the file when it is >= the vocabulary.
+  int64_t token(int64_t i) const;
+
+ private:
+  struct Mapped {
+    File file;
+    void* base = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Mapped> maps_;
+  std::vector<int64_t> first_token_;  // where each file starts in the concatenation
+  int64_t total_ = 0, vocab_size_ = 0;
+  std::string description_;
+};
+
 // Uniform random tokens in [0, V), a pure function of (seed, step, row).
 class SyntheticSource : public TokenSource {
  public:

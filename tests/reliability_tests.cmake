@@ -32,3 +32,18 @@ picotron_reliability(huge_vocab "error: --vocab-size must be <= 16777216" ${TRAI
 picotron_reliability(huge_threads "error: --threads must be <= 4096, got 2147483647" ${TRAIN} --threads 2147483647)
 picotron_reliability(huge_step "error: --micro-batch-size x --grad-acc-steps x --dp x --seq-len = the tokens of a step must be <= 2\\^40"
   ${TRAIN} --micro-batch-size 1048576 --grad-acc-steps 1048576 --seq-len 2048)
+# --data: a FIFO (or device) is refused instead of blocking; a directory entry x.bin that
+# is a directory, and a PICOTOK1 header whose count x width overflows, are named.
+set(RD ${CMAKE_CURRENT_BINARY_DIR}/reliability_data)
+picotron_reliability(data_fifo "error: --data .*fifo.txt: not a regular file \\(a FIFO, device or socket\\)" sh -c
+  "mkdir -p ${RD} && rm -f ${RD}/fifo.txt && mkfifo ${RD}/fifo.txt && $<TARGET_FILE:train> --device cpu --data ${RD}/fifo.txt")
+picotron_reliability(data_device "error: --data /dev/zero: not a regular file" ${TRAIN} --device cpu --data /dev/zero)
+picotron_reliability(data_dir_entry_is_dir "error: --data .*shards/b.bin: is a directory, not a token file" sh -c
+  "rm -rf ${RD}/shards && mkdir -p ${RD}/shards/b.bin && printf 'PICOTOK1\\002\\000\\000\\000\\000\\000\\000\\000\\004\\000\\000\\000\\000\\000\\000\\000abcdefgh' > ${RD}/shards/a.bin && $<TARGET_FILE:train> --device cpu --data ${RD}/shards")
+picotron_reliability(data_header_overflow "error: --data .*overflow.bin: truncated or corrupt: header says 9223372036854775807 tokens" sh -c
+  "mkdir -p ${RD} && printf 'PICOTOK1\\004\\000\\000\\000\\000\\000\\000\\000\\377\\377\\377\\377\\377\\377\\377\\177abcd' > ${RD}/overflow.bin && $<TARGET_FILE:train> --device cpu --data ${RD}/overflow.bin")
+# Memory-mapped data: a 4 GiB sparse file trains with the peak resident memory of a 1 MiB one.
+add_test(NAME reliability.data_mmap COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data_mmap.py
+  ${CMAKE_CURRENT_BINARY_DIR}/data_mmap ${TRAIN})
+set_tests_properties(reliability.data_mmap PROPERTIES LABELS "reliability;cli" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "mmap ok" FAIL_REGULAR_EXPRESSION "FAILED")

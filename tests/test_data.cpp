@@ -60,28 +60,34 @@ TEST_CASE("targets are the inputs shifted by one token", "[data]") {
   CHECK(ArithmeticProblem{3, 4}.answer() == "7");
 }
 
+// Every token of a memory-mapped --data source, in order.
+static std::vector<int32_t> mapped_tokens(const std::shared_ptr<TokenSource>& source) {
+  auto mapped = std::dynamic_pointer_cast<MappedSource>(source);
+  REQUIRE(mapped);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < mapped->size(); ++i) out.push_back(int32_t(mapped->token(i)));
+  return out;
+}
+
 TEST_CASE("token files: picotron format (2 and 4 bytes) and nanoGPT raw uint16", "[data]") {
   std::vector<int32_t> tokens;
   for (int i = 0; i < 100; ++i) tokens.push_back((i * 37) % 1000);
   for (int width : {2, 4}) {
     auto p = temp_path("tok" + std::to_string(width) + ".bin");
     write_token_file(p.string(), tokens, width);
-    auto src = std::dynamic_pointer_cast<MemorySource>(open_data(p.string(), 1000, 8));
-    REQUIRE(src);
-    CHECK(src->tokens() == tokens);
+    CHECK(mapped_tokens(open_data(p.string(), 1000, 8)) == tokens);
   }
   auto raw = temp_path("raw.bin");
   std::string bytes;
   for (int32_t t : tokens) { uint16_t v = uint16_t(t); bytes.append(reinterpret_cast<const char*>(&v), 2); }
   write_bytes(raw, bytes);
-  CHECK(std::dynamic_pointer_cast<MemorySource>(open_data(raw.string(), 1000, 8))->tokens() == tokens);
+  CHECK(mapped_tokens(open_data(raw.string(), 1000, 8)) == tokens);
   // A directory of shards is their concatenation in name order.
   auto dir = temp_path("shards");
   fs::create_directories(dir);
   write_token_file((dir / "a.bin").string(), {1, 2, 3, 4, 5}, 2);
   write_token_file((dir / "b.bin").string(), {6, 7, 8, 9}, 4);
-  CHECK(std::dynamic_pointer_cast<MemorySource>(open_data(dir.string(), 10, 4))->tokens() ==
-        std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(mapped_tokens(open_data(dir.string(), 10, 4)) == std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9});
 }
 
 TEST_CASE("bad data files get one-line errors naming the file", "[data]") {
@@ -102,4 +108,15 @@ TEST_CASE("bad data files get one-line errors naming the file", "[data]") {
   auto small = temp_path("small.txt");
   write_bytes(small, "hello");
   CHECK_THROWS_WITH(open_data(small.string(), 256, 8), Catch::Contains("5 tokens, fewer than --seq-len + 1 = 9"));
+}
+
+TEST_CASE("a memory-mapped corpus gives the batches of the same tokens in memory", "[data]") {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 5000; ++i) tokens.push_back((i * 7919) % 256);
+  auto p = temp_path("same.bin");
+  write_token_file(p.string(), tokens, 2);
+  const MemorySource in_memory(tokens, "memory");
+  const auto mapped = open_data(p.string(), 256, 32);
+  for (int64_t step : {0, 1, 17})
+    CHECK(torch::equal(in_memory.rows(1234, step, 8, 2, 4, 33), mapped->rows(1234, step, 8, 2, 4, 33)));
 }
