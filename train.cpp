@@ -406,6 +406,23 @@ int main(int argc, char** argv) {
     if (problems.empty() && cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
       problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
                          "visible to this process");
+    if (problems.empty() && !cfg.dry_run) {  // the memory this rank will need, before allocating any of it
+      const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
+      if (on_cpu) {
+        TrainConfig resolved = cfg;
+        if (!cfg.dtype_given) resolved.dtype = Precision::kFP32;
+        const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
+        const MeshCoords here = coords_of(shape, launch.rank);
+        const double need = estimate_memory(resolved, here, plan_for(resolved, here)).peak_bytes();
+        const double available = double(available_memory_bytes()) / std::max(1, launch.local_world_size);
+        if (available > 0 && need > available)
+          problems.push_back("this rank needs about " + human_bytes(need) + " of memory (--dry-run shows where it "
+                             "goes) but " + human_bytes(available) + " is available to it (MemAvailable / " +
+                             std::to_string(std::max(1, launch.local_world_size)) + " rank(s) on this node): lower "
+                             "--micro-batch-size or --seq-len, use --recompute, --zero or more --tp/--pp ranks, or a "
+                             "smaller --model");
+      }
+    }
     if (problems.empty()) {
       try {
         data = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);

@@ -114,6 +114,13 @@ int64_t cuda_allocated_bytes([[maybe_unused]] torch::Device device, [[maybe_unus
 
 }  // namespace
 
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoll(line.substr(13)) * 1024;
+  return 0;
+}
+
 void count_cpu_tensor_memory() {
   if (cpu_counter) return;
   static CountingCpuAllocator counter(c10::GetDefaultCPUAllocator());  // lives as long as the process

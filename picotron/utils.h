@@ -37,6 +37,8 @@ int64_t current_memory_bytes(torch::Device device);
 // The peak since the last reset_peak_memory().
 int64_t peak_memory_bytes(torch::Device device);
 void reset_peak_memory(torch::Device device);
+// The machine's MemAvailable (/proc/meminfo), in bytes; 0 when unknown.
+int64_t available_memory_bytes();
 
 // 1234567 -> "1,234,567"
 std::string with_commas(int64_t n);

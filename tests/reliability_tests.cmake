@@ -47,3 +47,7 @@ add_test(NAME reliability.data_mmap COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/
   ${CMAKE_CURRENT_BINARY_DIR}/data_mmap ${TRAIN})
 set_tests_properties(reliability.data_mmap PROPERTIES LABELS "reliability;cli" TIMEOUT 300
   PASS_REGULAR_EXPRESSION "mmap ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# Memory before allocating: llama3-8b needs ~120 GiB of AdamW state on one CPU rank; the
+# run is refused at once with both numbers, instead of dying in the allocator.
+picotron_reliability(memory_check "error: this rank needs about [0-9.]+ GiB of memory .* but [0-9.]+ [GM]iB is available to it"
+  ${TRAIN} --model llama3-8b --device cpu)
