@@ -440,6 +440,37 @@ int main(int argc, char** argv) {
       report_error(launch.rank, e.what());
       return 2;
     }
+    // The ranks must have been given the same configuration: compare every setting's
+    // hash in one collective (bounded by --timeout-s) and name the ones that differ.
+    if (launch.world_size > 1) {
+      std::vector<std::pair<std::string, std::string>> fields;
+      if (config) fields = config_fields(*config);
+      std::vector<uint64_t> mine{config ? 1u : 0u};
+      for (const auto& [flag, value] : fields) {
+        uint64_t h = 1469598103934665603ULL;  // FNV-1a of the value's text
+        for (unsigned char ch : value) h = (h ^ ch) * 1099511628211ULL;
+        mine.push_back(h);
+      }
+      mine.resize(1 + config_fields(TrainConfig{}).size());  // (a rank whose flags did not parse: zeros)
+      const int timeout = config ? config->timeout_s : TrainConfig{}.timeout_s;
+      const auto all = dist->all_gather(mine, std::chrono::seconds(timeout));
+      std::string mismatch;
+      if (dist->has_mpi() && all.empty())
+        mismatch = "some rank did not reach the start-up check within --timeout-s " + std::to_string(timeout) + " s";
+      for (int r = 0; r < launch.world_size && mismatch.empty() && !all.empty(); ++r) {
+        const uint64_t* theirs = all.data() + size_t(r) * mine.size();
+        if (theirs[0] == 0 || mine[0] == 0) continue;  // a rank whose flags did not parse says so itself
+        for (size_t i = 0; i < fields.size() && mismatch.empty(); ++i)
+          if (theirs[i + 1] != mine[i + 1])
+            mismatch = "the ranks were given different configurations: " + fields[i].first + " is '" +
+                       fields[i].second + "' on rank " + std::to_string(launch.rank) + " but not on rank " +
+                       std::to_string(r) + " (every rank must get the same flags)";
+      }
+      if (!mismatch.empty()) {
+        report_error(launch.rank, mismatch);
+        problems.push_back(mismatch);
+      }
+    }
     // Each rank has printed its problems; leave together so that none is killed first.
     if (!problems.empty()) dist->exit_together(2, std::chrono::seconds(30));
     try {

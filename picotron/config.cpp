@@ -233,6 +233,34 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c) {
+  auto t = [](auto v) { std::ostringstream o; o.precision(17); o << v; return o.str(); };
+  const LlamaConfig& m = c.llama;
+  std::string ids;
+  for (int64_t id : c.prompt_ids) ids += t(id) + ",";
+  return {{"--model", c.model}, {"--hidden-size", t(m.hidden_size)}, {"--intermediate-size", t(m.intermediate_size)},
+          {"--num-hidden-layers", t(m.num_hidden_layers)}, {"--num-attention-heads", t(m.num_attention_heads)},
+          {"--num-key-value-heads", t(m.num_key_value_heads)}, {"--vocab-size", t(m.vocab_size)},
+          {"--rope-theta", t(m.rope_theta)}, {"--max-position-embeddings", t(m.max_position_embeddings)},
+          {"--rms-norm-eps", t(m.rms_norm_eps)}, {"--tie-word-embeddings", t(m.tie_word_embeddings)},
+          {"--init-from", c.init_from}, {"--device", c.device}, {"--dtype", precision_name(c.dtype)},
+          {"--seq-len", t(c.seq_len)}, {"--micro-batch-size", t(c.micro_batch_size)},
+          {"--grad-acc-steps", t(c.grad_acc_steps)}, {"--steps", t(c.steps)}, {"--lr", t(c.lr)},
+          {"--warmup-steps", t(c.warmup_steps)}, {"--min-lr", t(c.min_lr)}, {"--weight-decay", t(c.weight_decay)},
+          {"--beta1", t(c.beta1)}, {"--beta2", t(c.beta2)}, {"--adam-eps", t(c.adam_eps)},
+          {"--grad-clip", t(c.grad_clip)}, {"--max-bad-steps", t(c.max_bad_steps)}, {"--init-std", t(c.init_std)},
+          {"--seed", t(c.seed)}, {"--data", c.data}, {"--dp", t(c.dp)}, {"--tp", t(c.tp)}, {"--pp", t(c.pp)},
+          {"--cp", t(c.cp)}, {"--sp", t(c.sp)}, {"--pp-schedule", c.pp_schedule},
+          {"--pp-virtual-stages", t(c.pp_virtual_stages)}, {"--pp-trace", c.pp_trace}, {"--recompute", c.recompute},
+          {"--cp-layout", c.cp_layout}, {"--zero", t(c.zero)}, {"--zero-offload", t(c.zero_offload)},
+          {"--dp-mode", dp_mode_name(c.dp_mode)}, {"--dp-bucket-mb", t(c.dp_bucket_mb)}, {"--timeout-s", t(c.timeout_s)},
+          {"--metrics-file", c.metrics_file}, {"--memory-trace", c.memory_trace}, {"--save-params", c.save_params},
+          {"--save-dir", c.save_dir}, {"--save-every", t(c.save_every)}, {"--keep-checkpoints", t(c.keep_checkpoints)},
+          {"--resume", c.resume}, {"--stop-at-step", t(c.stop_at_step)}, {"--export-hf", c.export_hf},
+          {"--eval", c.eval}, {"--eval-logits", c.eval_logits}, {"--prompt-ids", ids}, {"--log-every", t(c.log_every)},
+          {"--comm-report", t(c.comm_report)}, {"--generate", t(c.generate)}};
+}
+
 std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   std::vector<std::string> errors;
   auto need = [&](bool ok, const std::string& msg) { if (!ok) errors.push_back(msg); };

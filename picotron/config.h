@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,10 @@ struct ParsedArgs {
   int exit_code = 0;
 };
 ParsedArgs parse_args(int argc, const char* const* argv);
+
+// Every setting as ("--flag", value text), in a fixed order: the ranks of a job compare
+// them at start (train.cpp), so that a rank given other flags is named, not obeyed.
+std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c);
 
 // Every problem with the config, one line each (empty: valid). `world_size` is the
 // number of processes the launcher started (the mesh must use exactly these).

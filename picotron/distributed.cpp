@@ -227,6 +227,22 @@ void Distributed::exit_together(int code, std::chrono::seconds timeout) const {
   std::_Exit(code);
 }
 
+std::vector<uint64_t> Distributed::all_gather(const std::vector<uint64_t>& mine, std::chrono::seconds timeout) const {
+  if (!mpi_initialised_) return {};
+  std::vector<uint64_t> all(mine.size() * size_t(info_.world_size));
+  MPI_Request request;
+  MPI_Iallgather(mine.data(), int(mine.size()), MPI_UINT64_T, all.data(), int(mine.size()), MPI_UINT64_T,
+                 MPI_COMM_WORLD, &request);
+  int done = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done && std::chrono::steady_clock::now() < deadline) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!done) return {};  // (the request is left pending: the job is about to end)
+  return all;
+}
+
 void Distributed::abort_job(int code) const {
   std::cout.flush();
   std::cerr.flush();

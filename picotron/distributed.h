@@ -23,6 +23,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace picotron {
 
@@ -76,6 +77,9 @@ class Distributed {
   // exit with `code`. Without the wait, mpirun kills the slower ranks as soon as the
   // first one exits, before they could print.
   [[noreturn]] void exit_together(int code, std::chrono::seconds timeout) const;
+  // Every rank's `mine` (the same length on all), rank after rank; empty when MPI is not
+  // running (torchrun) or when some rank did not answer within `timeout`.
+  std::vector<uint64_t> all_gather(const std::vector<uint64_t>& mine, std::chrono::seconds timeout) const;
 
  private:
   LaunchInfo info_;

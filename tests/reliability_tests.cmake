@@ -51,3 +51,12 @@ set_tests_properties(reliability.data_mmap PROPERTIES LABELS "reliability;cli" T
 # run is refused at once with both numbers, instead of dying in the allocator.
 picotron_reliability(memory_check "error: this rank needs about [0-9.]+ GiB of memory .* but [0-9.]+ [GM]iB is available to it"
   ${TRAIN} --model llama3-8b --device cpu)
+# The ranks compare their configurations at start (one all-gather of every setting's
+# hash): a rank given another --hidden-size is named, on every rank, instead of crashing MPI.
+set(R_DP2 ${TRAIN} ${R_FLAGS} --dp 2 --micro-batch-size 1)
+add_test(NAME reliability.mpi_config_mismatch COMMAND ${EXPECT_FAIL}
+  "\\[rank 0\\] error: the ranks were given different configurations: --hidden-size is '64' on rank 0 but not on rank 1"
+  -- ${PICOTRON_MPIRUN} -np 1 ${R_DP2} --hidden-size 64 : -np 1 ${R_DP2} --hidden-size 32)
+set_tests_properties(reliability.mpi_config_mismatch PROPERTIES LABELS "reliability;mpi" TIMEOUT 60
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "\\[rank 1\\] error: the ranks were given different configurations: --hidden-size is '32'"
+  FAIL_REGULAR_EXPRESSION "FAIL:")
