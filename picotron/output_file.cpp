@@ -31,7 +31,11 @@ std::string output_path_problem(const std::string& flag, const std::string& path
   }
   fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) parent = ".";
-  if (!fs::is_directory(parent, ec)) return name + ": directory " + parent.string() + " does not exist";
+  if (directory)  // a directory output is created with its missing parents: the nearest existing one counts
+    while (!fs::exists(parent, ec) && parent.has_parent_path() && parent.parent_path() != parent) parent = parent.parent_path();
+  if (!fs::is_directory(parent, ec))
+    return name + ": " + (fs::exists(parent, ec) ? parent.string() + " is not a directory"
+                                                 : "directory " + parent.string() + " does not exist");
   if (::access(parent.c_str(), W_OK) != 0)
     return name + ": directory " + parent.string() + " is not writable (" + std::strerror(errno) + ")";
   return "";

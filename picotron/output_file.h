@@ -1,7 +1,9 @@
 // picotron/output_file.h — how every output file of a run is written: never half.
 //
 //   start-up   output_path_problem(): the path is not empty, not a directory, device or
-//              FIFO, its directory exists and is writable, and it is not the --data file
+//              FIFO, its directory exists and is writable (a directory output: the nearest
+//              existing ancestor, since it is created with its parents), and it is not the
+//              --data file
 //              (all checked before any training, on every rank)
 //   writing    OutputFile writes to "<path>.tmp"; every write(2) is checked, and a
 //              failure (a full disk: ENOSPC; a size limit: EFBIG) throws one line naming
