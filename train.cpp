@@ -16,9 +16,7 @@
 #include <iostream>
 #include <map>
 #include <thread>
-#include <tuple>
 
-#include <unistd.h>
 
 #include "data_parallel/data_parallel.h"
 #include "picotron/checkpoint.h"
@@ -33,10 +31,10 @@
 #include "picotron/optim.h"
 #include "picotron/memory_estimate.h"
 #include "picotron/hf.h"
-#include "picotron/output_file.h"
 #include "picotron/report.h"
 #include "picotron/resume.h"
 #include "picotron/shard.h"
+#include "picotron/startup.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
@@ -48,13 +46,6 @@ using namespace picotron;
 
 namespace {
 
-// "[rank r] error: msg" as ONE write(2), so the lines of ranks failing at once never interleave.
-void report_error(int rank, const std::string& msg) {
-  const std::string line = (rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "") + "error: " + msg + "\n";
-  std::fflush(stdout);
-  if (::write(2, line.data(), line.size()) < 0) std::perror("write");
-}
-
 // What the rank at `here` holds: every parameter's shard record. A pure function of the
 // config and the mesh coordinates, so any rank can compute any other rank's plan (the
 // gather for sampling and --save-params does). Each technique adds its line here as it
@@ -65,49 +56,6 @@ ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp
   if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);  // this stage's layers
   return plan;
-}
-
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f s", s);
-  return text;
-}
-
-// --resume: every rank loads its pieces; any rank's problem (a missing or corrupt file, a
-// different model) stops every rank with its line, together. Returns the step to start at.
-int64_t resume(const TrainConfig& cfg, int64_t end_step, AdamW* adamw, ZeroOptimizer* zero, LossScaler& scaler,
-               Comm& world, Distributed& dist) {
-  const Timer clock;
-  std::string problem, where;
-  std::vector<std::string> warnings;
-  TrainingCounters counters;
-  try {
-    where = resolve_checkpoint(cfg.resume);
-    CheckpointReader reader(where);
-    const auto bad = reader.incompatibilities(cfg, &warnings);
-    for (const auto& b : bad) problem += (problem.empty() ? "" : "; ") + b;
-    counters = reader.counters();
-    if (problem.empty() && counters.step >= end_step)
-      problem = "--resume " + where + " is at step " + std::to_string(counters.step) + ", and this run stops at step " +
-                std::to_string(end_step) + ": nothing to train (raise --steps)";
-    if (problem.empty()) load_state(reader, adamw, zero);
-  } catch (const std::exception& e) {
-    problem = e.what();
-  }
-  auto failed = torch::tensor({problem.empty() ? 0.0 : 1.0}, torch::TensorOptions().dtype(torch::kFloat64).device(world.device()));
-  world.all_reduce(failed, ReduceOp::kMax);
-  if (failed.item<double>() > 0) {
-    report_error(dist.rank(), problem.empty() ? "--resume " + cfg.resume + ": another rank could not load it (see its "
-                                                "error)" : problem);
-    dist.exit_together(2, std::chrono::seconds(30));
-  }
-  scaler.restore(counters.loss_scale, int(counters.loss_scale_clean_steps));
-  if (dist.rank() == 0) {
-    for (const auto& w : warnings) std::cout << w << std::endl;
-    std::cout << "resumed from " << where << ": step " << counters.step << " of " << cfg.steps << " ("
-              << seconds_text(clock.seconds()) << ")" << std::endl;
-  }
-  return counters.step;
 }
 
 int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
@@ -210,7 +158,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   // ---- checkpoints (picotron/resume.h): resume on any mesh, save what this rank owns --
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
   int64_t start_step = 0;
-  if (!cfg.resume.empty()) start_step = resume(cfg, end_step, adamw.get(), zero.get(), scaler, world, dist);
+  if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, adamw.get(), zero.get(), scaler, world, dist);
   const std::vector<StatePiece> owned = owned_state(adamw.get(), zero.get(), mesh.coords());
 
   // ---- the loop ---------------------------------------------------------------------
@@ -392,37 +340,15 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    // Every output can be written, checked now rather than after the run (picotron/output_file.h).
-    if (problems.empty())
-      for (const auto& [flag, path, directory] :
-           {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
-            {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
-            {"--eval-logits", cfg.eval_logits, false}, {"--save-dir", cfg.save_dir, true},
-            {"--export-hf", cfg.export_hf, true}})
-        if (!path.empty())
-          if (auto p = output_path_problem(flag, path, directory, cfg.data); !p.empty()) problems.push_back(p);
+    if (problems.empty()) problems = output_problems(cfg);  // every output writable: now, not after the run
     if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())
       problems.push_back("--device cuda: no CUDA device is visible to this process");
     if (problems.empty() && cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
       problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
                          "visible to this process");
-    if (problems.empty() && !cfg.dry_run) {  // the memory this rank will need, before allocating any of it
-      const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
-      if (on_cpu) {
-        TrainConfig resolved = cfg;
-        if (!cfg.dtype_given) resolved.dtype = Precision::kFP32;
-        const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
-        const MeshCoords here = coords_of(shape, launch.rank);
-        const double need = estimate_memory(resolved, here, plan_for(resolved, here)).peak_bytes();
-        const double available = double(available_memory_bytes()) / std::max(1, launch.local_world_size);
-        if (available > 0 && need > available)
-          problems.push_back("this rank needs about " + human_bytes(need) + " of memory (--dry-run shows where it "
-                             "goes) but " + human_bytes(available) + " is available to it (MemAvailable / " +
-                             std::to_string(std::max(1, launch.local_world_size)) + " rank(s) on this node): lower "
-                             "--micro-batch-size or --seq-len, use --recompute, --zero or more --tp/--pp ranks, or a "
-                             "smaller --model");
-      }
-    }
+    if (problems.empty())  // the memory this rank will need, before allocating any of it
+      if (auto p = memory_problem(cfg, launch, [&](const MeshCoords& c) { return plan_for(cfg, c); }); !p.empty())
+        problems.push_back(p);
     if (problems.empty()) {
       try {
         data = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
@@ -440,36 +366,10 @@ int main(int argc, char** argv) {
       report_error(launch.rank, e.what());
       return 2;
     }
-    // The ranks must have been given the same configuration: compare every setting's
-    // hash in one collective (bounded by --timeout-s) and name the ones that differ.
-    if (launch.world_size > 1) {
-      std::vector<std::pair<std::string, std::string>> fields;
-      if (config) fields = config_fields(*config);
-      std::vector<uint64_t> mine{config ? 1u : 0u};
-      for (const auto& [flag, value] : fields) {
-        uint64_t h = 1469598103934665603ULL;  // FNV-1a of the value's text
-        for (unsigned char ch : value) h = (h ^ ch) * 1099511628211ULL;
-        mine.push_back(h);
-      }
-      mine.resize(1 + config_fields(TrainConfig{}).size());  // (a rank whose flags did not parse: zeros)
-      const int timeout = config ? config->timeout_s : TrainConfig{}.timeout_s;
-      const auto all = dist->all_gather(mine, std::chrono::seconds(timeout));
-      std::string mismatch;
-      if (dist->has_mpi() && all.empty())
-        mismatch = "some rank did not reach the start-up check within --timeout-s " + std::to_string(timeout) + " s";
-      for (int r = 0; r < launch.world_size && mismatch.empty() && !all.empty(); ++r) {
-        const uint64_t* theirs = all.data() + size_t(r) * mine.size();
-        if (theirs[0] == 0 || mine[0] == 0) continue;  // a rank whose flags did not parse says so itself
-        for (size_t i = 0; i < fields.size() && mismatch.empty(); ++i)
-          if (theirs[i + 1] != mine[i + 1])
-            mismatch = "the ranks were given different configurations: " + fields[i].first + " is '" +
-                       fields[i].second + "' on rank " + std::to_string(launch.rank) + " but not on rank " +
-                       std::to_string(r) + " (every rank must get the same flags)";
-      }
-      if (!mismatch.empty()) {
-        report_error(launch.rank, mismatch);
-        problems.push_back(mismatch);
-      }
+    // The ranks must have been given the same configuration (one bounded collective).
+    if (auto mismatch = config_mismatch(config, launch, *dist); !mismatch.empty()) {
+      report_error(launch.rank, mismatch);
+      problems.push_back(mismatch);
     }
     // Each rank has printed its problems; leave together so that none is killed first.
     if (!problems.empty()) dist->exit_together(2, std::chrono::seconds(30));

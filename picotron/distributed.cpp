@@ -31,6 +31,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include <mpi.h>
 
 #ifdef PICOTRON_WITH_CUDA
@@ -241,6 +243,12 @@ std::vector<uint64_t> Distributed::all_gather(const std::vector<uint64_t>& mine,
   }
   if (!done) return {};  // (the request is left pending: the job is about to end)
   return all;
+}
+
+void report_error(int rank, const std::string& msg) {
+  const std::string line = (rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "") + "error: " + msg + "\n";
+  std::fflush(stdout);
+  if (::write(2, line.data(), line.size()) < 0) std::perror("write");
 }
 
 void Distributed::abort_job(int code) const {

@@ -43,6 +43,10 @@ struct LaunchInfo {
 };
 
 // Pure: reads only the given environment (tests pass a map; main passes the real one).
+// "[rank r] error: msg" on stderr as ONE write(2), so that the lines of ranks failing at
+// once never interleave (rank < 0: no rank to name).
+void report_error(int rank, const std::string& msg);
+
 LaunchInfo detect_launch(const std::map<std::string, std::string>& env);
 // The real process environment as a map.
 std::map<std::string, std::string> process_environment();

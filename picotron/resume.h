@@ -40,6 +40,7 @@
 namespace picotron {
 
 class ZeroOptimizer;
+class Distributed;
 
 // One piece of a tensor that this rank owns (save) or needs (load).
 struct StatePiece {
@@ -51,7 +52,7 @@ struct StatePiece {
 };
 
 // The pieces of master weights and moments this rank writes: its own, once per replica.
-std::vector<StatePiece> owned_state(const AdamW* adamw, const ZeroOptimizer* zero, const MeshCoords& here);
+std::vector<StatePiece> owned_state(AdamW* adamw, ZeroOptimizer* zero, const MeshCoords& here);
 
 // What a checkpoint carries besides tensors.
 struct TrainingCounters {
@@ -100,5 +101,12 @@ class CheckpointReader {
 // Sets the optimizer's master weights, moments and step count, and the model's weights,
 // from the checkpoint (this rank's pieces only).
 void load_state(CheckpointReader& reader, AdamW* adamw, ZeroOptimizer* zero);
+
+// --resume, on every rank: find the checkpoint, check it against the flags, load this
+// rank's pieces and the loss scale. Any rank's problem (a missing or corrupt file, another
+// model, nothing left to train) stops every rank with its line, together (exit 2).
+// Returns the step to start at.
+int64_t resume_run(const TrainConfig& cfg, int64_t end_step, AdamW* adamw, ZeroOptimizer* zero, LossScaler& scaler,
+                   Comm& world, Distributed& dist);
 
 }  // namespace picotron

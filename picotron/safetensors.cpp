@@ -35,12 +35,16 @@ torch::ScalarType scalar_type_of_safetensors(const std::string& name) {
   throw std::runtime_error("unsupported safetensors dtype '" + name + "'");
 }
 
+uint64_t fnv1a64(const void* data, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  return h;
+}
+
 uint64_t fnv1a64(const torch::Tensor& t) {
   TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(), "fnv1a64: a contiguous CPU tensor");
-  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0, n = t.nbytes(); i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
+  return fnv1a64(t.data_ptr(), t.nbytes());
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

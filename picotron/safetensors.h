@@ -59,6 +59,7 @@ std::string safetensors_dtype(torch::ScalarType t);
 torch::ScalarType scalar_type_of_safetensors(const std::string& name);
 
 // FNV-1a, 64 bits, of a tensor's bytes (contiguous CPU): the checksums of checkpoints.
+uint64_t fnv1a64(const void* data, size_t bytes);
 uint64_t fnv1a64(const torch::Tensor& t);
 
 }  // namespace picotron

@@ -114,6 +114,12 @@ int64_t cuda_allocated_bytes([[maybe_unused]] torch::Device device, [[maybe_unus
 
 }  // namespace
 
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s", s);
+  return text;
+}
+
 int64_t available_memory_bytes() {
   std::ifstream meminfo("/proc/meminfo");
   for (std::string line; std::getline(meminfo, line);)

@@ -44,6 +44,8 @@ int64_t available_memory_bytes();
 std::string with_commas(int64_t n);
 // 1536 -> "1.50 KiB"
 std::string human_bytes(double bytes);
+// 1.234 -> "1.23 s"
+std::string seconds_text(double seconds);
 
 // Wall-clock timer; on CUDA the caller synchronises before reading it (the loss .item()
 // at the end of a step does).

@@ -1,0 +1,32 @@
+// picotron/startup.h — the checks every rank makes before the first step, so that a run
+// which cannot succeed stops at once with one line naming the flag, instead of after
+// hours (an output path that cannot be written) or with a crash (ranks given different
+// flags, a model too big for the machine).
+//
+// Test: ctest -L reliability   (tests/reliability_tests.cmake)
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "picotron/checkpoint.h"
+#include "picotron/config.h"
+#include "picotron/distributed.h"
+
+namespace picotron {
+
+// Every output flag's path checked (picotron/output_file.h): one line per problem.
+std::vector<std::string> output_problems(const TrainConfig& cfg);
+
+// On the CPU: this rank's estimated peak (picotron/memory_estimate.h) against MemAvailable
+// shared by the ranks of its node; one line with both numbers and what to change, or "".
+std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of);
+
+// Every rank's settings (config_fields), hashed and compared in one all-gather bounded by
+// --timeout-s: "" when all agree, else one line naming a flag that differs. `config` is
+// empty on a rank whose flags did not parse (it reports that itself). Collective.
+std::string config_mismatch(const std::optional<TrainConfig>& config, const LaunchInfo& launch,
+                            const Distributed& dist);
+
+}  // namespace picotron
