@@ -74,9 +74,14 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                              "not implemented: one GPU is all this project can test on)");
 
   // ---- mesh -----------------------------------------------------------------------
+  // Building the communicators waits for every rank (MPI_Comm_dup/split, NCCL init), with
+  // no timeout of its own: bounded here. From then on every collective is (Comm).
+  RendezvousDeadline setup(rank, "building the communicators (the world, then the mesh's groups)",
+                           std::chrono::seconds(cfg.timeout_s));
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
   const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
   Mesh mesh(world, shape);
+  setup.disarm();
   const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(cfg, c); };
   print0(rank, model_summary(cfg));
   print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
@@ -361,7 +366,9 @@ int main(int argc, char** argv) {
   if (problems.empty() || launch.world_size > 1) {
     std::unique_ptr<Distributed> dist;
     try {
-      dist = std::make_unique<Distributed>(launch);
+      // Bounded by --timeout-s (the default when the flags did not parse): a rank that
+      // stopped before MPI_Init must not hang the others there.
+      dist = std::make_unique<Distributed>(launch, std::chrono::seconds(config ? config->timeout_s : TrainConfig{}.timeout_s));
     } catch (const std::exception& e) {
       report_error(launch.rank, e.what());
       return 2;

@@ -150,7 +150,26 @@ std::map<std::string, std::string> process_environment() {
 
 // ---- Distributed --------------------------------------------------------------
 
-Distributed::Distributed(const LaunchInfo& info) : info_(info) {
+RendezvousDeadline::RendezvousDeadline(int rank, std::string what, std::chrono::seconds timeout) {
+  watcher_ = std::thread([this, rank, what = std::move(what), timeout] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (done_changed_.wait_for(lock, timeout, [this] { return done_; })) return;  // finished in time
+    report_error(rank, "start-up: " + what + " did not finish within " + std::to_string(timeout.count()) +
+                           " s (--timeout-s): a rank stopped, crashed or never started");
+    std::_Exit(2);  // MPI may be half-initialised: no MPI_Abort; the launcher ends the other ranks
+  });
+}
+
+void RendezvousDeadline::disarm() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+  }
+  done_changed_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+Distributed::Distributed(const LaunchInfo& info, std::chrono::seconds timeout) : info_(info) {
   if (info_.launcher == Launcher::kTorchrun && info_.world_size > 1) return;  // NCCL only, no MPI
 
   int initialised = 0, finalised = 0;
@@ -158,6 +177,7 @@ Distributed::Distributed(const LaunchInfo& info) : info_(info) {
   MPI_Finalized(&finalised);
   if (finalised)
     throw std::runtime_error("MPI was already finalised in this process: create one Distributed per process");
+  RendezvousDeadline deadline(info_.rank, "MPI_Init and the node split (every rank must reach them)", timeout);
   if (!initialised) {
     // SERIALIZED: only one thread calls MPI at a time (all our calls come from the main thread).
     int provided = 0;
@@ -189,6 +209,7 @@ Distributed::Distributed(const LaunchInfo& info) : info_(info) {
   PICOTRON_MPI_CHECK(info_.rank, MPI_Comm_rank(node, &info_.local_rank));
   PICOTRON_MPI_CHECK(info_.rank, MPI_Comm_size(node, &info_.local_world_size));
   MPI_Comm_free(&node);
+  deadline.disarm();
 }
 
 Distributed::~Distributed() {

@@ -21,8 +21,11 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace picotron {
@@ -51,6 +54,27 @@ LaunchInfo detect_launch(const std::map<std::string, std::string>& env);
 // The real process environment as a map.
 std::map<std::string, std::string> process_environment();
 
+// Bounds one start-up rendezvous (MPI_Init, communicator set-up: calls that wait for
+// every rank and have no timeout of their own). If the scope has not ended (or disarm()
+// was not called) within `timeout`, a rank stopped or never started: this rank prints
+//   [rank r] error: start-up: <what> did not finish within N s (--timeout-s) ...
+// and ends with exit code 2; the launcher (mpirun, srun) then ends the others.
+// A watcher thread waits on a condition variable, so a disarmed deadline costs nothing.
+class RendezvousDeadline {
+ public:
+  RendezvousDeadline(int rank, std::string what, std::chrono::seconds timeout);
+  ~RendezvousDeadline() { disarm(); }
+  void disarm();  // the rendezvous completed: stop the watcher
+  RendezvousDeadline(const RendezvousDeadline&) = delete;
+  RendezvousDeadline& operator=(const RendezvousDeadline&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread watcher_;
+};
+
 // RAII owner of the process-wide runtime: MPI when the launcher is MPI-like or single,
 // and the CUDA device (local_rank % device count) once select_cuda_device() is called.
 // One per process, created first and destroyed last (after every Comm).
@@ -58,7 +82,9 @@ class Distributed {
  public:
   // Starts MPI unless torchrun launched several processes, checks that MPI agrees with
   // the environment, and takes the local rank from MPI (the ranks sharing this node).
-  explicit Distributed(const LaunchInfo& info);
+  // MPI_Init and the node split wait for every rank: each is bounded by `timeout`
+  // (RendezvousDeadline), so a rank that never starts cannot hang the others.
+  explicit Distributed(const LaunchInfo& info, std::chrono::seconds timeout = std::chrono::seconds(300));
   ~Distributed();  // MPI_Finalize (only if we initialised MPI)
   Distributed(const Distributed&) = delete;
   Distributed& operator=(const Distributed&) = delete;

@@ -60,3 +60,12 @@ add_test(NAME reliability.mpi_config_mismatch COMMAND ${EXPECT_FAIL}
 set_tests_properties(reliability.mpi_config_mismatch PROPERTIES LABELS "reliability;mpi" TIMEOUT 60
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "\\[rank 1\\] error: the ranks were given different configurations: --hidden-size is '32'"
   FAIL_REGULAR_EXPRESSION "FAIL:")
+# A rank stopped (SIGSTOP) before MPI_Init and 0.1 s after starting: the others end
+# within --timeout-s with one line (training collectives: comm.* failure tests).
+foreach(delay 0 0.1)
+  add_test(NAME reliability.rank_stopped_after_${delay}s COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/rank_stopped.sh ${delay} 5 --
+    ${PICOTRON_MPIRUN} -np 2 -- ${TRAIN} ${R_FLAGS} --dp 2 --steps 1000)
+  set_tests_properties(reliability.rank_stopped_after_${delay}s PROPERTIES LABELS "reliability;mpi" TIMEOUT 90
+    PASS_REGULAR_EXPRESSION "stopped rank ok" FAIL_REGULAR_EXPRESSION "FAILED" ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    PROCESSORS 2)
+endforeach()
