@@ -383,7 +383,8 @@ int main(int argc, char** argv) {
     try {
       return run(*config, data, *dist);
     } catch (const std::exception& e) {
-      std::string msg = e.what();
+      std::string msg = out_of_memory_message(e.what(), *config);
+      if (msg.empty()) msg = e.what();
       msg = msg.substr(0, msg.find('\n'));
       if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
       report_error(dist->rank(), msg);

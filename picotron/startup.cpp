@@ -10,7 +10,30 @@
 #include "picotron/safetensors.h"
 #include "picotron/utils.h"
 
+#ifdef PICOTRON_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace picotron {
+
+namespace {
+
+// Free memory of the GPU this rank will use (local_rank % device count), or -1 when it
+// cannot be read. cudaMemGetInfo: what is free now, other processes' use excluded.
+double gpu_free_bytes(int local_rank) {
+#ifdef PICOTRON_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return -1;
+  size_t free = 0, total = 0;
+  if (cudaSetDevice(local_rank % count) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+  return double(free);
+#else
+  (void)local_rank;
+  return -1;
+#endif
+}
+
+}  // namespace
 
 std::vector<std::string> output_problems(const TrainConfig& cfg) {
   std::vector<std::string> problems;
@@ -26,18 +49,44 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
 
 std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of) {
   const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
-  if (!on_cpu) return "";  // (a GPU's free memory is not checked yet)
   TrainConfig resolved = cfg;
-  if (!cfg.dtype_given) resolved.dtype = Precision::kFP32;  // what run() picks on the CPU
+  if (!cfg.dtype_given) resolved.dtype = on_cpu ? Precision::kFP32 : Precision::kBF16;  // what run() picks
   const MeshCoords here = coords_of(MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp}, launch.rank);
   const double need = estimate_memory(resolved, here, plan_of(here)).peak_bytes();
-  const int ranks_here = std::max(1, launch.local_world_size);
-  const double available = double(available_memory_bytes()) / ranks_here;
+  double available = 0;
+  std::string where;
+  if (on_cpu) {  // the node's memory, shared by its ranks
+    const int ranks_here = std::max(1, launch.local_world_size);
+    available = double(available_memory_bytes()) / ranks_here;
+    where = "(MemAvailable / " + std::to_string(ranks_here) + " rank(s) on this node)";
+  } else {  // one GPU per rank
+    available = gpu_free_bytes(launch.local_rank);
+    where = "(free on its GPU, cudaMemGetInfo)";
+  }
   if (available <= 0 || need <= available) return "";
   return "this rank needs about " + human_bytes(need) + " of memory (--dry-run shows where it goes) but " +
-         human_bytes(available) + " is available to it (MemAvailable / " + std::to_string(ranks_here) +
-         " rank(s) on this node): lower --micro-batch-size or --seq-len, use --recompute, --zero or more --tp/--pp "
-         "ranks, or a smaller --model";
+         human_bytes(available) + " is available to it " + where +
+         ": lower --micro-batch-size or --seq-len, use --recompute, --zero or more --tp/--pp ranks, or a smaller --model";
+}
+
+std::string out_of_memory_message(const std::string& error, const TrainConfig& cfg) {
+  const bool oom = error.find("out of memory") != std::string::npos ||       // CUDA, c10::OutOfMemoryError
+                   error.find("can't allocate memory") != std::string::npos ||  // the CPU allocator
+                   error.find("std::bad_alloc") != std::string::npos;
+  if (!oom) return "";
+  // What failed: "you tried to allocate 67108864 bytes" (CPU) or "Tried to allocate 2.00 GiB" (CUDA).
+  std::string what = error.substr(0, error.find('\n'));
+  if (const auto at = error.find("to allocate "); at != std::string::npos) {
+    const auto rest = error.substr(at + 12);
+    if (const auto bytes = rest.find(" bytes"); bytes != std::string::npos && bytes > 0 &&
+                                                 rest.find_first_not_of("0123456789") == bytes)
+      what = "an allocation of " + human_bytes(std::stod(rest.substr(0, bytes))) + " failed";
+    else
+      what = "an allocation of " + rest.substr(0, rest.find_first_of(".\n", rest.find(' ') + 1)) + " failed";
+  }
+  return "out of memory on " + cfg.device + ": " + what + "; the run needed more than --dry-run's estimate "
+         "or than was free: lower --micro-batch-size (" + std::to_string(cfg.micro_batch_size) + ") or --seq-len (" +
+         std::to_string(cfg.seq_len) + "), use --recompute full, --zero or more --tp/--pp ranks";
 }
 
 std::string config_mismatch(const std::optional<TrainConfig>& config, const LaunchInfo& launch,

@@ -19,9 +19,15 @@ namespace picotron {
 // Every output flag's path checked (picotron/output_file.h): one line per problem.
 std::vector<std::string> output_problems(const TrainConfig& cfg);
 
-// On the CPU: this rank's estimated peak (picotron/memory_estimate.h) against MemAvailable
-// shared by the ranks of its node; one line with both numbers and what to change, or "".
+// This rank's estimated peak (picotron/memory_estimate.h) against what it has: on the CPU
+// MemAvailable shared by the ranks of its node, on a GPU its free memory; one line with
+// both numbers and what to change, or "".
 std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of);
+
+// An allocation that failed anyway (during training: the estimate is not exact, and
+// memory is shared): the allocator's error (CPU, CUDA or std::bad_alloc) as one line
+// naming the flags to change; "" when `error` is not an out-of-memory.
+std::string out_of_memory_message(const std::string& error, const TrainConfig& cfg);
 
 // Every rank's settings (config_fields), hashed and compared in one all-gather bounded by
 // --timeout-s: "" when all agree, else one line naming a flag that differs. `config` is

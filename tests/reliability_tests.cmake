@@ -69,3 +69,7 @@ foreach(delay 0 0.1)
     PASS_REGULAR_EXPRESSION "stopped rank ok" FAIL_REGULAR_EXPRESSION "FAILED" ENVIRONMENT "${PICOTRON_TEST_ENV}"
     PROCESSORS 2)
 endforeach()
+# An out-of-memory during training (an address-space limit below the activations of a
+# batch that --dry-run puts at 6 GiB): one line naming the flags, not the allocator's text.
+picotron_reliability(out_of_memory "error: out of memory on cpu: an allocation of .* failed; .*lower --micro-batch-size \\(64\\) or --seq-len \\(2048\\)"
+  sh -c "ulimit -v 5000000 && $<TARGET_FILE:train> --device cpu --model tiny --seq-len 2048 --micro-batch-size 64 --steps 2 --generate 0 --threads 1")
