@@ -1,6 +1,7 @@
 // picotron/checkpoint.cpp — see checkpoint.h.
 #include "picotron/checkpoint.h"
 
+#include "picotron/checkpoint_format.h"
 #include "picotron/init.h"
 #include "picotron/safetensors.h"
 
@@ -10,20 +11,33 @@
 
 namespace picotron {
 
+// Each tensor's FNV-1a checksum travels in the file's metadata, "fnv1a64:<name>" -> hex,
+// so a payload altered after writing (a bad disk, a bad copy) is found on reading.
+static std::string checksum_key(const std::string& name) { return "fnv1a64:" + name; }
+
 void save_tensors(const std::string& path, const NamedTensors& tensors, const std::string& flag) {
-  write_safetensors(path, tensors, {}, flag);
+  std::map<std::string, std::string> checksums;
+  for (const auto& [name, t] : tensors) checksums[checksum_key(name)] = checkpoint_format::hex(fnv1a64(t.detach().to(torch::kCPU).contiguous()));
+  write_safetensors(path, tensors, checksums, flag);
 }
 
 std::map<std::string, torch::Tensor> load_tensors(const std::string& path) {
   if (!std::filesystem::exists(path)) throw std::runtime_error("parameter file " + path + ": no such file");
+  std::map<std::string, torch::Tensor> out;
   try {
     const SafetensorsFile file(path);
-    std::map<std::string, torch::Tensor> out;
-    for (const auto& [name, entry] : file.entries()) out[name] = file.read(name);
-    return out;
+    for (const auto& [name, entry] : file.entries()) {
+      out[name] = file.read(name);
+      // Files written elsewhere (Python) may carry no checksums; ours always do.
+      const auto it = file.metadata().find(checksum_key(name));
+      if (it != file.metadata().end() && it->second != checkpoint_format::hex(fnv1a64(out[name])))
+        throw std::runtime_error(path + ": checksum mismatch in tensor '" + name + "' (the file says " + it->second +
+                                 ", the data gives " + checkpoint_format::hex(fnv1a64(out[name])) + ")");
+    }
   } catch (const std::exception& e) {
     throw std::runtime_error("parameter file is corrupt or not safetensors: " + std::string(e.what()));
   }
+  return out;
 }
 
 void load_parameters(torch::nn::Module& module, const NamedTensors& full, const ShardPlan& plan) {

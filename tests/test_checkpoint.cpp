@@ -34,6 +34,22 @@ TEST_CASE("missing and corrupt parameter files are named in the error", "[checkp
   CHECK_THROWS_WITH(load_tensors(path), Catch::Contains(path) && Catch::Contains("corrupt"));
 }
 
+TEST_CASE("a parameter file whose payload was altered is refused, naming the tensor", "[checkpoint]") {
+  const auto path = (std::filesystem::temp_directory_path() / "picotron_test_altered.safetensors").string();
+  save_tensors(path, {{"model.norm.weight", torch::ones({64})}, {"lm_head.weight", torch::randn({5, 4})}});
+  REQUIRE_NOTHROW(load_tensors(path));
+  {  // flip one byte of the data section's last bytes (lm_head.weight or model.norm.weight's tail)
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(-3, std::ios::end);
+    f.write(&c, 1);
+  }
+  CHECK_THROWS_WITH(load_tensors(path), Catch::Contains(path) && Catch::Contains("checksum mismatch in tensor"));
+}
+
 TEST_CASE("utils: FLOPs per token, thousands separators, byte sizes", "[utils]") {
   const LlamaConfig c = preset("smollm-135m");
   CHECK(flops_per_token(c, 2048) == Approx(6.0 * 134515008 + 12.0 * 30 * 576 * 2048));
