@@ -40,6 +40,7 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
 #include "context_parallel/context_parallel.h"
+#include "kernels/kernels.h"
 #include "picotron/recompute.h"
 
 using namespace picotron;
@@ -102,6 +103,11 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
     print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
   }
+  // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core and
+  // the loss where no technique replaced them. auto: fused on CUDA, except in fp64.
+  const bool fused = cfg.kernels == "fused" ||
+                     (cfg.kernels == "auto" && device.is_cuda() && kernels::fused_built() && dtype != torch::kFloat64);
+  if (fused) print0(rank, kernels::use_fused_kernels(*model, dtype));
   // Recomputation wraps what the techniques installed (the ring attention core included);
   // ZeRO-3, attached below, gathers around it.
   apply_recompute(model, parse_recompute(cfg.recompute));
@@ -115,7 +121,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   // ---- optimizer and data parallelism (over cp x dp: every rank there sees other tokens)
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-  const AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
+  const AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay, /*fused=*/fused};
   std::unique_ptr<AdamW> adamw;                 // --zero 0: every rank keeps the whole optimizer
   std::unique_ptr<DataParallel> data_parallel;  //   and all-reduces the gradients
   std::unique_ptr<ZeroOptimizer> zero;          // --zero 1: master weights and moments sharded over cp x dp,
@@ -348,6 +354,11 @@ int main(int argc, char** argv) {
     if (problems.empty()) problems = output_problems(cfg);  // every output writable: now, not after the run
     if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())
       problems.push_back("--device cuda: no CUDA device is visible to this process");
+    if (problems.empty() && cfg.kernels == "fused" && !kernels::fused_built())
+      problems.push_back("--kernels fused: this build has no CUDA kernels (configure with a CUDA toolkit and a CUDA "
+                         "LibTorch), use --kernels aten");
+    if (problems.empty() && cfg.kernels == "fused" && cfg.dtype == Precision::kFP64)
+      problems.push_back("--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
     if (problems.empty() && cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
       problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
                          "visible to this process");

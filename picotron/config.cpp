@@ -90,6 +90,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     ("pp-virtual-stages", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", cxxopts::value<int>()->default_value(s(d.pp_virtual_stages)))
     ("pp-trace", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", cxxopts::value<std::string>())
     ("cp", "context-parallel size: each sequence split over cp ranks, attention by ring", cxxopts::value<int>()->default_value("1"))
+    ("kernels", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA, aten on the CPU)", cxxopts::value<std::string>()->default_value(d.kernels))
     ("recompute", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", cxxopts::value<std::string>()->default_value(d.recompute))
     ("cp-layout", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", cxxopts::value<std::string>()->default_value(d.cp_layout))
     ("sp", "sequence parallelism with --tp: the activations between blocks split along the sequence", cxxopts::value<bool>())
@@ -182,6 +183,9 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     c.pp = r["pp"].as<int>();
     c.cp = r["cp"].as<int>();
     c.cp_layout = r["cp-layout"].as<std::string>();
+    c.kernels = r["kernels"].as<std::string>();
+    if (c.kernels != "auto" && c.kernels != "aten" && c.kernels != "fused")
+      throw std::invalid_argument("--kernels must be auto, aten or fused, got '" + c.kernels + "'");
     c.recompute = r["recompute"].as<std::string>();
     if (c.recompute != "none" && c.recompute != "selective" && c.recompute != "full")
       throw std::invalid_argument("--recompute must be none, selective or full, got '" + c.recompute + "'");

@@ -86,6 +86,7 @@ struct TrainConfig {
   std::string pp_schedule = "1f1b";    // afab | 1f1b | interleaved | zb-h1 (pipeline_parallel/schedules.h)
   int pp_virtual_stages = 1;           // model chunks per pp rank (interleaved: >= 2)
   std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
+  std::string kernels = "auto";        // auto | aten | fused: fused CUDA kernels (kernels/README.md); auto = fused on CUDA
   std::string recompute = "none";      // none | selective | full: activations recomputed in backward (picotron/recompute.h)
   std::string cp_layout = "zigzag";    // contiguous | zigzag: which tokens each cp rank holds (context_parallel/)
   int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state

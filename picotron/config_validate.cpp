@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig
           {"--grad-clip", t(c.grad_clip)}, {"--max-bad-steps", t(c.max_bad_steps)}, {"--init-std", t(c.init_std)},
           {"--seed", t(c.seed)}, {"--data", c.data}, {"--dp", t(c.dp)}, {"--tp", t(c.tp)}, {"--pp", t(c.pp)},
           {"--cp", t(c.cp)}, {"--sp", t(c.sp)}, {"--pp-schedule", c.pp_schedule},
-          {"--pp-virtual-stages", t(c.pp_virtual_stages)}, {"--pp-trace", c.pp_trace}, {"--recompute", c.recompute},
+          {"--pp-virtual-stages", t(c.pp_virtual_stages)}, {"--pp-trace", c.pp_trace}, {"--recompute", c.recompute}, {"--kernels", c.kernels},
           {"--cp-layout", c.cp_layout}, {"--zero", t(c.zero)}, {"--zero-offload", t(c.zero_offload)},
           {"--dp-mode", dp_mode_name(c.dp_mode)}, {"--dp-bucket-mb", t(c.dp_bucket_mb)}, {"--timeout-s", t(c.timeout_s)},
           {"--metrics-file", c.metrics_file}, {"--memory-trace", c.memory_trace}, {"--save-params", c.save_params},
@@ -55,6 +55,8 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   positive("--seq-len", c.seq_len);
   positive("--micro-batch-size", c.micro_batch_size);
   positive("--grad-acc-steps", c.grad_acc_steps);
+  need(!(c.kernels == "fused" && c.device == "cpu"),
+       "--kernels fused runs the CUDA kernels of kernels/: it needs --device cuda (on the CPU: --kernels aten)");
   need(c.steps >= 0, "--steps must be >= 0 (0: no training: --eval, --generate, --export-hf only), got " + str(c.steps));
   // Upper bounds: far above any model this program can train, low enough that every
   // product of sizes below (rows, tokens, parameters, bytes) fits in 64 bits.

@@ -1,6 +1,8 @@
 // picotron/model.cpp — the LLaMA forward pass. See model.h for the picture, shapes and slots.
 #include "picotron/model.h"
 
+#include "kernels/kernels.h"
+
 #include "picotron/recompute.h"
 
 namespace picotron {
@@ -50,6 +52,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, torch::TensorOptions opts) : 
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (fused) return kernels::rms_norm(x, weight, eps);  // keeps x, w and 1/rms only: nothing to recompute
   const auto normalize = [this](const std::vector<torch::Tensor>& in) {
     const auto& x = in[0];
     auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
@@ -111,8 +114,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RopeTables
   const int64_t n_heads = q.size(-1) / head_dim, n_kv = k.size(-1) / head_dim;  // from the tensors
   TORCH_CHECK(rope.cos.size(0) == s, "attention sees ", s, " tokens but the RoPE tables cover ", rope.cos.size(0),
               " positions");
-  q = apply_rope(q.view({b, s, n_heads, head_dim}).transpose(1, 2), rope);      // [B, nH, S, Hd]
-  k = apply_rope(k.view({b, s, n_kv, head_dim}).transpose(1, 2), rope);         // [B, nKV, S, Hd]
+  if (fused_rope) {  // one launch for q and k, on their [B, S, n, Hd] layout
+    std::tie(q, k) = kernels::rope(q.view({b, s, n_heads, head_dim}), k.view({b, s, n_kv, head_dim}), rope.cos, rope.sin);
+    q = q.transpose(1, 2), k = k.transpose(1, 2);                               // [B, nH, S, Hd], [B, nKV, S, Hd]
+  } else {
+    q = apply_rope(q.view({b, s, n_heads, head_dim}).transpose(1, 2), rope);    // [B, nH, S, Hd]
+    k = apply_rope(k.view({b, s, n_kv, head_dim}).transpose(1, 2), rope);       // [B, nKV, S, Hd]
+  }
   v = v.view({b, s, n_kv, head_dim}).transpose(1, 2);                          // [B, nKV, S, Hd]
   auto out = core(q, k, v);                                                     // [B, nH, S, Hd]
   out = out.transpose(1, 2).reshape({b, s, n_heads * head_dim});                // [B, S, nH*Hd]
@@ -132,7 +140,9 @@ MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::Tensor
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   const torch::Tensor x = enter ? enter(x_in) : x_in;              // [B, S, H]
-  const auto swiglu = [](const std::vector<torch::Tensor>& in) { return F::silu(in[0]) * in[1]; };
+  const auto swiglu = [this](const std::vector<torch::Tensor>& in) {
+    return fused_swiglu ? kernels::swiglu(in[0], in[1]) : F::silu(in[0]) * in[1];
+  };
   const auto gate = gate_proj.forward(x), up = up_proj.forward(x);            // [B, S, I] each
   auto gated = recompute_activation ? checkpoint(swiglu, {gate, up}) : swiglu({gate, up});  // [B, S, I]
   auto out = down_proj.forward(gated);                              // [B, S, H]

@@ -78,6 +78,7 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor weight;                            // [H], ones
   double eps;
   bool recompute = false;  // keep only the input for backward, recompute the rest (picotron/recompute.h)
+  bool fused = false;      // one CUDA kernel each way (kernels/rmsnorm.cu; --kernels fused)
 };
 TORCH_MODULE(RMSNorm);
 
@@ -120,6 +121,7 @@ class AttentionImpl : public torch::nn::Module {
   AttentionCore core = causal_attention;
   BlockMap enter, exit;  // around the block: x -> enter -> q/k/v ... o_proj -> exit
   int64_t head_dim;
+  bool fused_rope = false;  // q and k rotated in one CUDA kernel (kernels/rope.cu; --kernels fused)
 };
 TORCH_MODULE(Attention);
 
@@ -130,6 +132,7 @@ class MLPImpl : public torch::nn::Module {
   torch::nn::AnyModule gate_proj, up_proj, down_proj;
   BlockMap enter, exit;  // around the block: x -> enter -> gate/up ... down_proj -> exit
   bool recompute_activation = false;  // silu(gate) * up recomputed in backward (picotron/recompute.h)
+  bool fused_swiglu = false;          // one CUDA kernel each way (kernels/swiglu.cu; --kernels fused)
 };
 TORCH_MODULE(MLP);
 

@@ -1,6 +1,8 @@
 // picotron/optim.cpp — see optim.h for the math.
 #include "picotron/optim.h"
 
+#include "kernels/kernels.h"
+
 #include <cmath>
 
 namespace picotron {
@@ -63,6 +65,16 @@ void AdamW::step(double lr, double grad_scale) {
   const double b1 = opts_.beta1, b2 = opts_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(t_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t_)));
+  if (opts_.fused) {  // the same update, every tensor in one launch (kernels/adamw.cu)
+    std::vector<torch::Tensor> params, master, grads, m, v;
+    std::vector<bool> decay;
+    for (auto& p : params_) {
+      params.push_back(p.param), master.push_back(p.master), grads.push_back(p.main_grad);
+      m.push_back(p.exp_avg), v.push_back(p.exp_avg_sq), decay.push_back(p.decay);
+    }
+    kernels::adamw_step(params, master, grads, m, v, decay, {lr, b1, b2, opts_.eps, opts_.weight_decay, c, t_});
+    return;
+  }
   for (auto& p : params_) {
     const auto& g = p.main_grad;  // the update uses c * g
     if (c == 1.0) p.exp_avg.lerp_(g, 1.0 - b1);                            // m = b1 m + (1-b1) g

@@ -64,6 +64,7 @@ struct TrainableParam {
 
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  bool fused = false;  // one multi-tensor kernel for every parameter (kernels/adamw.cu; fp32 masters)
 };
 
 class AdamW {

@@ -1,0 +1,81 @@
+// kernels/kernels.h — the fused CUDA kernels and their ATen references: the one header
+// the rest of the project includes.
+//
+//   reference::X   plain ATen, any device: the CPU path and the oracle of the tests
+//   cuda::X        the fused kernel (kernels/X.cu), CUDA tensors only
+//   the autograd ops below: what the model, the loss and the optimizer call under
+//   --kernels fused (kernels/fused.cpp wraps each cuda:: forward/backward pair)
+//
+// The signatures of reference:: and cuda:: are one list, kernels/ops.h, included in
+// both namespaces. kernels/README.md explains each fusion: what memory traffic it saves.
+//
+// Test: build/tests/unit_tests "[kernels]" (references on the CPU; the CUDA cases skip
+// without a GPU)     Speed: build/bench/bench_kernels (a GPU)
+#pragma once
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace picotron::kernels {
+
+// The hyper-parameters of one multi-tensor AdamW step (ops.h: adamw_step).
+struct AdamWHyper {
+  double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_scale = 1.0;
+  int64_t step = 1;  // t, 1-based: the bias corrections use b^t
+};
+
+namespace reference {
+#include "kernels/ops.h"
+}  // namespace reference
+
+namespace cuda {
+#include "kernels/ops.h"
+}  // namespace cuda
+
+// ---- which implementation runs ---------------------------------------------------
+enum class Kernels {
+  aten,   // the model's plain ATen ops (autograd derives every backward)
+  fused,  // the CUDA kernels below (needs a CUDA device and a build with the CUDA parts)
+};
+Kernels parse_kernels(const std::string& name);  // "aten" | "fused"; throws naming --kernels
+const char* kernels_name(Kernels k);
+// Whether this build holds the CUDA kernels (PICOTRON_WITH_CUDA).
+bool fused_built();
+
+// ---- autograd ops over the fused kernels (CUDA tensors) ---------------------------
+// Each is a torch::autograd::Function whose forward and backward are the cuda:: pair.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);  // [..., H] -> [..., H]
+// q [B, S, nH, Hd], k [B, S, nKV, Hd] -> rotated (q, k), one launch each way.
+std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                                        const at::Tensor& sin);
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);  // [..., I] -> [..., I]
+// Mean cross-entropy over the rows whose target is not -100: logits [N, V] -> scalar fp32.
+// dlogits are computed in the forward pass and kept (in the logits' dtype) for backward.
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
+// hidden [N, H] and the head weight [V, H] in, mean loss out: the logits exist one chunk
+// of rows at a time (chunk_rows x V), never whole. Gradients for hidden and weight.
+at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                int64_t chunk_rows = 4096);
+// Causal attention, GQA without repeating K/V: q [B, nH, S, Hd], k, v [B, nKV, S, Hd]
+// -> (out [B, nH, S, Hd], lse [B, nH, S] fp32). Gradients for q, k, v (not through lse).
+std::tuple<at::Tensor, at::Tensor> flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// The multi-tensor AdamW step on the tensors' device (cuda:: on a GPU, else reference::).
+void adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& master,
+                const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& exp_avg,
+                const std::vector<at::Tensor>& exp_avg_sq, const std::vector<bool>& decay, const AdamWHyper& h);
+
+}  // namespace picotron::kernels
+
+namespace picotron {
+class LlamaForCausalLMImpl;
+namespace kernels {
+// --kernels fused: RMSNorm, RoPE and SwiGLU through the ops above; the attention core
+// and the loss too where they are still the model's defaults (a technique's ring
+// attention or vocabulary-parallel loss stays) and the kernel takes the dtype and head
+// dim (flash attention: bf16/fp16, Hd 64 or 128). Returns one line: what is fused.
+std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype);
+}  // namespace kernels
+}  // namespace picotron

@@ -1,0 +1,45 @@
+// kernels/use_kernels.cpp — --kernels fused: the model's slots and flags pointed at the
+// fused ops of kernels/kernels.h. The model itself (picotron/model.h) knows only flags.
+//
+// Test: build/tests/unit_tests "[kernels]" (the fused model equals the ATen one on the CPU,
+// where each op runs its reference pair)
+#include <torch/torch.h>
+
+#include "kernels/kernels.h"
+#include "picotron/model.h"
+
+namespace picotron::kernels {
+
+std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype) {
+  std::string summary = "kernels: fused RMSNorm, RoPE, SwiGLU";
+  if (model.model->norm) model.model->norm->fused = true;
+  const int64_t hd = model.config.head_dim();
+  const bool flash_fits = (dtype == at::kBFloat16 || dtype == at::kHalf) && (hd == 64 || hd == 128);
+  bool flash = false;
+  for (auto& [index, layer] : model.model->layers->items) {
+    layer->input_layernorm->fused = layer->post_attention_layernorm->fused = true;
+    layer->self_attn->fused_rope = true;
+    layer->mlp->fused_swiglu = true;
+    using Core = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
+    const Core* core = layer->self_attn->core.target<Core>();
+    if (flash_fits && core && *core == &causal_attention) {  // the default core: not a technique's
+      layer->self_attn->core = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return std::get<0>(flash_attention(q, k, v));  // [B, nH, S, Hd]
+      };
+      flash = true;
+    }
+  }
+  summary += flash ? ", flash attention" : ", attention through ATen (flash attention takes bf16/fp16 and Hd 64 or 128)";
+  if (!model.loss_fn && !model.head) {  // the single-process head and loss
+    LlamaForCausalLMImpl* self = &model;
+    model.loss_fn = [self](const torch::Tensor& hidden, const torch::Tensor& targets) {
+      return linear_cross_entropy(hidden, self->head_weight(), targets);  // the logits one chunk at a time
+    };
+    summary += ", linear + cross-entropy";
+  } else {
+    summary += ", the loss of tensor parallelism (vocabulary-parallel)";
+  }
+  return summary;
+}
+
+}  // namespace picotron::kernels
