@@ -33,20 +33,12 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "kernels/kernels.h"
+#include "kernels/vec.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
-// kVec consecutive elements, loaded or stored as one 16-byte access when kVec * sizeof(T)
-// is 16 (kVec = 1 is the scalar fallback for an odd H or a misaligned pointer).
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
-template <typename T, int kVec>
-__device__ Vec<T, kVec> load(const T* p) { return *reinterpret_cast<const Vec<T, kVec>*>(p); }
-template <typename T, int kVec>
-__device__ void store(T* p, const Vec<T, kVec>& v) { *reinterpret_cast<Vec<T, kVec>*>(p) = v; }
+// Vec, load, store: 16-byte accesses (kernels/vec.cuh).
 
 // Sum of `v` over the block; every thread gets the total. blockDim.x is a multiple of 32
 // (whole warps, so the full shuffle mask is right), at most 1024 (32 warps).

@@ -30,20 +30,12 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "kernels/kernels.h"
+#include "kernels/vec.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
-// kVec consecutive elements as one 16-byte access when kVec * sizeof(T) is 16
-// (kVec = 1 is the scalar fallback for Hd / 2 not a multiple of kVec, or a misaligned pointer).
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
-template <typename T, int kVec>
-__device__ Vec<T, kVec> load(const T* p) { return *reinterpret_cast<const Vec<T, kVec>*>(p); }
-template <typename T, int kVec>
-__device__ void store(T* p, const Vec<T, kVec>& v) { *reinterpret_cast<Vec<T, kVec>*>(p) = v; }
+// Vec, load, store: 16-byte accesses (kernels/vec.cuh).
 
 // One block per token row (b, s); its threads stride over the (nH + nKV) heads x h / kVec
 // chunks of kVec pairs, so q heads come first, then k heads, in one loop.

@@ -27,20 +27,12 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "kernels/kernels.h"
+#include "kernels/vec.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
-// kVec consecutive elements as one 16-byte access when kVec * sizeof(T) is 16
-// (kVec = 1 is the scalar path, for a misaligned pointer).
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Vec {
-  T v[kVec];
-};
-template <typename T, int kVec>
-__device__ Vec<T, kVec> load(const T* p) { return *reinterpret_cast<const Vec<T, kVec>*>(p); }
-template <typename T, int kVec>
-__device__ void store(T* p, const Vec<T, kVec>& v) { *reinterpret_cast<Vec<T, kVec>*>(p) = v; }
+// Vec, load, store: 16-byte accesses (kernels/vec.cuh).
 
 // expf, not __expf: the kernel is memory-bound, so the accurate exp costs nothing.
 // For g < -88, expf(-g) is inf and sig is 0: no NaN.
