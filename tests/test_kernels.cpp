@@ -111,8 +111,8 @@ TEST_CASE("kernels: cross-entropy reference and the fused linear + cross-entropy
   auto z2 = leaf(logits.detach());
   auto ce = K::cross_entropy(z2, targets);
   CHECK(ce.item<double>() == Approx(loss.item<double>()).epsilon(1e-6));
-  auto got_z = torch::autograd::grad({ce}, {z2})[0];
-  CHECK(rel_diff(got_z, dz_want) < 1e-10);
+  auto got_z = torch::autograd::grad({ce * 2.0}, {z2})[0];  // a non-unit upstream gradient
+  CHECK(rel_diff(got_z, dz_want * 2.0) < 1e-10);
   auto fused_loss = K::linear_cross_entropy(hidden, weight, targets, /*chunk_rows=*/3);
   CHECK(fused_loss.item<double>() == Approx(loss.item<double>()).epsilon(1e-6));
   auto got = torch::autograd::grad({fused_loss * 2.0}, {hidden, weight});  // a non-unit upstream gradient
