@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -248,7 +249,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
                        "gradient norm (--max-bad-steps " + std::to_string(cfg.max_bad_steps) + "); the last finite loss " +
                        (last_good_step > 0 ? "was " + std::to_string(last_good_loss) + " at step " +
                                                  std::to_string(last_good_step) : "never came") +
-                       ". Lower --lr, or raise --warmup-steps");
+                       ". Lower --lr (or --init-std), or raise --warmup-steps");
         metrics.finish();  // what was written stays: valid JSON lines
         memory_trace.finish();
         return 3;
@@ -317,6 +318,9 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past a file-size limit (ulimit -f) must fail with EFBIG, which the output
+  // files report as one line, instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   const ParsedArgs args = parse_args(argc, argv);
   if (!args.config && args.exit_code == 0) {  // --help
     std::cout << args.message << std::endl;

@@ -7,7 +7,9 @@
 
 #include <cxxopts.hpp>
 
+#include <cctype>
 #include <cmath>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <stdexcept>
@@ -29,17 +31,48 @@ const char* dp_mode_name(DpMode m) { return m == DpMode::kNaive ? "naive" : "buc
 // cxxopts says "Argument 'many' failed to parse" without the flag: find the flag that
 // was given that value and say "--steps: 'many' is not a valid value".
 static std::string name_the_flag(const std::string& what, int argc, const char* const* argv) {
-  if (what.find("failed to parse") == std::string::npos) return what;
+  // cxxopts says "Option 's' does not exist" for "-steps": one dash makes letter flags.
+  if (what.find("does not exist") != std::string::npos)
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg.size() > 2 && arg[0] == '-' && arg[1] != '-' && !std::isdigit(static_cast<unsigned char>(arg[1])))
+        return arg + ": long flags take two dashes (--" + arg.substr(1) + ")";
+    }
+  // "Argument 'X' failed to parse" (cxxopts quotes with ‘X’ in UTF-8, or 'X'): name the
+  // flag whose value is exactly X.
+  const auto end = what.find(" failed to parse");
+  if (what.rfind("Argument ", 0) != 0 || end == std::string::npos) return what;
+  std::string bad = what.substr(9, end - 9);  // the quoted value
+  for (const std::string quote : {"\u2018", "\u2019", "'"}) {
+    if (bad.rfind(quote, 0) == 0) bad = bad.substr(quote.size());
+    if (bad.size() >= quote.size() && bad.compare(bad.size() - quote.size(), quote.size(), quote) == 0)
+      bad = bad.substr(0, bad.size() - quote.size());
+  }
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], flag, value;
     const auto eq = arg.find('=');
     if (arg.rfind("--", 0) == 0 && eq != std::string::npos) { flag = arg.substr(0, eq); value = arg.substr(eq + 1); }
     else if (i > 1 && std::string(argv[i - 1]).rfind("--", 0) == 0) { flag = argv[i - 1]; value = arg; }
-    if (!flag.empty() && !value.empty() && what.find(value) != std::string::npos)
-      return flag + ": '" + value + "' is not a valid value";
-    if (!flag.empty() && value.empty()) return flag + ": empty value";  // "--steps ''"
+    if (flag.empty()) continue;
+    if (value.empty() && bad.empty()) return flag + ": empty value";  // "--steps ''"
+    if (!value.empty() && value == bad) return flag + ": '" + value + "' is not a valid value";
   }
   return what;
+}
+
+// cxxopts reads numbers with a stream, which stops at the first character it cannot use:
+// "--lr 1e-3x" would train with 1e-3. Every real-valued flag must be a number, whole.
+static void check_real_values(const cxxopts::ParseResult& r) {
+  static const std::set<std::string> real_flags = {"rope-theta", "rms-norm-eps", "lr", "min-lr", "weight-decay",
+                                                   "beta1", "beta2", "adam-eps", "grad-clip", "init-std"};
+  for (const auto& kv : r.arguments()) {
+    if (!real_flags.count(kv.key())) continue;
+    size_t used = 0;
+    double v = 0;
+    try { v = std::stod(kv.value(), &used); } catch (const std::exception&) { used = 0; }
+    if (used == 0 || used != kv.value().size() || !std::isfinite(v))
+      throw std::invalid_argument("--" + kv.key() + ": '" + kv.value() + "' is not a finite number");
+  }
 }
 
 ParsedArgs parse_args(int argc, const char* const* argv) {
@@ -119,12 +152,14 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   // clang-format on
 
   ParsedArgs out;
-  try {
-    auto r = opts.parse(argc, argv);
-    if (r.count("help")) {
+  for (int i = 1; i < argc; ++i)  // --help wins over any other flag, even a malformed one
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       out.message = opts.help({"Model", "Hardware", "Training", "Parallelism", "Output"});
       return out;
     }
+  try {
+    auto r = opts.parse(argc, argv);
+    check_real_values(r);
     if (!r.unmatched().empty()) throw std::invalid_argument("unexpected argument '" + r.unmatched()[0] + "'");
     // A flag given an empty value ("--metrics-file ''") is a mistake, not "no file".
     for (const auto& kv : r.arguments())
@@ -212,6 +247,9 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     if (r.count("eval-logits")) c.eval_logits = r["eval-logits"].as<std::string>();
     if (r.count("prompt-ids")) {
       std::stringstream ids(r["prompt-ids"].as<std::string>());
+      const std::string text = r["prompt-ids"].as<std::string>();
+      if (text.back() == ',' || text.find(",,") != std::string::npos)
+        throw std::invalid_argument("--prompt-ids: '" + text + "' has an empty id (comma-separated integers >= 0)");
       for (std::string id; std::getline(ids, id, ',');) {
         size_t used = 0;
         int64_t v = -1;

@@ -105,7 +105,8 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
     need(m.hidden_size % m.num_attention_heads == 0,
          "--hidden-size " + str(m.hidden_size) + " is not divisible by --num-attention-heads " + str(m.num_attention_heads));
     need(m.head_dim() % 2 == 0 || m.hidden_size % m.num_attention_heads != 0,
-         "head dim " + str(m.head_dim()) + " (hidden/heads) must be even for RoPE");
+         "--hidden-size " + str(m.hidden_size) + " / --num-attention-heads " + str(m.num_attention_heads) +
+             " = head dim " + str(m.head_dim()) + ", which must be even for RoPE");
   }
   if (m.num_attention_heads > 0 && m.num_key_value_heads > 0)
     need(m.num_attention_heads % m.num_key_value_heads == 0,

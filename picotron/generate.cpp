@@ -113,6 +113,9 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
   std::vector<std::vector<int64_t>> rows;
   try {
     j = nlohmann::json::parse(in);
+    for (const auto& row : j.at("input_ids"))  // integers only: get<int64_t> would truncate 2.5 to 2
+      for (const auto& id : row)
+        if (!id.is_number_integer()) throw std::runtime_error("token " + id.dump() + " is not an integer");
     rows = j.at("input_ids").get<std::vector<std::vector<int64_t>>>();
   } catch (const std::exception& e) {
     throw std::runtime_error("--eval " + path + ": not {\"input_ids\": [[ids...], ...]}: " + std::string(e.what()).substr(0, 100));

@@ -1,6 +1,8 @@
 // picotron/hf.cpp — see hf.h.
 #include "picotron/hf.h"
 
+#include <optional>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -60,24 +62,35 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
     return {"--init-from " + cfg.init_from + ": " + e.what()};
   }
   const std::string where = path.string();
-  if (j.value("model_type", "llama") != "llama")
-    problems.push_back(where + ": model_type '" + j.value("model_type", "") + "' is not llama");
-  if (j.value("hidden_act", "silu") != "silu")
-    problems.push_back(where + ": hidden_act '" + j.value("hidden_act", "") + "' (this model is SwiGLU: silu)");
-  if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
-    problems.push_back(where + ": rope_scaling is not supported (plain RoPE only)");
-  for (const char* bias : {"attention_bias", "mlp_bias"})
-    if (j.value(bias, false)) problems.push_back(where + ": " + bias + " is true (this model has no biases)");
+  if (!j.is_object()) return {where + ": not a JSON object (a Hugging Face config.json is {\"hidden_size\": ...})"};
   LlamaConfig m;
   try {
-    m.hidden_size = j.at("hidden_size").get<int64_t>();
-    m.intermediate_size = j.at("intermediate_size").get<int64_t>();
-    m.num_hidden_layers = j.at("num_hidden_layers").get<int64_t>();
-    m.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
-    m.num_key_value_heads = j.value("num_key_value_heads", m.num_attention_heads);
-    m.vocab_size = j.at("vocab_size").get<int64_t>();
+    if (j.value("model_type", "llama") != "llama")
+      problems.push_back(where + ": model_type '" + j.value("model_type", "") + "' is not llama");
+    if (j.value("hidden_act", "silu") != "silu")
+      problems.push_back(where + ": hidden_act '" + j.value("hidden_act", "") + "' (this model is SwiGLU: silu)");
+    if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
+      problems.push_back(where + ": rope_scaling is not supported (plain RoPE only)");
+    for (const char* bias : {"attention_bias", "mlp_bias"})
+      if (j.value(bias, false)) problems.push_back(where + ": " + bias + " is true (this model has no biases)");
+    // Sizes: positive integers (a float such as 1e30 would overflow int64, a 0 would be
+    // blamed on a flag nobody gave).
+    const auto size = [&](const char* field, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
+      if (!j.contains(field) && fallback) return *fallback;
+      if (!j.contains(field)) throw std::runtime_error(std::string(field) + " is missing");
+      const json& v = j.at(field);
+      if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+        throw std::runtime_error(std::string(field) + " must be a positive integer, got " + v.dump());
+      return v.get<int64_t>();
+    };
+    m.hidden_size = size("hidden_size");
+    m.intermediate_size = size("intermediate_size");
+    m.num_hidden_layers = size("num_hidden_layers");
+    m.num_attention_heads = size("num_attention_heads");
+    m.num_key_value_heads = size("num_key_value_heads", m.num_attention_heads);
+    m.vocab_size = size("vocab_size");
     m.rope_theta = j.value("rope_theta", 10000.0);
-    m.max_position_embeddings = j.value("max_position_embeddings", int64_t(2048));
+    m.max_position_embeddings = size("max_position_embeddings", int64_t(2048));
     m.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
     m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' LlamaConfig default
     if (j.contains("head_dim") && !j.at("head_dim").is_null() &&

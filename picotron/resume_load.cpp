@@ -18,7 +18,10 @@ using nlohmann::json;
 using namespace checkpoint_format;
 
 std::string resolve_checkpoint(const std::string& path) {
-  if (!fs::exists(path)) throw std::runtime_error("--resume " + path + ": no such directory");
+  std::error_code ec;  // (fs::exists throws for a name the OS refuses, e.g. too long)
+  const bool exists = fs::exists(path, ec);
+  if (ec) throw std::runtime_error("--resume " + path.substr(0, 200) + ": " + ec.message());
+  if (!exists) throw std::runtime_error("--resume " + path + ": no such directory");
   if (fs::exists(fs::path(path) / "manifest.json")) return path;
   const auto steps = finished_steps(path);
   if (steps.empty())
@@ -37,6 +40,16 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
       throw std::runtime_error("format is '" + manifest_.value("format", "") + "', not " + kFormat);
     for (const char* field : {"step", "adam_steps", "loss_scale", "config", "tensors", "files"})
       if (!manifest_.contains(field)) throw std::runtime_error(std::string("no field '") + field + "'");
+    for (const char* field : {"step", "adam_steps"})  // counters: integers >= 0
+      if (!manifest_.at(field).is_number_integer() || manifest_.at(field).get<int64_t>() < 0)
+        throw std::runtime_error(std::string(field) + " must be an integer >= 0, got " + manifest_.at(field).dump());
+    if (!manifest_.at("loss_scale").is_number() || !(manifest_.at("loss_scale").get<double>() > 0))
+      throw std::runtime_error("loss_scale must be a number > 0, got " + manifest_.at("loss_scale").dump());
+    // Files are named inside the checkpoint directory: no paths that lead out of it.
+    for (const auto& name : manifest_.at("files"))
+      if (!name.is_string() || name.get<std::string>().find('/') != std::string::npos ||
+          name.get<std::string>().rfind("..", 0) == 0)
+        throw std::runtime_error("file " + name.dump() + " is not a file name inside the checkpoint");
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": corrupt: " + std::string(e.what()).substr(0, 160));
   }
@@ -84,6 +97,9 @@ torch::Tensor CheckpointReader::read(const std::string& key, const ShardRecord& 
       if (dim >= 0 && dim == record.split_dim && (offset + len <= mine.offset || mine.offset + mine.length <= offset))
         continue;  // another tp rank's slice: not read
       const std::string fname = p.at("file").get<std::string>();
+      if (fname.find('/') != std::string::npos || fname.rfind("..", 0) == 0)
+        throw std::runtime_error("checkpoint " + dir_ + ": tensor '" + key + "' names file '" + fname +
+                                 "', which is not inside the checkpoint");
       const SafetensorsFile& f = file(fname);
       const torch::Tensor data = f.read(key);  // [flat_length]
       const std::string want = p.at("fnv1a64").get<std::string>(), got = hex(fnv1a64(data));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <tuple>
 
 #include "picotron/memory_estimate.h"
@@ -37,13 +38,34 @@ double gpu_free_bytes(int local_rank) {
 
 std::vector<std::string> output_problems(const TrainConfig& cfg) {
   std::vector<std::string> problems;
+  // Paths compared as written, made absolute and normalised ("a/../b" = "b"); the files
+  // need not exist yet. Two outputs on one path would overwrite each other, and an output
+  // on an input file would destroy it.
+  const auto same = [](const std::string& a, const std::string& b) {
+    return !a.empty() && !b.empty() &&
+           std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
+  };
+  std::vector<std::pair<std::string, std::string>> seen;  // (flag, path) of the outputs so far
   for (const auto& [flag, path, directory] :
        {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
         {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
         {"--eval-logits", cfg.eval_logits, false}, {"--save-dir", cfg.save_dir, true},
-        {"--export-hf", cfg.export_hf, true}})
-    if (!path.empty())
-      if (auto p = output_path_problem(flag, path, directory, cfg.data); !p.empty()) problems.push_back(p);
+        {"--export-hf", cfg.export_hf, true}}) {
+    if (path.empty()) continue;
+    if (auto p = output_path_problem(flag, path, directory, cfg.data); !p.empty()) {
+      problems.push_back(p);
+      continue;
+    }
+    for (const auto& [input_flag, input] : {std::pair{"--eval", cfg.eval}, {"--init-from", cfg.init_from},
+                                            {"--resume", cfg.resume}})
+      if (same(path, input))
+        problems.push_back(std::string(flag) + " " + path + ": is the " + input_flag + " input, which it would overwrite");
+    for (const auto& [other_flag, other] : seen)
+      if (same(path, other))
+        problems.push_back(std::string(flag) + " " + path + ": is also the " + other_flag +
+                           " path; give each output its own file");
+    seen.emplace_back(flag, path);
+  }
   return problems;
 }
 

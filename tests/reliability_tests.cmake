@@ -2,6 +2,7 @@
 # build/train. Every case: one line naming the flag or file, a non-zero exit, no hang,
 # no partial file under a final name (picotron/output_file.h). Divergence: cli.diverged*.
 set(R_FLAGS --device cpu --model tiny --steps 3 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1)
+list(JOIN R_FLAGS " " R_FLAGS_LINE)  # the same, inside sh -c strings
 function(picotron_reliability name regex)
   add_test(NAME reliability.${name} COMMAND ${EXPECT_FAIL} "${regex}" -- ${ARGN})
   set_tests_properties(reliability.${name} PROPERTIES LABELS "reliability;cli" TIMEOUT 60 ENVIRONMENT "${CLI_ENV}")
@@ -73,3 +74,25 @@ endforeach()
 # batch that --dry-run puts at 6 GiB): one line naming the flags, not the allocator's text.
 picotron_reliability(out_of_memory "error: out of memory on cpu: an allocation of .* failed; .*lower --micro-batch-size \\(64\\) or --seq-len \\(2048\\)"
   sh -c "ulimit -v 5000000 && $<TARGET_FILE:train> --device cpu --model tiny --seq-len 2048 --micro-batch-size 64 --steps 2 --generate 0 --threads 1")
+# Flags: the malformed value is named with its flag (not an earlier flag whose value is a
+# substring of it), real numbers are read whole, --help wins, one-dash long flags are named.
+picotron_reliability(flag_named_exactly "error: --seq-len: '1.5' is not a valid value" ${TRAIN} --threads 1 --seq-len 1.5)
+picotron_reliability(real_with_garbage "error: --lr: '1e-3x' is not a finite number" ${TRAIN} ${R_FLAGS} --lr 1e-3x)
+picotron_reliability(one_dash_flag "error: -steps: long flags take two dashes \\(--steps\\)" ${TRAIN} -steps 3)
+picotron_reliability(prompt_ids_trailing_comma "error: --prompt-ids: '1,' has an empty id" ${TRAIN} ${R_FLAGS} --prompt-ids 1,)
+add_test(NAME reliability.help_wins COMMAND ${TRAIN} --steps abc --help)
+set_tests_properties(reliability.help_wins PROPERTIES LABELS "reliability;cli" TIMEOUT 60 PASS_REGULAR_EXPRESSION "Usage:")
+# Two outputs on one path, or an output on an input, are refused before training.
+picotron_reliability(outputs_same_path "error: --save-params .*same.out: is also the --metrics-file path"
+  ${TRAIN} ${R_FLAGS} --metrics-file ${RD}/same.out --save-params ${RD}/same.out)
+picotron_reliability(output_is_eval_input "error: --eval-logits .*eval.json: is the --eval input, which it would overwrite" sh -c
+  "mkdir -p ${RD} && echo '{\"input_ids\": [[1, 2, 3]]}' > ${RD}/eval.json && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RD}/eval.json --eval-logits ${RD}/eval.json")
+# --init-from: a config.json that is not an object, or a size that is not a positive integer.
+picotron_reliability(hf_config_array "error: .*hf_array/config.json: not a JSON object" sh -c
+  "mkdir -p ${RD}/hf_array && echo '[]' > ${RD}/hf_array/config.json && $<TARGET_FILE:train> --device cpu --init-from ${RD}/hf_array")
+picotron_reliability(hf_config_float_size "error: .*hf_float/config.json: vocab_size must be a positive integer, got 1e\\+30" sh -c
+  "mkdir -p ${RD}/hf_float && echo '{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 1e30}' > ${RD}/hf_float/config.json && $<TARGET_FILE:train> --device cpu --init-from ${RD}/hf_float")
+# A file-size limit (ulimit -f): EFBIG reported as one line, not death by SIGXFSZ.
+# (PMIX_MCA_gds=hash: Open MPI's own shared-memory store would otherwise hit the limit in MPI_Init.)
+picotron_reliability(file_size_limit "error: --save-params .*limit.safetensors: write failed: File too large" sh -c
+  "mkdir -p ${RD} && ulimit -f 1 && PMIX_MCA_gds=hash $<TARGET_FILE:train> ${R_FLAGS_LINE} --save-params ${RD}/limit.safetensors")
