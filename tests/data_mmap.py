@@ -6,7 +6,7 @@ each run's peak resident memory (getrusage of the child). The 4 GiB run must pea
 below the file's size (under 1 GiB), and within 64 MiB of the 1 MiB run: the peak does
 not depend on the file size. Prints "mmap ok" or "FAILED: ...".
 """
-import os, resource, subprocess, sys
+import os, subprocess, sys, tempfile
 
 work, train = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
@@ -14,16 +14,22 @@ MiB = 1 << 20
 
 
 def peak_rss(path):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    run = subprocess.run([train, "--device", "cpu", "--data", path, "--steps", "3", "--seq-len", "256",
-                          "--micro-batch-size", "8", "--generate", "0", "--threads", "1"], capture_output=True, text=True)
-    if run.returncode != 0:
-        print(run.stdout, run.stderr)
+    """Peak resident memory of one training run on `path`: that child's own ru_maxrss
+    (os.wait4), not the running maximum over every child so far."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([train, "--device", "cpu", "--data", path, "--steps", "3", "--seq-len", "256",
+                                 "--micro-batch-size", "8", "--generate", "0", "--threads", "1"],
+                                stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # (reaped here: Popen must not wait again)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        print(stdout, stderr)
         raise SystemExit(f"FAILED: training on {path}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # KiB -> bytes (max over children so far)
-    data_line = [l for l in run.stdout.splitlines() if l.startswith("data:")]
+    data_line = [l for l in stdout.splitlines() if l.startswith("data:")]
     print(data_line[0] if data_line else "")
-    return peak, before * 1024
+    return usage.ru_maxrss * 1024  # KiB -> bytes
 
 
 small, big = os.path.join(work, "small.txt"), os.path.join(work, "big.txt")
@@ -31,8 +37,8 @@ with open(small, "wb") as f:
     f.write(os.urandom(MiB))
 with open(big, "wb") as f:
     f.truncate(4 << 30)  # sparse: no disk blocks
-small_peak, _ = peak_rss(small)
-big_peak, _ = peak_rss(big)  # (ru_maxrss of children is a running max: big_peak >= small_peak)
+small_peak = peak_rss(small)
+big_peak = peak_rss(big)
 print(f"peak resident memory: {small_peak / MiB:.0f} MiB with 1 MiB of data, {big_peak / MiB:.0f} MiB with 4 GiB")
 os.remove(big)
 if big_peak > 1024 * MiB:
