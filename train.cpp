@@ -356,16 +356,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (problems.empty()) problems = output_problems(cfg);  // every output writable: now, not after the run
-    if (problems.empty() && cfg.device == "cuda" && !torch::cuda::is_available())
-      problems.push_back("--device cuda: no CUDA device is visible to this process");
-    if (problems.empty() && cfg.kernels == "fused" && !kernels::fused_built())
-      problems.push_back("--kernels fused: this build has no CUDA kernels (configure with a CUDA toolkit and a CUDA "
-                         "LibTorch), use --kernels aten");
-    if (problems.empty() && cfg.kernels == "fused" && cfg.dtype == Precision::kFP64)
-      problems.push_back("--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
-    if (problems.empty() && cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
-      problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
-                         "visible to this process");
+    if (problems.empty()) problems = machine_problems(cfg);  // a GPU, the CUDA kernels, where the flags need them
     if (problems.empty())  // the memory this rank will need, before allocating any of it
       if (auto p = memory_problem(cfg, launch, [&](const MeshCoords& c) { return plan_for(cfg, c); }); !p.empty())
         problems.push_back(p);

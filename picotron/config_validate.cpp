@@ -57,6 +57,8 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   positive("--grad-acc-steps", c.grad_acc_steps);
   need(!(c.kernels == "fused" && c.device == "cpu"),
        "--kernels fused runs the CUDA kernels of kernels/: it needs --device cuda (on the CPU: --kernels aten)");
+  need(!(c.kernels == "fused" && c.dtype_given && c.dtype == Precision::kFP64),
+       "--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
   need(c.steps >= 0, "--steps must be >= 0 (0: no training: --eval, --generate, --export-hf only), got " + str(c.steps));
   // Upper bounds: far above any model this program can train, low enough that every
   // product of sizes below (rows, tokens, parameters, bytes) fits in 64 bits.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <tuple>
 
+#include "kernels/kernels.h"
 #include "picotron/memory_estimate.h"
 #include "picotron/output_file.h"
 #include "picotron/safetensors.h"
@@ -66,6 +67,19 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
                            " path; give each output its own file");
     seen.emplace_back(flag, path);
   }
+  return problems;
+}
+
+std::vector<std::string> machine_problems(const TrainConfig& cfg) {
+  std::vector<std::string> problems;
+  if (cfg.device == "cuda" && !torch::cuda::is_available())
+    problems.push_back("--device cuda: no CUDA device is visible to this process");
+  if (cfg.kernels == "fused" && !kernels::fused_built())
+    problems.push_back("--kernels fused: this build has no CUDA kernels (configure with a CUDA toolkit and a CUDA "
+                       "LibTorch), use --kernels aten");
+  if (cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
+    problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
+                       "visible to this process");
   return problems;
 }
 

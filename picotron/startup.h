@@ -19,6 +19,10 @@ namespace picotron {
 // Every output flag's path checked (picotron/output_file.h): one line per problem.
 std::vector<std::string> output_problems(const TrainConfig& cfg);
 
+// What this machine and build must have for the flags: a visible GPU for --device cuda
+// and --zero-offload, the CUDA kernels for --kernels fused. One line per problem.
+std::vector<std::string> machine_problems(const TrainConfig& cfg);
+
 // This rank's estimated peak (picotron/memory_estimate.h) against what it has: on the CPU
 // MemAvailable shared by the ranks of its node, on a GPU its free memory; one line with
 // both numbers and what to change, or "".

@@ -1,0 +1,125 @@
+// kernels/flash_common.cuh — what the FlashAttention-2 forward (flash_attention.cu) and
+// backward (flash_attention_backward.cu) share: the tile sizes, the WMMA fragments, the
+// tile load, one warp's 16-row GEMM on tensor cores, the dtype/head-dim dispatch and the
+// input checks of the launchers. kernels/flash_attention.cu's header explains the tiling.
+#pragma once
+
+#include "kernels/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+namespace picotron::kernels::cuda {
+namespace {  // (each .cu including this gets its own copy: internal linkage)
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kBr = 64, kBc = 64;       // query rows, key columns per tile
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+static_assert(kBr == 16 * kWarps, "one warp per 16 rows of a tile");
+// Shared rows are padded: 8 x 16-bit (16 B) so the 8 rows a tensor-core load reads start
+// in different banks; 4 floats for fp32 rows (the least WMMA allows: ld % 4 == 0).
+constexpr int kPadH = 8, kPadF = 4;
+
+template <typename T, typename Layout> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, Layout>;
+template <typename T, typename Layout> using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+using Row = wmma::row_major;
+using Col = wmma::col_major;
+
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float to_float(__half x) { return __half2float(x); }
+template <typename T> __device__ inline T from_float(float x);
+template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
+
+static_assert(kBr == kBc, "load_tile loads 64-row tiles of Q, K, V, dO alike");
+// Rows [row0, row0 + 64) of a [S, Hd] matrix -> shared tile [64][Hd + 8], 16 B per load;
+// rows >= S are zero-filled, so no garbage (or NaN: 0 * NaN = NaN) enters an MMA.
+template <typename T, int Hd>
+__device__ void load_tile(T* tile, const T* g, int row0, int S) {
+  constexpr int kChunks = Hd / 8;  // 16-byte chunks per row
+  for (int idx = threadIdx.x; idx < 64 * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (row0 + r < S) val = *reinterpret_cast<const uint4*>(g + static_cast<int64_t>(row0 + r) * Hd + c);
+    *reinterpret_cast<uint4*>(tile + r * (Hd + kPadH) + c) = val;
+  }
+}
+
+// One warp: out[16][N] (fp32, row stride ldo) = alpha * a[16][K] b[K][N], 16x16x16 steps.
+// a: row-major (row stride lda). b: K x N; LayoutB says how it sits in memory:
+//   Row: b(k, n) at b + k*ldb + n        Col: b(k, n) at b + n*ldb + k  (b = X^T of a row-major X)
+template <typename T, typename LayoutB, int K, int N>
+__device__ void warp_gemm(float* out, int ldo, const T* a, int lda, const T* b, int ldb, float alpha) {
+  for (int n = 0; n < N; n += 16) {
+    Acc acc;
+    wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int k = 0; k < K; k += 16) {
+      FragA<T, Row> fa;
+      FragB<T, LayoutB> fb;
+      wmma::load_matrix_sync(fa, a + k, lda);
+      wmma::load_matrix_sync(fb, std::is_same<LayoutB, Row>::value ? b + k * ldb + n : b + n * ldb + k, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    for (int t = 0; t < acc.num_elements; ++t) acc.x[t] *= alpha;
+    wmma::store_matrix_sync(out + n, acc, ldo, wmma::mem_row_major);
+  }
+}
+
+// ---- for the launchers ---------------------------------------------------------------
+// Calls fn(T{}, std::integral_constant<int, Hd>{}) for the tensor's dtype and head dim.
+template <typename Fn> void dispatch(at::ScalarType dtype, int64_t Hd, Fn&& fn) {
+  using H64 = std::integral_constant<int, 64>;
+  using H128 = std::integral_constant<int, 128>;
+  const bool bf16 = dtype == at::kBFloat16;
+  if (bf16 && Hd == 64) fn(__nv_bfloat16{}, H64{});
+  else if (bf16) fn(__nv_bfloat16{}, H128{});
+  else if (Hd == 64) fn(__half{}, H64{});
+  else fn(__half{}, H128{});
+}
+
+void check_input(const at::Tensor& t, const char* name, const at::Tensor& q) {
+  TORCH_CHECK(t.is_cuda(), "flash_attention: ", name, " must be a CUDA tensor, got ", t.device());
+  TORCH_CHECK(t.device() == q.device(), "flash_attention: ", name, " is on ", t.device(), ", q on ", q.device());
+  TORCH_CHECK(t.scalar_type() == q.scalar_type(), "flash_attention: ", name, " has dtype ", t.scalar_type(),
+              ", q has ", q.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), "flash_attention: ", name, " must be contiguous");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, "flash_attention: ", name,
+              " must be 16-byte aligned (16-byte loads)");
+  TORCH_CHECK(t.dim() == 4, "flash_attention: ", name, " must be 4-d [B, heads, S, Hd], got ", t.sizes());
+}
+
+// q [B, nH, S, Hd], k, v [B, nKV, S, Hd]; returns nKV.
+int64_t check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf,
+              "flash_attention: q must be bf16 or fp16, got ", q.scalar_type());
+  check_input(q, "q", q);
+  check_input(k, "k", q);
+  check_input(v, "v", q);
+  const int64_t B = q.size(0), nH = q.size(1), S = q.size(2), Hd = q.size(3), nKV = k.size(1);
+  TORCH_CHECK(Hd == 64 || Hd == 128, "flash_attention: head dim Hd must be 64 or 128, got ", Hd);
+  TORCH_CHECK(k.size(0) == B && k.size(2) == S && k.size(3) == Hd, "flash_attention: k ", k.sizes(),
+              " does not match q ", q.sizes(), " in B, S, Hd");
+  TORCH_CHECK(v.sizes() == k.sizes(), "flash_attention: v ", v.sizes(), " must have k's shape ", k.sizes());
+  TORCH_CHECK(nKV > 0 && nH % nKV == 0, "flash_attention: nH ", nH, " is not a multiple of nKV ", nKV);
+  TORCH_CHECK(S < (int64_t{1} << 30), "flash_attention: S ", S, " too long");
+  TORCH_CHECK(B * nH <= 65535, "flash_attention: B * nH = ", B * nH, " exceeds the grid's y limit 65535");
+  return nKV;
+}
+
+}  // namespace
+}  // namespace picotron::kernels::cuda
