@@ -1,6 +1,6 @@
 // bench/bench_comm.cpp — all-reduce latency and bandwidth through picotron's Comm.
 //
-// The figures are the ones nccl-tests prints (nccl-tests/doc/PERFORMANCE.md):
+// The figures are the ones nccl-tests prints (the PERFORMANCE document of NVIDIA's nccl-tests):
 //
 //   time   mean wall time of one all_reduce, over --iters back-to-back calls,
 //          taken on the slowest rank
@@ -24,7 +24,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/distributed.h"
+#include "picotron/runtime/distributed.h"
 
 using namespace picotron;
 

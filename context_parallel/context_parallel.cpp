@@ -2,6 +2,8 @@
 // ring and the merge, cp_layout.h for who holds what.
 #include "context_parallel/context_parallel.h"
 
+#include "picotron/saved_object.h"
+
 #include <cmath>
 #include <limits>
 
@@ -12,10 +14,6 @@ namespace picotron {
 using torch::autograd::AutogradContext;
 
 namespace {
-
-torch::ScalarType accumulate_type(torch::ScalarType t) {
-  return t == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-}
 
 // The block on the explicit scores: s = q k^T / sqrt(Hd) over the kv heads each query
 // head reads, masked if causal. (Only for devices without the CPU flash kernel.)
@@ -73,8 +71,6 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_block_backward
 
 namespace {
 
-Comm& comm_of(int64_t address) { return *reinterpret_cast<Comm*>(address); }
-
 constexpr int kKvTag = 0, kGradTag = 1;  // two message streams between the same neighbours
 
 // Send `mine` to the next rank of the ring and receive the previous rank's into a new
@@ -100,8 +96,8 @@ void merge(torch::Tensor out, torch::Tensor lse, const torch::Tensor& o_b, const
 struct RingAttention : torch::autograd::Function<RingAttention> {
   // q [B, nH, n, Hd], k, v [B, nKV, n, Hd] (n = S/C tokens of this rank) -> [B, nH, n, Hd]
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t cp_address, int64_t layout) {
-    Comm& cp = comm_of(cp_address);
+                               const torch::Tensor& v, Comm* cp_comm, int64_t layout) {
+    Comm& cp = *cp_comm;
     const int C = cp.size(), r = cp.rank();
     const int64_t n = q.size(2);
     const auto acc = accumulate_type(q.scalar_type());
@@ -123,13 +119,13 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     }
     out = out.to(q.scalar_type());
     ctx->save_for_backward({q, k, v, out, lse});
-    ctx->saved_data["cp"] = cp_address;
+    ctx->saved_data["cp"] = saved_object(cp_comm);  // picotron/saved_object.h
     ctx->saved_data["layout"] = layout;
     return out;
   }
 
   static torch::autograd::variable_list backward(AutogradContext* ctx, torch::autograd::variable_list grads) {
-    Comm& cp = comm_of(ctx->saved_data["cp"].toInt());
+    Comm& cp = *saved_object_of<Comm*>(ctx->saved_data["cp"]);
     const auto layout = CpLayout(ctx->saved_data["layout"].toInt());
     const auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
@@ -169,9 +165,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
 }  // namespace
 
 AttentionCore ring_attention(Comm& cp, CpLayout layout) {
-  const int64_t address = reinterpret_cast<int64_t>(&cp);  // saved_data holds IValues: the Comm as an integer
-  return [address, layout](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return RingAttention::apply(q, k, v, address, int64_t(layout));
+  return [&cp, layout](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return RingAttention::apply(q, k, v, &cp, int64_t(layout));
   };
 }
 

@@ -1,25 +1,7 @@
 // data_parallel/data_parallel.cpp — see data_parallel.h for the picture and the costs.
 #include "data_parallel/data_parallel.h"
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 namespace picotron {
-
-GradReadyHook::GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready)
-    : node_(torch::autograd::impl::grad_accumulator(param)) {
-  TORCH_CHECK(node_, "parameter ", name, " does not require grad");
-  key_ = node_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-      [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
-                                       const torch::autograd::variable_list&) {
-        on_ready();
-        return outputs;
-      }));
-}
-
-GradReadyHook::~GradReadyHook() {
-  if (node_) node_->del_post_hook(key_);  // the hook may capture an object that is going
-}
 
 DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb)
     : group_(group), params_(params), mode_(mode) {

@@ -44,39 +44,22 @@
 
 namespace picotron {
 
-// Calls on_ready() right after autograd has written `param`'s gradient in a backward:
-// a post hook on the parameter's gradient accumulator (the autograd node that writes
-// param.grad). The hook is removed when this object goes. (ZeRO-2 uses it too.)
-class GradReadyHook {
+class DataParallel : public GradSync {
  public:
-  GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready);
-  GradReadyHook(GradReadyHook&& other) noexcept : node_(std::move(other.node_)), key_(other.key_) {}
-  GradReadyHook(const GradReadyHook&) = delete;
-  GradReadyHook& operator=(const GradReadyHook&) = delete;
-  GradReadyHook& operator=(GradReadyHook&&) = delete;
-  ~GradReadyHook();
-
- private:
-  std::shared_ptr<torch::autograd::Node> node_;  // kept alive: the parameter holds it only weakly
-  uintptr_t key_ = 0;
-};
-
-class DataParallel {
- public:
-  // `group` is the data-parallel group (the cp×dp group once context parallelism
-  // exists). `params` must outlive this object; in bucketed mode their main grads are
+  // `group` is the data-parallel group: cp×dp (every rank there sees other tokens).
+  // `params` must outlive this object; in bucketed mode their main grads are
   // replaced by views into the buckets.
   DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb);
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   // Call before each micro-batch's backward. `sync`: it is the last micro-batch of the
   // step, so its gradients are communicated (otherwise they only accumulate: no-sync).
-  void prepare_backward(bool sync);
+  void prepare_backward(bool sync) override;
   // Call after the last micro-batch's backward: naive mode all-reduces every main grad;
   // bucketed mode launches any bucket not yet launched, then waits for all of them.
-  void finish_gradient_sync();
+  void finish_gradient_sync() override;
 
   int num_buckets() const { return int(buckets_.size()); }
   // With record_events on, what happened in order ("launch bucket 3", "backward end",

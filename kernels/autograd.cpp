@@ -19,14 +19,6 @@ namespace picotron::kernels {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-Kernels parse_kernels(const std::string& name) {
-  if (name == "aten") return Kernels::aten;
-  if (name == "fused") return Kernels::fused;
-  throw std::invalid_argument("--kernels must be aten or fused, got '" + name + "'");
-}
-
-const char* kernels_name(Kernels k) { return k == Kernels::fused ? "fused" : "aten"; }
-
 bool fused_built() {
 #ifdef PICOTRON_WITH_CUDA
   return true;

@@ -4,7 +4,8 @@
 //   reference::X   plain ATen, any device: the CPU path and the oracle of the tests
 //   cuda::X        the fused kernel (kernels/X.cu), CUDA tensors only
 //   the autograd ops below: what the model, the loss and the optimizer call under
-//   --kernels fused (kernels/fused.cpp wraps each cuda:: forward/backward pair)
+//   --kernels fused (kernels/autograd.cpp wraps each cuda:: forward/backward pair;
+//   kernels/use_kernels.cpp points the model's slots and AdamW at them)
 //
 // The signatures of reference:: and cuda:: are one list, kernels/ops.h, included in
 // both namespaces. kernels/README.md explains each fusion: what memory traffic it saves.
@@ -36,12 +37,6 @@ namespace cuda {
 }  // namespace cuda
 
 // ---- which implementation runs ---------------------------------------------------
-enum class Kernels {
-  aten,   // the model's plain ATen ops (autograd derives every backward)
-  fused,  // the CUDA kernels below (needs a CUDA device and a build with the CUDA parts)
-};
-Kernels parse_kernels(const std::string& name);  // "aten" | "fused"; throws naming --kernels
-const char* kernels_name(Kernels k);
 // Whether this build holds the CUDA kernels (PICOTRON_WITH_CUDA).
 bool fused_built();
 
@@ -71,11 +66,14 @@ void adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Ten
 
 namespace picotron {
 class LlamaForCausalLMImpl;
+struct AdamWOptions;
 namespace kernels {
 // --kernels fused: RMSNorm, RoPE and SwiGLU through the ops above; the attention core
 // and the loss too where they are still the model's defaults (a technique's ring
 // attention or vocabulary-parallel loss stays) and the kernel takes the dtype and head
 // dim (flash attention: bf16/fp16, Hd 64 or 128). Returns one line: what is fused.
 std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype);
+// --kernels fused: AdamW's whole update in one multi-tensor launch (kernels/adamw.cu).
+void use_fused_adamw(AdamWOptions& opts);
 }  // namespace kernels
 }  // namespace picotron

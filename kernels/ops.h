@@ -5,7 +5,7 @@
 //
 // kernels/kernels.h includes this list inside each of the two namespaces, so the two
 // sets cannot drift apart and a test compares cuda::X(args) with reference::X(args).
-// Forward and backward are separate entries (no autograd here): kernels/fused.cpp
+// Forward and backward are separate entries (no autograd here): kernels/autograd.cpp
 // wraps each pair as an autograd Function; kernels/reference.cpp writes the backward
 // math out by hand, and tests/test_kernels.cpp checks it against autograd on the CPU.
 //

@@ -12,20 +12,15 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "picotron/utils.h"
 
 namespace picotron::kernels::reference {
 
-namespace {
-// fp32 for the 16-bit types, the type itself for fp32/fp64.
-torch::ScalarType math_type(const at::Tensor& t) {
-  return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-}
-}  // namespace
 
 // ---- RMSNorm: y = w * round(x * r), r = rsqrt(mean(x^2) + eps) ----------------------
 std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
   const int64_t h = x.size(-1);
-  auto xf = x.reshape({-1, h}).to(math_type(x));                                        // [N, H]
+  auto xf = x.reshape({-1, h}).to(accumulate_type(x.scalar_type()));                                        // [N, H]
   auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);     // [N, 1]
   auto y = w * (xf * inv_rms).to(x.scalar_type());                                     // [N, H], rounded as model.cpp
   return {y.view(x.sizes()), inv_rms.squeeze(-1)};                                     // [..., H], [N]
@@ -35,7 +30,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x, const a
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
                                                      const at::Tensor& inv_rms) {
   const int64_t h = x.size(-1);
-  const auto t = math_type(x);
+  const auto t = accumulate_type(x.scalar_type());
   auto xf = x.reshape({-1, h}).to(t), dyf = dy.reshape({-1, h}).to(t);  // [N, H]
   auto r = inv_rms.to(t).unsqueeze(-1);                                 // [N, 1]
   auto xhat = xf * r;                                                   // [N, H]
@@ -49,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy, const
 std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
                                         const at::Tensor& sin, bool inverse) {
   const int64_t s = q.size(1), hd = q.size(-1);
-  const auto t = math_type(q);
+  const auto t = accumulate_type(q.scalar_type());
   auto c = cos.to(t).view({1, s, 1, hd}), sn = sin.to(t).view({1, s, 1, hd}) * (inverse ? -1.0 : 1.0);  // [1, S, 1, Hd]
   const auto rotate = [&](const at::Tensor& x) {  // [B, S, n, Hd]
     auto xf = x.to(t);
@@ -61,13 +56,13 @@ std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& q, const at::Tensor& k
 
 // ---- SwiGLU: silu(gate) * up ---------------------------------------------------------
 at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
-  const auto t = math_type(gate);
+  const auto t = accumulate_type(gate.scalar_type());
   return (torch::silu(gate.to(t)) * up.to(t)).to(gate.scalar_type());
 }
 
 // silu'(g) = sig (1 + g (1 - sig)), sig = sigmoid(g).
 std::tuple<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up) {
-  const auto t = math_type(gate);
+  const auto t = accumulate_type(gate.scalar_type());
   auto g = gate.to(t), u = up.to(t), d = dy.to(t);
   auto sig = torch::sigmoid(g);
   auto dgate = d * u * sig * (1 + g * (1 - sig));
@@ -78,7 +73,7 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dy, const a
 // ---- cross-entropy: loss = logsumexp(z) - z[target]; dz = (softmax(z) - onehot) * scale
 std::tuple<at::Tensor, at::Tensor> cross_entropy_forward(const at::Tensor& logits, const at::Tensor& targets,
                                                          double dlogits_scale, bool in_place) {
-  const auto t = math_type(logits);
+  const auto t = accumulate_type(logits.scalar_type());
   auto z = logits.to(t);                                           // [N, V]
   auto valid = targets.ne(-100);                                   // [N]
   auto safe = torch::where(valid, targets, torch::zeros_like(targets));
@@ -120,7 +115,7 @@ struct Scores {
 };
 Scores attention_scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale, bool causal,
                         at::Tensor* lse) {
-  const auto t = math_type(q);
+  const auto t = accumulate_type(q.scalar_type());
   const int64_t group = q.size(1) / k.size(1), s = q.size(2);
   Scores r;
   r.k_full = k.to(t).repeat_interleave(group, /*dim=*/1);  // [B, nH, S, Hd]
@@ -152,7 +147,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
                                                                         const at::Tensor& out, const at::Tensor& lse,
                                                                         double scale, bool causal) {
   (void)lse;  // recomputed from q and k: the same numbers, in the reference's precision
-  const auto t = math_type(q);
+  const auto t = accumulate_type(q.scalar_type());
   const Scores r = attention_scores(q, k, v, scale, causal, nullptr);
   auto d_o = dout.to(t);                                                     // [B, nH, S, Hd]
   auto dv = torch::matmul(r.p.transpose(-1, -2), d_o);                       // [B, nH, S, Hd]

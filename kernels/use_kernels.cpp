@@ -1,5 +1,5 @@
-// kernels/use_kernels.cpp — --kernels fused: the model's slots and flags pointed at the
-// fused ops of kernels/kernels.h. The model itself (picotron/model.h) knows only flags.
+// kernels/use_kernels.cpp — --kernels fused: the model's slots (and AdamW's) pointed at
+// the fused ops of kernels/kernels.h. The model itself (picotron/model.h) knows only slots.
 //
 // Test: build/tests/unit_tests "[kernels]" (the fused model equals the ATen one on the CPU,
 // where each op runs its reference pair)
@@ -7,19 +7,20 @@
 
 #include "kernels/kernels.h"
 #include "picotron/model.h"
+#include "picotron/optim.h"
 
 namespace picotron::kernels {
 
 std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype) {
   std::string summary = "kernels: fused RMSNorm, RoPE, SwiGLU";
-  if (model.model->norm) model.model->norm->fused = true;
+  if (model.model->norm) model.model->norm->fused = rms_norm;
   const int64_t hd = model.config.head_dim();
   const bool flash_fits = (dtype == at::kBFloat16 || dtype == at::kHalf) && (hd == 64 || hd == 128);
   bool flash = false;
   for (auto& [index, layer] : model.model->layers->items) {
-    layer->input_layernorm->fused = layer->post_attention_layernorm->fused = true;
-    layer->self_attn->fused_rope = true;
-    layer->mlp->fused_swiglu = true;
+    layer->input_layernorm->fused = layer->post_attention_layernorm->fused = rms_norm;
+    layer->self_attn->fused_rope = rope;
+    layer->mlp->fused_swiglu = swiglu;
     using Core = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
     const Core* core = layer->self_attn->core.target<Core>();
     if (flash_fits && core && *core == &causal_attention) {  // the default core: not a technique's
@@ -40,6 +41,19 @@ std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype)
     summary += ", the loss of tensor parallelism (vocabulary-parallel)";
   }
   return summary;
+}
+
+void use_fused_adamw(AdamWOptions& opts) {
+  opts.fused_step = [](std::vector<TrainableParam>& params, const AdamWOptions::StepArgs& a) {
+    std::vector<torch::Tensor> weights, master, grads, m, v;
+    std::vector<bool> decay;
+    for (auto& p : params) {
+      weights.push_back(p.param), master.push_back(p.master), grads.push_back(p.main_grad);
+      m.push_back(p.exp_avg), v.push_back(p.exp_avg_sq), decay.push_back(p.decay);
+    }
+    adamw_step(weights, master, grads, m, v, decay,
+               {a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale, a.step});
+  };
 }
 
 }  // namespace picotron::kernels

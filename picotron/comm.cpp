@@ -30,8 +30,8 @@
 #include <exception>
 #include <utility>
 
-#include "picotron/comm_internal.h"
-#include "picotron/distributed.h"
+#include "picotron/runtime/comm_internal.h"
+#include "picotron/runtime/distributed.h"
 
 namespace picotron {
 

@@ -4,9 +4,10 @@
 // Hub reads across one to one. Presets reproduce published models' shapes exactly
 // (tests/test_config.cpp checks their parameter counts against the published ones).
 //
-// TrainConfig holds everything else. Every field has a default and a one-line comment;
-// `parse_args` (cxxopts) is the only place flags are read, and `validate` reports every
-// problem at once, with the numbers, naming the flag.
+// TrainConfig holds everything else. Every field has a default and a one-line comment.
+// The command line fills it through one table of flags (picotron/runtime/flags.cpp:
+// each flag's name, help, field and checks), and validate() there reports every problem
+// at once, with the numbers, naming the flag.
 //
 // This file includes no LibTorch header: it compiles in a second and is tested alone.
 //
@@ -14,8 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <utility>
 #include <string>
 #include <vector>
 
@@ -55,7 +54,7 @@ struct TrainConfig {
   std::string model = "tiny";          // preset name (--model)
   LlamaConfig llama;                   // preset, then --hidden-size etc. overrides
   std::vector<std::string> shape_flags;  // the model flags given on the command line ("model", "hidden-size", ...)
-  std::string init_from;               // a Hugging Face LLaMA folder: its config.json and weights (picotron/hf.h)
+  std::string init_from;               // a Hugging Face LLaMA folder: its config.json and weights (picotron/runtime/hf.h)
   // --- hardware and numerics ---
   std::string device = "auto";         // cpu | cuda | auto (cuda when a GPU is present)
   Precision dtype = Precision::kFP32;  // compute dtype; --dtype defaults to bf16 on cuda, fp32 on cpu
@@ -103,7 +102,7 @@ struct TrainConfig {
   std::string eval;                    // a JSON file {"input_ids": [[...], ...]}: print the loss on it at the end
   std::string eval_logits;             // with --eval: write {"loss", "logits"} to this JSON file
   std::vector<int64_t> prompt_ids;     // continue these token ids by --generate tokens (greedy) at the end
-  // --- checkpoints (picotron/resume.h) ---
+  // --- checkpoints (picotron/runtime/resume.h) ---
   std::string save_dir;                // write checkpoints here, D/step-000120/ (empty: none)
   int64_t save_every = 0;              // a checkpoint every N steps (0: only at the end of the run)
   int keep_checkpoints = 2;            // keep the newest K checkpoints in --save-dir
@@ -115,21 +114,5 @@ struct TrainConfig {
   int generate = 4;                    // samples printed after training (0: none)
   bool dry_run = false;                // print the model summary and exit
 };
-
-// Outcome of parse_args: either a config to run, or text to print and an exit code.
-struct ParsedArgs {
-  std::optional<TrainConfig> config;
-  std::string message;  // help text or the error line
-  int exit_code = 0;
-};
-ParsedArgs parse_args(int argc, const char* const* argv);
-
-// Every setting as ("--flag", value text), in a fixed order: the ranks of a job compare
-// them at start (train.cpp), so that a rank given other flags is named, not obeyed.
-std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c);
-
-// Every problem with the config, one line each (empty: valid). `world_size` is the
-// number of processes the launcher started (the mesh must use exactly these).
-std::vector<std::string> validate(const TrainConfig& c, int world_size);
 
 }  // namespace picotron

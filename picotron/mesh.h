@@ -13,15 +13,14 @@
 //                                   dp groups: {0,4} {1,5} {2,6} {3,7}
 //
 // A "group along axis X" is the set of ranks that share every coordinate except X.
-// cp×dp is the group that shares (pp, tp): gradients are averaged over it once
-// context parallelism exists (every cp rank sees different tokens of the same batch).
+// cp×dp is the group that shares (pp, tp): gradients are averaged over it (every cp
+// rank sees different tokens of the same batch, every dp rank other sequences).
 //
 // Ring neighbours come in two flavours. next_rank / prev_rank give GLOBAL ranks (to
 // print, or to address the world). next_in_group / prev_in_group give the neighbour's
 // rank WITHIN the group along the axis (its coordinate on that axis), which is what a
 // send on that group's Comm takes: in the example, rank 5 (pp stage 0) sends the next
-// stage's input to global rank 7, which is rank 1 of mesh.pp() = {5, 7}; Mesh's
-// pp_next() / pp_prev() / cp_next() / cp_prev() are group ranks, for mesh.pp() / mesh.cp().
+// stage's input to global rank 7, which is rank 1 of mesh.pp() = {5, 7}.
 //
 // MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic
 // (picotron/mesh_grid.h: no MPI, no tensors), tested without any communication; Mesh builds one Comm per group, names it ("world",
@@ -57,12 +56,6 @@ class Mesh {
   Comm& dp() { return dp_; }
   Comm& cp_dp() { return cp_dp_; }
 
-  // The pp / cp ring neighbours as ranks WITHIN mesh.pp() / mesh.cp() (wrapping):
-  //   mesh.pp().send(activations, mesh.pp_next());
-  int pp_next() const { return next_in_group(shape_, rank(), Axis::kPp); }
-  int pp_prev() const { return prev_in_group(shape_, rank(), Axis::kPp); }
-  int cp_next() const { return next_in_group(shape_, rank(), Axis::kCp); }
-  int cp_prev() const { return prev_in_group(shape_, rank(), Axis::kCp); }
   bool is_first_stage() const { return coords_.pp == 0; }             // holds the embedding
   bool is_last_stage() const { return coords_.pp == shape_.pp - 1; }  // holds the head and loss
 

@@ -1,7 +1,9 @@
 // picotron/model.cpp — the LLaMA forward pass. See model.h for the picture, shapes and slots.
 #include "picotron/model.h"
+#include "picotron/utils.h"
 
-#include "kernels/kernels.h"
+#include <algorithm>
+
 
 #include "picotron/recompute.h"
 
@@ -9,11 +11,6 @@ namespace picotron {
 
 namespace F = torch::nn::functional;
 
-// Norm statistics in at least fp32: bf16 has 8 bits of mantissa, too few to average
-// thousands of squares.
-static torch::ScalarType accumulate_type(torch::ScalarType t) {
-  return t == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-}
 
 // The record of `name`, with a clear error when the plan lacks it.
 static const ShardRecord& record_of(const ShardPlan& plan, const std::string& name) {
@@ -52,7 +49,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, torch::TensorOptions opts) : 
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  if (fused) return kernels::rms_norm(x, weight, eps);  // keeps x, w and 1/rms only: nothing to recompute
+  if (fused) return fused(x, weight, eps);  // keeps x, w and 1/rms only: nothing to recompute
   const auto normalize = [this](const std::vector<torch::Tensor>& in) {
     const auto& x = in[0];
     auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
@@ -115,7 +112,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RopeTables
   TORCH_CHECK(rope.cos.size(0) == s, "attention sees ", s, " tokens but the RoPE tables cover ", rope.cos.size(0),
               " positions");
   if (fused_rope) {  // one launch for q and k, on their [B, S, n, Hd] layout
-    std::tie(q, k) = kernels::rope(q.view({b, s, n_heads, head_dim}), k.view({b, s, n_kv, head_dim}), rope.cos, rope.sin);
+    std::tie(q, k) = fused_rope(q.view({b, s, n_heads, head_dim}), k.view({b, s, n_kv, head_dim}), rope.cos, rope.sin);
     q = q.transpose(1, 2), k = k.transpose(1, 2);                               // [B, nH, S, Hd], [B, nKV, S, Hd]
   } else {
     q = apply_rope(q.view({b, s, n_heads, head_dim}).transpose(1, 2), rope);    // [B, nH, S, Hd]
@@ -141,7 +138,7 @@ MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::Tensor
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   const torch::Tensor x = enter ? enter(x_in) : x_in;              // [B, S, H]
   const auto swiglu = [this](const std::vector<torch::Tensor>& in) {
-    return fused_swiglu ? kernels::swiglu(in[0], in[1]) : F::silu(in[0]) * in[1];
+    return fused_swiglu ? fused_swiglu(in[0], in[1]) : F::silu(in[0]) * in[1];
   };
   const auto gate = gate_proj.forward(x), up = up_proj.forward(x);            // [B, S, I] each
   auto gated = recompute_activation ? checkpoint(swiglu, {gate, up}) : swiglu({gate, up});  // [B, S, I]
@@ -212,8 +209,23 @@ torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Ten
   const auto& rope = rope_for(positions, x.size(1), x.scalar_type(), x.device());
   for (auto& [index, layer] : model->layers->items)
     if (index >= first && index - first < count)
-      x = layer_runner ? layer_runner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
+      x = run_layer(index, layer, x, rope);  // [B, S, H]
   return x;
+}
+
+torch::Tensor LlamaForCausalLMImpl::run_layer(int64_t index, DecoderLayer layer, const torch::Tensor& x,
+                                              const RopeTables& rope, size_t depth) {
+  if (depth == layer_wrappers.size()) return layer->forward(x, rope);  // the layer itself
+  const LayerCall call{index, layer, [this, index, layer, rope, depth](const torch::Tensor& y) {
+                         return run_layer(index, layer, y, rope, depth + 1);  // the wrappers inside
+                       }};
+  return layer_wrappers[depth].wrap(call, x);
+}
+
+void LlamaForCausalLMImpl::unwrap_layers(const std::string& name) {
+  layer_wrappers.erase(std::remove_if(layer_wrappers.begin(), layer_wrappers.end(),
+                                      [&](const LayerWrapper& w) { return w.name == name; }),
+                       layer_wrappers.end());
 }
 
 torch::Tensor LlamaForCausalLMImpl::final_norm(const torch::Tensor& x) {

@@ -27,7 +27,7 @@
 //   attention     Attention::core                   q, k, v -> attention output
 //   block entry   Attention::enter / MLP::enter     the input before the projections
 //   block exit    Attention::exit / MLP::exit       the output after o_proj / down_proj
-//   layer runner  LlamaForCausalLM::layer_runner    every decoder layer is run through it
+//   layer wrappers LlamaForCausalLM::layer_wrappers every decoder layer runs inside them, in order
 //   part runner   LlamaForCausalLM::part_runner     the embedding ("embed") and, in forward() and
 //                                                   loss(), final norm + head + loss ("head")
 //   positions     run_layers(x, positions)          RoPE angles from any positions tensor
@@ -44,6 +44,7 @@
 #pragma once
 
 #include <functional>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -78,7 +79,9 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor weight;                            // [H], ones
   double eps;
   bool recompute = false;  // keep only the input for backward, recompute the rest (picotron/recompute.h)
-  bool fused = false;      // one CUDA kernel each way (kernels/rmsnorm.cu; --kernels fused)
+  // A fused replacement of the whole norm (--kernels fused: kernels/rmsnorm.cu, one
+  // kernel each way); empty: the ATen ops below.
+  std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight, double eps)> fused;
 };
 TORCH_MODULE(RMSNorm);
 
@@ -121,7 +124,11 @@ class AttentionImpl : public torch::nn::Module {
   AttentionCore core = causal_attention;
   BlockMap enter, exit;  // around the block: x -> enter -> q/k/v ... o_proj -> exit
   int64_t head_dim;
-  bool fused_rope = false;  // q and k rotated in one CUDA kernel (kernels/rope.cu; --kernels fused)
+  // q [B, S, nH, Hd] and k [B, S, nKV, Hd] rotated at once (--kernels fused:
+  // kernels/rope.cu); empty: apply_rope on each.
+  std::function<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor& q, const torch::Tensor& k,
+                                                         const torch::Tensor& cos, const torch::Tensor& sin)>
+      fused_rope;
 };
 TORCH_MODULE(Attention);
 
@@ -132,7 +139,8 @@ class MLPImpl : public torch::nn::Module {
   torch::nn::AnyModule gate_proj, up_proj, down_proj;
   BlockMap enter, exit;  // around the block: x -> enter -> gate/up ... down_proj -> exit
   bool recompute_activation = false;  // silu(gate) * up recomputed in backward (picotron/recompute.h)
-  bool fused_swiglu = false;          // one CUDA kernel each way (kernels/swiglu.cu; --kernels fused)
+  // silu(gate) * up in one kernel each way (--kernels fused: kernels/swiglu.cu); empty: ATen.
+  std::function<torch::Tensor(const torch::Tensor& gate, const torch::Tensor& up)> fused_swiglu;
 };
 TORCH_MODULE(MLP);
 
@@ -165,10 +173,21 @@ class LlamaModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
-// Runs decoder layer `index` (its global index) on x [B, S, H]. `rope` is passed by value
-// (two tensor handles), so a runner may keep it for backward (recompute) safely.
-using LayerRunner = std::function<torch::Tensor(int64_t index, DecoderLayer& layer, const torch::Tensor& x,
-                                                RopeTables rope)>;
+// One run of decoder layer `index` (its global index): what a layer wrapper sees. next(x)
+// runs the rest: the wrappers inside this one, then layer->forward(x, rope). `next`
+// holds the layer and the RoPE tables by value, so a wrapper may keep it for backward
+// (recompute runs it again there).
+struct LayerCall {
+  int64_t index;
+  DecoderLayer layer;
+  std::function<torch::Tensor(const torch::Tensor& x)> next;  // [B, S, H] -> [B, S, H]
+};
+// Runs a layer inside something: wrapper(call, x) must return call.next(x), doing its
+// own work around it (communication, saving less for backward, ...).
+struct LayerWrapper {
+  std::string name;  // "recompute", "zero-3", "pipeline"
+  std::function<torch::Tensor(const LayerCall& call, const torch::Tensor& x)> wrap;
+};
 // Runs one of the parts around the decoder layers: `part` is "embed" (embed()) or "head"
 // (the final norm with logits or the loss, as forward() and loss() run them); `run`
 // computes it. ZeRO-3 gathers the part's parameters around it.
@@ -213,8 +232,22 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // ---- slots (empty: the single-process default) --------------------------------
   HeadFn head;                // default: hidden @ head_weight()^T
   LossFn loss_fn;             // default: cross_entropy(logits(hidden), targets) in fp32
-  LayerRunner layer_runner;   // default: layer->forward(x, rope)
   PartRunner part_runner;     // default: run()
+  // What every decoder layer runs inside, OUTERMOST FIRST; empty: layer->forward(x, rope).
+  // train.cpp installs them inner to outer, each with wrap_layers, so that a run reads
+  //   pipeline  (pipeline_parallel/: nudges the sends in flight at every layer boundary)
+  //   -> zero-3 (zero/zero3.h: the layer's parameters gathered before it, released after)
+  //   -> recompute (picotron/recompute.h: only the input kept; the layer runs again in
+  //      backward, inside the gather, which ZeRO-3 repeats for backward)
+  //   -> layer->forward
+  std::vector<LayerWrapper> layer_wrappers;
+  // Installs `wrapper` around every wrapper already there (it becomes the outermost).
+  void wrap_layers(LayerWrapper wrapper) { layer_wrappers.insert(layer_wrappers.begin(), std::move(wrapper)); }
+  // Removes the wrapper named `name` (a technique's destructor).
+  void unwrap_layers(const std::string& name);
+  // Layer `index` on x through the wrappers from `depth` on. [B, S, H] -> [B, S, H]
+  torch::Tensor run_layer(int64_t index, DecoderLayer layer, const torch::Tensor& x, const RopeTables& rope,
+                          size_t depth = 0);
 
  private:
   // RoPE tables of the last (positions, dtype, device): built once, not every forward

@@ -1,9 +1,11 @@
 // picotron/optim.cpp — see optim.h for the math.
 #include "picotron/optim.h"
-
-#include "kernels/kernels.h"
+#include "picotron/utils.h"
 
 #include <cmath>
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 namespace picotron {
 
@@ -16,7 +18,7 @@ AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_par
     tp.name = name;
     tp.param = p;
     // Optimizer math in fp32 — or fp64 when the whole run is fp64 (the equivalence tests).
-    const auto state_dtype = p.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    const auto state_dtype = accumulate_type(p.scalar_type());
     tp.master = p.scalar_type() == state_dtype ? p : p.detach().to(state_dtype).clone();
     tp.main_grad = torch::zeros_like(tp.master);
     tp.exp_avg = torch::zeros_like(tp.master);
@@ -65,14 +67,8 @@ void AdamW::step(double lr, double grad_scale) {
   const double b1 = opts_.beta1, b2 = opts_.beta2;
   const double bias1 = 1.0 - std::pow(b1, double(t_));
   const double bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(t_)));
-  if (opts_.fused) {  // the same update, every tensor in one launch (kernels/adamw.cu)
-    std::vector<torch::Tensor> params, master, grads, m, v;
-    std::vector<bool> decay;
-    for (auto& p : params_) {
-      params.push_back(p.param), master.push_back(p.master), grads.push_back(p.main_grad);
-      m.push_back(p.exp_avg), v.push_back(p.exp_avg_sq), decay.push_back(p.decay);
-    }
-    kernels::adamw_step(params, master, grads, m, v, decay, {lr, b1, b2, opts_.eps, opts_.weight_decay, c, t_});
+  if (opts_.fused_step) {  // the same update, every tensor in one launch (kernels/adamw.cu)
+    opts_.fused_step(params_, {lr, b1, b2, opts_.eps, opts_.weight_decay, c, t_});
     return;
   }
   for (auto& p : params_) {
@@ -85,6 +81,55 @@ void AdamW::step(double lr, double grad_scale) {
     p.master.addcdiv_(p.exp_avg, denom, -lr / bias1);                       // w -= lr m_hat / denom
     if (!p.master.is_same(p.param)) p.param.copy_(p.master);                // round to bf16/fp16
   }
+}
+
+GradReadyHook::GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready)
+    : node_(torch::autograd::impl::grad_accumulator(param)) {
+  TORCH_CHECK(node_, "parameter ", name, " does not require grad");
+  key_ = node_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+      [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
+                                       const torch::autograd::variable_list&) {
+        on_ready();
+        return outputs;
+      }));
+}
+
+GradReadyHook::~GradReadyHook() {
+  if (node_) node_->del_post_hook(key_);  // the hook may capture an object that is going
+}
+
+double AdamW::grad_norm(Comm& world, const MeshCoords& here) { return global_grad_norm(params_, world, here); }
+
+std::vector<StatePiece> AdamW::owned_state(const MeshCoords& here) {
+  std::vector<StatePiece> out;
+  for (const auto& p : params_) {  // whole local tensors; the copy that counts writes (dp, cp, tp replicas skip)
+    if (!p.record.counts_once(here)) continue;
+    const torch::Tensor state[] = {p.master, p.exp_avg, p.exp_avg_sq};
+    for (int k = 0; k < 3; ++k)
+      out.push_back({p.name + "/" + kStateKinds[k], p.record, 0, state[k].numel(), state[k].reshape({-1})});
+  }
+  return out;
+}
+
+void AdamW::load_state(const StateReader& read) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    const torch::Tensor state[] = {p.master, p.exp_avg, p.exp_avg_sq};
+    for (int k = 0; k < 3; ++k) state[k].copy_(read(p.name + "/" + kStateKinds[k], p.record, 0, -1).view(state[k].sizes()));
+    if (!p.master.is_same(p.param)) p.param.copy_(p.master);  // bf16/fp16: the rounding a step makes
+  }
+}
+
+std::map<std::string, torch::Tensor> AdamW::masters_by_name() {
+  std::map<std::string, torch::Tensor> out;
+  for (auto& p : params_) out[p.name] = p.master;
+  return out;
+}
+
+std::map<std::string, torch::Tensor> AdamW::weights_by_name() {
+  std::map<std::string, torch::Tensor> out;
+  for (auto& p : params_) out[p.name] = p.param;
+  return out;
 }
 
 torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, const MeshCoords& here,

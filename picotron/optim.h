@@ -36,6 +36,9 @@
 // Test: build/tests/unit_tests "[optim]"   (or ctest -L unit)
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,35 +65,151 @@ struct TrainableParam {
   bool aliases_grad() const { return master.is_same(param); }
 };
 
-struct AdamWOptions {
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-  bool fused = false;  // one multi-tensor kernel for every parameter (kernels/adamw.cu; fp32 masters)
+// One piece of optimizer state this rank owns: what a checkpoint saves and loads
+// (picotron/runtime/resume.h writes them; any mesh can read them back).
+struct StatePiece {
+  std::string key;          // "model.layers.0.mlp.up_proj.weight/exp_avg"
+  ShardRecord record;       // full shape, and the box along split_dim (tp, pp)
+  int64_t flat_first = 0;   // the range of the box's flattened elements (ZeRO's slice)
+  int64_t flat_length = 0;
+  torch::Tensor data;       // [flat_length]: a view of the optimizer's state
+};
+// Reads elements [first, first + length) of the flattened box `record` of tensor `key`
+// (length < 0: the whole box) from a checkpoint.
+using StateReader =
+    std::function<torch::Tensor(const std::string& key, const ShardRecord& record, int64_t first, int64_t length)>;
+
+// What the training loop asks of an optimizer, whether every rank keeps the whole state
+// (AdamW, with data parallelism syncing the gradients) or a 1/N slice of it (ZeRO, in
+// zero/). One step of train.cpp:
+//
+//   zero_main_grads()
+//   for each micro-batch:  prepare_backward(last) ; loss.backward() ; accumulate_grads()
+//   sync_grads(fix_ups)    every rank: the gradient averaged over cp x dp (ZeRO: my slice)
+//   norm = grad_norm(world, here) ; step(lr, clip / loss_scale)
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Every trainable parameter: name, tensor, main gradient (ZeRO-2/3: none), shard record.
+  virtual std::vector<TrainableParam>& params() = 0;
+  // Before a step's first backward: the accumulated gradients back to zero.
+  virtual void zero_main_grads() = 0;
+  // Before each micro-batch's backward; `last_micro_batch`: its gradients complete the step.
+  virtual void prepare_backward(bool last_micro_batch) = 0;
+  // After each micro-batch's backward: its gradients into the main gradients.
+  virtual void accumulate_grads() = 0;
+  // After the last backward: average the gradients over the data-parallel (cp x dp)
+  // group. `fix_ups` are the sums other techniques make over their own axes (sequence
+  // parallelism's norm gains over tp, a pipeline's tied embedding): they commute with the
+  // average, and run where this optimizer still holds whole gradients.
+  virtual void sync_grads(const std::function<void()>& fix_ups) = 0;
+  // The norm of the whole averaged gradient, each element counted once: the same on
+  // every rank of `world`.
+  virtual double grad_norm(Comm& world, const MeshCoords& here) = 0;
+  // One AdamW update from grad_scale * gradient (grad_scale folds clipping and fp16
+  // unscaling into one factor), then the model's parameters = the updated masters.
+  virtual void step(double lr, double grad_scale) = 0;
+  virtual int64_t steps_taken() const = 0;
+  virtual void set_steps_taken(int64_t t) = 0;  // a resumed run
+
+  // Checkpoints: the pieces of master weights and moments this rank writes (each piece
+  // once over its replicas), and loading them back, with the model's weights.
+  virtual std::vector<StatePiece> owned_state(const MeshCoords& here) = 0;
+  virtual void load_state(const StateReader& read) = 0;
+  // By parameter name, as this rank's shard plan cuts them (ZeRO: all-gathered over its
+  // group first, a collective): the fp32 (fp64) master weights, and the weights in the
+  // compute dtype. For --save-params, --export-hf and sampling after training.
+  virtual std::map<std::string, torch::Tensor> masters_by_name() = 0;
+  virtual std::map<std::string, torch::Tensor> weights_by_name() = 0;
+  virtual torch::ScalarType state_dtype() const = 0;  // fp32 (fp64 in fp64 runs)
+  // One line about what this rank keeps (empty: nothing worth printing).
+  virtual std::string summary() const { return ""; }
 };
 
-class AdamW {
+// Calls on_ready() right after autograd has written `param`'s gradient in a backward:
+// a post hook on the parameter's gradient accumulator (the autograd node that writes
+// param.grad). The hook is removed when this object goes. (Bucketed data parallelism and ZeRO-2 launch their
+// communication from it.)
+class GradReadyHook {
+ public:
+  GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready);
+  GradReadyHook(GradReadyHook&& other) noexcept : node_(std::move(other.node_)), key_(other.key_) {}
+  GradReadyHook(const GradReadyHook&) = delete;
+  GradReadyHook& operator=(const GradReadyHook&) = delete;
+  GradReadyHook& operator=(GradReadyHook&&) = delete;
+  ~GradReadyHook();
+
+ private:
+  std::shared_ptr<torch::autograd::Node> node_;  // kept alive: the parameter holds it only weakly
+  uintptr_t key_ = 0;
+};
+
+// How the gradients of replicas are combined, for an optimizer that keeps whole
+// gradients: data_parallel/ provides one (an all-reduce over cp x dp, bucketed and
+// overlapped with backward).
+class GradSync {
+ public:
+  virtual ~GradSync() = default;
+  virtual void prepare_backward(bool last_micro_batch) = 0;  // no-sync for all but the last
+  virtual void finish_gradient_sync() = 0;                   // every gradient averaged
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  // The whole update in one multi-tensor launch (the fused CUDA kernel kernels/adamw.cu,
+  // installed by kernels::use_fused_adamw); empty: ATen's elementwise ops, tensor by tensor.
+  struct StepArgs {
+    double lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int64_t step;
+  };
+  std::function<void(std::vector<TrainableParam>& params, const StepArgs& args)> fused_step;
+};
+
+// Every rank keeps every parameter's master weights and moments (the whole state of its
+// tp/pp shard); a GradSync, when given, averages the gradients over the replicas.
+class AdamW : public Optimizer {
  public:
   // `plan` gives each parameter its shard record; without one every parameter is whole
   // and held by this rank alone.
   AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, AdamWOptions opts,
         const ShardPlan& plan = {});
+  // From now on the gradients are synchronised by `sync` (built over params()).
+  void sync_gradients_with(std::unique_ptr<GradSync> sync) { sync_ = std::move(sync); }
 
-  std::vector<TrainableParam>& params() { return params_; }
+  std::vector<TrainableParam>& params() override { return params_; }
   // main_grad += param.grad, then drop param.grad (params whose grad a hook already took,
   // or whose grad IS the main grad, are skipped).
-  void accumulate_grads();
+  void accumulate_grads() override;
   // Zero the main grads, and point param.grad at them where the dtypes match.
-  void zero_main_grads();
+  void zero_main_grads() override;
+  void prepare_backward(bool last_micro_batch) override {
+    if (sync_) sync_->prepare_backward(last_micro_batch);
+  }
+  void sync_grads(const std::function<void()>& fix_ups) override {
+    if (sync_) sync_->finish_gradient_sync();  // waits for the all-reduces launched during backward
+    if (fix_ups) fix_ups();
+  }
+  double grad_norm(Comm& world, const MeshCoords& here) override;
   // One AdamW update of every master weight from grad_scale * main_grad, then param =
   // master. grad_scale folds clipping and fp16 unscaling into the update.
-  void step(double lr, double grad_scale = 1.0);
-  int64_t steps_taken() const { return t_; }
-  void set_steps_taken(int64_t t) { t_ = t; }  // a resumed run (picotron/resume.h)
+  void step(double lr, double grad_scale = 1.0) override;
+  int64_t steps_taken() const override { return t_; }
+  void set_steps_taken(int64_t t) override { t_ = t; }
+  std::vector<StatePiece> owned_state(const MeshCoords& here) override;
+  void load_state(const StateReader& read) override;
+  std::map<std::string, torch::Tensor> masters_by_name() override;
+  std::map<std::string, torch::Tensor> weights_by_name() override;
+  torch::ScalarType state_dtype() const override { return params_.front().master.scalar_type(); }
 
  private:
   std::vector<TrainableParam> params_;
   AdamWOptions opts_;
   int64_t t_ = 0;
+  std::unique_ptr<GradSync> sync_;
 };
+
+// The names of the three state tensors a checkpoint keeps per parameter.
+inline constexpr const char* kStateKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 // Sum over the params whose copy counts at `here` of ||main_grad||^2: a 0-d fp64 tensor
 // on the gradients' device (no host sync).
@@ -122,7 +241,7 @@ class LossScaler {
       : enabled_(enabled), scale_(enabled ? initial_scale : 1.0), growth_interval_(growth_interval) {}
   double scale() const { return scale_; }
   int clean_steps() const { return clean_steps_; }
-  void restore(double scale, int clean_steps) {  // a resumed run (picotron/resume.h)
+  void restore(double scale, int clean_steps) {  // a resumed run (picotron/runtime/resume.h)
     if (enabled_) scale_ = scale, clean_steps_ = clean_steps;
   }
   // After a step: `step_was_finite` is whether the global grad norm was finite (the

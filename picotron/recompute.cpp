@@ -1,6 +1,8 @@
 // picotron/recompute.cpp — see recompute.h for the three modes.
 #include "picotron/recompute.h"
 
+#include "picotron/saved_object.h"
+
 #include <memory>
 #include <stdexcept>
 
@@ -26,33 +28,31 @@ namespace {
 // backward: fn(inputs) again with autograd on, then backpropagate through it: the
 // inputs' gradients are returned, the parameters inside fn get theirs on the way.
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
-  static torch::Tensor forward(AutogradContext* ctx, at::TensorList inputs, int64_t fn_address) {
-    const Fn& fn = *reinterpret_cast<Fn*>(fn_address);
+  static torch::Tensor forward(AutogradContext* ctx, at::TensorList inputs, Fn fn) {
     torch::Tensor out;
     {
       torch::NoGradGuard no_graph;  // nothing inside fn is kept for backward
       out = fn(inputs.vec());
     }
     ctx->save_for_backward(inputs.vec());
-    // saved_data holds IValues: the function's address as an integer. Backward owns it.
-    ctx->saved_data["fn"] = fn_address;
+    ctx->saved_data["fn"] = saved_object(std::move(fn));  // freed with the graph (picotron/saved_object.h)
     return out;
   }
 
   static torch::autograd::variable_list backward(AutogradContext* ctx, torch::autograd::variable_list grads) {
-    const std::unique_ptr<Fn> fn(reinterpret_cast<Fn*>(ctx->saved_data["fn"].toInt()));  // freed on return
+    const Fn& fn = saved_object_of<Fn>(ctx->saved_data["fn"]);
     std::vector<torch::Tensor> leaves;
     for (const auto& saved : ctx->get_saved_variables())
       leaves.push_back(saved.detach().requires_grad_(saved.requires_grad()));  // a fresh leaf per input
     torch::Tensor out;
     {
       torch::AutoGradMode graph_on(true);
-      out = (*fn)(leaves);  // the forward again, this time recording a graph
+      out = fn(leaves);  // the forward again, this time recording a graph
     }
     torch::autograd::backward({out}, {grads[0]});
     torch::autograd::variable_list result;
     for (const auto& leaf : leaves) result.push_back(leaf.grad());  // undefined where none flowed
-    result.push_back(torch::Tensor());  // fn_address
+    result.push_back(torch::Tensor());  // fn
     return result;
   }
 };
@@ -61,22 +61,17 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 
 torch::Tensor checkpoint(Fn fn, const std::vector<torch::Tensor>& inputs) {
   if (!torch::GradMode::is_enabled()) return fn(inputs);  // no backward will come: nothing to save
-  const auto address = reinterpret_cast<int64_t>(new Fn(std::move(fn)));  // deleted by backward
-  return Checkpoint::apply(at::TensorList(inputs), address);
+  return Checkpoint::apply(at::TensorList(inputs), std::move(fn));
 }
 
 void apply_recompute(LlamaForCausalLM& model, Recompute mode) {
   if (mode == Recompute::kFull) {
-    // Each layer keeps its input only; backward runs it again (through whatever runner
-    // was there before: the re-run is the same forward).
-    LayerRunner inner = model->layer_runner;
-    model->layer_runner = [inner](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
-      return checkpoint(
-          [inner, index, layer, rope](const std::vector<torch::Tensor>& in) mutable {
-            return inner ? inner(index, layer, in[0], rope) : layer->forward(in[0], rope);
-          },
-          {x});
-    };
+    // Each layer keeps its input only; backward runs it again (through the wrappers
+    // inside this one: the re-run is the same forward).
+    model->wrap_layers({"recompute", [](const LayerCall& call, const torch::Tensor& x) {
+                          const auto next = call.next;  // kept by the graph until backward
+                          return checkpoint([next](const std::vector<torch::Tensor>& in) { return next(in[0]); }, {x});
+                        }});
   } else if (mode == Recompute::kSelective) {
     for (auto& [index, layer] : model->model->layers->items) {
       AttentionCore inner = layer->self_attn->core;  // the scores and softmax: S^2 per head

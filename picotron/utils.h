@@ -63,5 +63,10 @@ class Timer {
 void print0(int rank, const std::string& line);
 
 torch::ScalarType scalar_type(Precision p);
+// Where sums, statistics and optimizer state are kept: fp64 for fp64 runs, else fp32
+// (bf16 has 8 bits of mantissa: too few to add up thousands of terms).
+inline torch::ScalarType accumulate_type(torch::ScalarType t) {
+  return t == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
 
 }  // namespace picotron

@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/output_file.h"
 
 namespace picotron {
 
@@ -76,18 +75,17 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   // same lesson as data parallelism's buckets). A send posted before a long backward
   // would reach the next stage only after it, and the next stage would idle. So at every
   // layer boundary, forward and backward, the pending sends get a nudge.
-  LayerRunner inner = inner_runner_ = model->layer_runner;
-  model->layer_runner = [this, inner](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
-    progress_sends();
-    auto y = inner ? inner(index, layer, x, rope) : layer->forward(x, rope);  // [B, S, H]
-    if (y.requires_grad()) y.register_hook([this](const torch::Tensor& g) { progress_sends(); return g; });
-    return y;
-  };
+  model->wrap_layers({"pipeline", [this](const LayerCall& call, const torch::Tensor& x) {
+                        progress_sends();
+                        auto y = call.next(x);  // [B, S, H]
+                        if (y.requires_grad()) y.register_hook([this](const torch::Tensor& g) { progress_sends(); return g; });
+                        return y;
+                      }});
   mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
   t0_ = std::chrono::steady_clock::now();
 }
 
-Pipeline::~Pipeline() { model_->layer_runner = inner_runner_; }  // the nudging runner points at us
+Pipeline::~Pipeline() { model_->unwrap_layers("pipeline"); }  // the nudging wrapper points at us
 
 torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double loss_scale, const Hooks& hooks) {
   step_ = step;
@@ -199,57 +197,6 @@ double Pipeline::now_us() const {
 void Pipeline::record(TraceEvent::Kind k, int micro, int chunk, double start, int peer) {
   if (!opts_.trace) return;
   trace_.push_back({k, micro, chunk, step_ + 1, start, now_us() - start, peer});
-}
-
-void Pipeline::write_trace(const std::string& path, Comm& world, const nlohmann::ordered_json& about) const {
-  // Every rank's events as rows of 7 numbers, gathered on all ranks (row counts first).
-  constexpr int kCols = 7;
-  auto rows = torch::zeros({int64_t(trace_.size()), kCols}, torch::kFloat64);
-  for (size_t i = 0; i < trace_.size(); ++i) {
-    const auto& e = trace_[i];
-    const double row[kCols] = {double(e.kind), double(e.micro), double(e.chunk), double(e.step),
-                               e.start_us,     e.dur_us,        double(e.peer)};
-    for (int j = 0; j < kCols; ++j) rows[int64_t(i)][j] = row[j];
-  }
-  const auto device = torch::Device(torch::kCPU);  // CPU tensors go over MPI
-  auto count = torch::full({1}, int64_t(trace_.size()), torch::TensorOptions().dtype(torch::kInt64).device(device));
-  auto counts = torch::empty({world.size()}, count.options());
-  world.all_gather(counts, count);
-  const int64_t most = counts.max().item<int64_t>();
-  auto padded = torch::zeros({most, kCols}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  padded.narrow(0, 0, rows.size(0)).copy_(rows);
-  auto all = torch::empty({world.size() * most, kCols}, padded.options());
-  world.all_gather(all, padded);
-  if (world.rank() != 0) return;
-
-  all = all.cpu();
-  counts = counts.cpu();
-  const char* names[] = {"F", "B", "W", "send", "recv"};
-  nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  const MeshShape& shape = mesh_.shape();
-  for (int r = 0; r < world.size(); ++r) {
-    const MeshCoords c = coords_of(shape, r);
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", c.dp}, {"tid", r},
-                      {"args", {{"name", "rank " + std::to_string(r) + " (pp " + std::to_string(c.pp) + ", dp " +
-                                             std::to_string(c.dp) + ", tp " + std::to_string(c.tp) + ")"}}}});
-    for (int64_t i = 0; i < counts[r].item<int64_t>(); ++i) {
-      auto e = all[r * most + i];
-      const int kind = int(e[0].item<double>());
-      nlohmann::ordered_json args = {{"step", int64_t(e[3].item<double>())}, {"micro", int(e[1].item<double>())},
-                                     {"rank", r}, {"pp_rank", c.pp}};
-      if (kind <= TraceEvent::kWeight) {
-        args["chunk"] = int(e[2].item<double>());
-      } else {
-        args["what"] = e[2].item<double>() == 0 ? "activation" : "gradient";
-        args["peer"] = int(e[6].item<double>());
-      }
-      events.push_back({{"name", names[kind]}, {"cat", kind <= TraceEvent::kWeight ? "compute" : "comm"}, {"ph", "X"},
-                        {"pid", c.dp}, {"tid", r}, {"ts", e[4].item<double>()}, {"dur", e[5].item<double>()},
-                        {"args", args}});
-    }
-  }
-  nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", about}};
-  write_file("--pp-trace", path, doc.dump() + "\n");
 }
 
 }  // namespace picotron

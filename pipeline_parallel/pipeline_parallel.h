@@ -106,9 +106,10 @@ class Pipeline {
   // Tied embeddings: sum the embedding's two gradient parts over {first, last stage}.
   void sync_tied_embedding(std::vector<TrainableParam>& params);
 
-  // Gathers every rank's events on rank 0 of `world` and writes one Chrome trace (JSON,
-  // chrome://tracing or ui.perfetto.dev); `about` becomes its "otherData". Collective.
-  void write_trace(const std::string& path, Comm& world, const nlohmann::ordered_json& about) const;
+  // --pp-trace: gathers every rank's events on rank 0 of `world` and writes one Chrome
+  // trace (pipeline_parallel/pipeline_trace.cpp), with the schedule, its bubble formula and
+  // `steps` in its "otherData"; rank 0 says where. Collective.
+  void write_trace(const std::string& path, Comm& world, int64_t steps) const;
   const Comm& embedding_group() const { return embedding_group_; }
 
  private:
@@ -136,7 +137,6 @@ class Pipeline {
   int64_t step_ = 0;
   torch::Tensor loss_sum_, positions_;
   std::shared_ptr<WeightGradQueue> weight_queue_;
-  LayerRunner inner_runner_;  // the model's runner before ours wrapped it
   std::vector<TraceEvent> trace_;
   std::chrono::steady_clock::time_point t0_;
 };

@@ -1,6 +1,8 @@
 // pipeline_parallel/zero_bubble.cpp — see zero_bubble.h.
 #include "pipeline_parallel/zero_bubble.h"
 
+#include "picotron/saved_object.h"
+
 namespace picotron {
 
 void WeightGradQueue::run(int micro, int chunk) {
@@ -18,16 +20,15 @@ struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
                                WeightGradQueue* queue) {
     ctx->save_for_backward({x, w});
-    // saved_data holds IValues, not C++ pointers: the queue's address as an integer. The
-    // Pipeline owns the queue for the whole run, longer than any graph lives.
-    ctx->saved_data["queue"] = reinterpret_cast<int64_t>(queue);
+    // The Pipeline owns the queue for the whole run, longer than any graph lives.
+    ctx->saved_data["queue"] = saved_object(queue);  // picotron/saved_object.h
     return torch::linear(x, w);  // [..., in] -> [..., out]
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
     torch::Tensor x = saved[0], w = saved[1], dy = grads[0];  // x [..., in], w [out, in], dy [..., out]
-    auto* queue = reinterpret_cast<WeightGradQueue*>(ctx->saved_data["queue"].toInt());
+    auto* queue = saved_object_of<WeightGradQueue*>(ctx->saved_data["queue"]);
     auto dx = torch::matmul(dy, w);  // [..., in]
     auto weight_grad = [dy, x, w]() {
       return dy.reshape({-1, dy.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));  // [out, in]

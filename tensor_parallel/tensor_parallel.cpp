@@ -1,5 +1,7 @@
 // tensor_parallel/tensor_parallel.cpp — see tensor_parallel.h for the picture and the math.
 #include "tensor_parallel/tensor_parallel.h"
+#include "picotron/saved_object.h"
+#include "picotron/utils.h"
 
 #include <algorithm>
 
@@ -10,12 +12,9 @@ using torch::autograd::variable_list;
 
 namespace {
 
-// A Comm* through autograd's Function::apply and saved data (an IValue holds an int64).
-// The graph must not outlive the Comm (train.cpp's mesh outlives every step's graph).
-static_assert(sizeof(void*) == sizeof(int64_t), "a pointer must fit an int64");
-int64_t as_saved(Comm& c) { return reinterpret_cast<int64_t>(&c); }
-Comm& as_comm(int64_t saved) { return *reinterpret_cast<Comm*>(saved); }
-Comm& from_saved(AutogradContext* ctx) { return as_comm(ctx->saved_data["tp"].toInt()); }
+// The tp Comm through autograd (picotron/saved_object.h). The graph must not outlive the
+// Comm (train.cpp's mesh outlives every step's graph).
+Comm& from_saved(AutogradContext* ctx) { return *saved_object_of<Comm*>(ctx->saved_data["tp"]); }
 
 // Sum `x` over the tp group into a fresh contiguous tensor (never in place on a
 // tensor autograd may still need).
@@ -27,8 +26,8 @@ torch::Tensor all_reduced(const torch::Tensor& x, Comm& tp) {
 
 // f: fwd identity, bwd all-reduce over tp.
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
-    ctx->saved_data["tp"] = tp_ptr;
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
+    ctx->saved_data["tp"] = saved_object(tp);
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -38,8 +37,8 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
 
 // g: fwd all-reduce over tp, bwd identity.
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
-    return all_reduced(x, as_comm(tp_ptr));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
+    return all_reduced(x, *tp);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
@@ -68,9 +67,9 @@ torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp) {
 
 // fwd: all-gather along S   bwd: reduce-scatter along S
 struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
-    ctx->saved_data["tp"] = tp_ptr;
-    return all_gather_seq(x, as_comm(tp_ptr));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
+    ctx->saved_data["tp"] = saved_object(tp);
+    return all_gather_seq(x, *tp);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {reduce_scatter_seq(grads[0], from_saved(ctx)), torch::Tensor()};
@@ -79,9 +78,9 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
 
 // fwd: reduce-scatter along S   bwd: all-gather along S
 struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp_ptr) {
-    ctx->saved_data["tp"] = tp_ptr;
-    return reduce_scatter_seq(x, as_comm(tp_ptr));
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
+    ctx->saved_data["tp"] = saved_object(tp);
+    return reduce_scatter_seq(x, *tp);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {all_gather_seq(grads[0], from_saved(ctx)), torch::Tensor()};
@@ -91,8 +90,8 @@ struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> 
 // Cross-entropy from vocabulary shards: three all-reduces of N numbers forward, none backward.
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
-                               int64_t vocab_offset, int64_t tp_ptr) {
-    Comm& tp = as_comm(tp_ptr);
+                               int64_t vocab_offset, Comm* tp_comm) {
+    Comm& tp = *tp_comm;
     torch::NoGradGuard no_grad;
     const int64_t n = logits.size(0), local_vocab = logits.size(1);
     auto m = std::get<0>(logits.max(/*dim=*/1)).contiguous();                // [N] local max
@@ -127,16 +126,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-torch::Tensor copy_to_tp(const torch::Tensor& x, Comm& tp) { return CopyToTp::apply(x, as_saved(tp)); }
-torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& tp) { return ReduceFromTp::apply(x, as_saved(tp)); }
-torch::Tensor gather_sequence(const torch::Tensor& x, Comm& tp) { return GatherSequence::apply(x, as_saved(tp)); }
+torch::Tensor copy_to_tp(const torch::Tensor& x, Comm& tp) { return CopyToTp::apply(x, &tp); }
+torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& tp) { return ReduceFromTp::apply(x, &tp); }
+torch::Tensor gather_sequence(const torch::Tensor& x, Comm& tp) { return GatherSequence::apply(x, &tp); }
 torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, Comm& tp) {
-  return ReduceScatterSequence::apply(x, as_saved(tp));
+  return ReduceScatterSequence::apply(x, &tp);
 }
 
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                            int64_t vocab_offset, Comm& tp) {
-  return VocabParallelCrossEntropy::apply(logits, targets, vocab_offset, as_saved(tp));
+  return VocabParallelCrossEntropy::apply(logits, targets, vocab_offset, &tp);
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(torch::Tensor w, int64_t offset, Comm& tp, bool sp)
@@ -204,7 +203,7 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   };
   m.loss_fn = [self, &tp, vocab_offset](const torch::Tensor& hidden, const torch::Tensor& targets) {
     auto logits = self->logits(hidden);                                   // [B, S, V/tp]
-    const auto wide = logits.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    const auto wide = accumulate_type(logits.scalar_type());
     return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(wide),  // [N, V/tp]
                                         targets.reshape({-1}), vocab_offset, tp);          // [N]
   };

@@ -291,7 +291,7 @@ else()
   message(STATUS "no matplotlib in ${PICOTRON_PYTHON}: the plot-script test is not registered")
 endif()
 
-# The memory estimator of --dry-run (picotron/memory_estimate.h) against the measured peak
+# The memory estimator of --dry-run (picotron/runtime/memory_estimate.h) against the measured peak
 # of two real steps (rank 0, CPU counting allocator), one line per case: within 2%
 # (the issue asks for 10%; at 2% dropping any one term of the estimate fails some case).
 # Tiny and a 25.3M model (H 512, I 1536, 8 layers), seq 128 and 512, micro-batch 1 and 8,

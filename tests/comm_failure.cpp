@@ -23,7 +23,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/distributed.h"
+#include "picotron/runtime/distributed.h"
 
 using namespace picotron;
 

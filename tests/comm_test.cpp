@@ -43,7 +43,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/distributed.h"
+#include "picotron/runtime/distributed.h"
 #include "picotron/mesh.h"
 
 using namespace picotron;
@@ -178,8 +178,8 @@ void test_async(Checker& c, Comm& comm, torch::Device dev) {
 }
 
 // ---- pp / cp ring neighbours are ranks within mesh.pp() / mesh.cp() ---------------
-// Every rank sends its global rank to mesh.pp_next() over mesh.pp() and receives from
-// mesh.pp_prev(): what arrives must be the global rank of the previous stage,
+// Every rank sends its global rank to next_in_group(pp) over mesh.pp() and receives from
+// prev_in_group(pp): what arrives must be the global rank of the previous stage,
 // prev_rank(). Same for cp. With dp 1 pp 2 cp 2 tp 2 (8 ranks) global and group ranks
 // differ, so neighbours given as global ranks would fail here (peer out of range);
 // pp 4 (4 ranks) checks a longer ring.
@@ -187,8 +187,9 @@ void test_neighbours(Checker& c, Mesh& mesh, torch::Device dev, const std::strin
   const MeshShape& shape = mesh.shape();
   const int me = mesh.rank();
   struct Ring { const char* name; Comm& comm; int next, prev; Axis axis; };
-  const Ring rings[] = {{"pp", mesh.pp(), mesh.pp_next(), mesh.pp_prev(), Axis::kPp},
-                        {"cp", mesh.cp(), mesh.cp_next(), mesh.cp_prev(), Axis::kCp}};
+  const Ring rings[] = {
+      {"pp", mesh.pp(), next_in_group(shape, me, Axis::kPp), prev_in_group(shape, me, Axis::kPp), Axis::kPp},
+      {"cp", mesh.cp(), next_in_group(shape, me, Axis::kCp), prev_in_group(shape, me, Axis::kCp), Axis::kCp}};
   for (const Ring& ring : rings) {
     const std::string what = std::string(ring.name) + " ring neighbours" + tag;
     c.check(ring.next >= 0 && ring.next < ring.comm.size() && ring.prev >= 0 && ring.prev < ring.comm.size(),

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/checkpoint.h"
+#include "picotron/runtime/checkpoint.h"
 
 namespace {
 

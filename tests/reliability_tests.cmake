@@ -1,6 +1,6 @@
 # Reliability: what a careless or hostile user, a full disk or a diverging run does to
 # build/train. Every case: one line naming the flag or file, a non-zero exit, no hang,
-# no partial file under a final name (picotron/output_file.h). Divergence: cli.diverged*.
+# no partial file under a final name (picotron/runtime/output_file.h). Divergence: cli.diverged*.
 set(R_FLAGS --device cpu --model tiny --steps 3 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1)
 list(JOIN R_FLAGS " " R_FLAGS_LINE)  # the same, inside sh -c strings
 function(picotron_reliability name regex)

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "picotron/checkpoint.h"
-#include "picotron/safetensors.h"
+#include "picotron/runtime/checkpoint.h"
+#include "picotron/runtime/safetensors.h"
 #include "picotron/utils.h"
 
 using namespace picotron;

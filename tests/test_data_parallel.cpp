@@ -19,7 +19,7 @@
 #include "data_parallel/data_parallel.h"
 #include "picotron/comm.h"
 #include "picotron/data.h"
-#include "picotron/distributed.h"
+#include "picotron/runtime/distributed.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
@@ -143,16 +143,17 @@ int main() {
     model->to(torch::kFloat64);
     init_parameters(*model, 5, 0.02);
     ShardPlan plan = replicated_plan(config());
-    ZeroOptimizer zero(world, named(model), {}, plan, MeshCoords{}, stage, /*bucket_mb=*/0.05);
-    if (stage == 3) zero.attach(model);
+    auto zero_ptr = make_zero_optimizer(stage, world, named(model), {}, plan, MeshCoords{}, /*bucket_mb=*/0.05,
+                                        /*offload=*/false, model);
+    auto& zero = *zero_ptr;
     zero.set_record_events(true);
     const auto batch = loader.micro_batch(0, 0, rank);
     for (int micro = 0; micro < 2; ++micro) {  // two micro-batches of half the loss each
-      zero.prepare_backward();
+      zero.prepare_backward(/*last_micro_batch=*/micro == 1);
       (model->loss(batch.inputs, batch.targets) * 0.5).backward();
       zero.accumulate_grads();
     }
-    zero.reduce_scatter_grads();
+    zero.sync_grads({});
     if (stage == 2) {
       const auto& ev = zero.events();
       check(zero.layout().buckets.size() > 1, tag + "several buckets", rank);
@@ -174,7 +175,7 @@ int main() {
       check(first(ev, "backward layer 1") < first(ev, "backward layer 0") && all_released,
             tag + "backward runs the layers last to first, and every gathered unit is released", rank);
     }
-    const double norm = zero.grad_norm(world);
+    const double norm = zero.grad_norm(world, MeshCoords{});
     check(std::abs(norm - ref_norm) < 1e-12 * ref_norm,
           tag + "the slices' gradient norm equals the full-batch gradient's (" + std::to_string(norm) + " vs " +
               std::to_string(ref_norm) + ")", rank);
@@ -191,9 +192,9 @@ int main() {
     }
     AdamW adamw(named(plain), {});
     DataParallel dp(world, adamw.params(), DpMode::kBucketed, /*bucket_mb=*/0.05);
-    ZeroOptimizer zero(world, named(sharded), {}, replicated_plan(config()), MeshCoords{}, stage, /*bucket_mb=*/0.05,
-                       offload);
-    if (stage == 3) zero.attach(sharded);
+    auto zero_ptr = make_zero_optimizer(stage, world, named(sharded), {}, replicated_plan(config()), MeshCoords{},
+                                        /*bucket_mb=*/0.05, offload, sharded);
+    auto& zero = *zero_ptr;
     for (int64_t step = 0; step < 3; ++step) {
       const auto batch = loader.micro_batch(step, 0, rank);
       adamw.zero_main_grads();
@@ -203,10 +204,10 @@ int main() {
       dp.finish_gradient_sync();
       adamw.step(1e-3);
       zero.zero_main_grads();
-      zero.prepare_backward();
+      zero.prepare_backward(/*last_micro_batch=*/true);
       sharded->loss(batch.inputs, batch.targets).backward();
       zero.accumulate_grads();
-      zero.reduce_scatter_grads();
+      zero.sync_grads({});
       zero.step(1e-3, 1.0);
     }
     double worst = 0;
@@ -220,7 +221,7 @@ int main() {
     }
     check(worst < 1e-12, tag + "equal to AdamW's slice by slice (rel err " + std::to_string(worst) + ")", rank);
     double worst_param = 0;  // and the parameters the model computes with (stage 3: gathered)
-    const auto weights = zero.full_parameters();
+    const auto weights = zero.weights_by_name();
     for (const auto& p : adamw.params())
       worst_param = std::max(worst_param, (weights.at(p.name) - p.param).abs().max().item<double>() /
                                               p.param.abs().max().item<double>());

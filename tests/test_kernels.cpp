@@ -149,7 +149,7 @@ TEST_CASE("kernels: the multi-tensor AdamW reference = AdamW::step", "[kernels]"
         {"model.layers.0.mlp.up_proj.weight", torch::randn({6, 5}).requires_grad_(true)},
         {"model.norm.weight", torch::ones({5}).requires_grad_(true)}};
     AdamWOptions o;
-    o.fused = fused;
+    if (fused) K::use_fused_adamw(o);
     return std::make_pair(named, std::make_unique<AdamW>(named, o));
   };
   auto [named_a, aten] = make(false);

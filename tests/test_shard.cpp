@@ -4,7 +4,7 @@
 // runner, global layer names, RoPE positions, local head counts).
 #include <catch2/catch.hpp>
 
-#include "picotron/checkpoint.h"
+#include "picotron/runtime/checkpoint.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/shard.h"
@@ -224,17 +224,25 @@ TEST_CASE("head and loss slots receive the final hidden states", "[model]") {
   CHECK(head_calls == 1);
 }
 
-TEST_CASE("every decoder layer runs through the layer runner, with its global index", "[model]") {
+TEST_CASE("every decoder layer runs through the layer wrappers, outermost first, with its global index", "[model]") {
   LlamaForCausalLM m(small_config());
   init_parameters(*m, 2, 0.02);
-  std::vector<int64_t> order;
-  m->layer_runner = [&](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
-    order.push_back(index);
-    return layer->forward(x, rope);
+  std::vector<std::string> order;
+  const auto recorder = [&](const std::string& name) {
+    return LayerWrapper{name, [&, name](const LayerCall& call, const torch::Tensor& x) {
+                          order.push_back(name + " " + std::to_string(call.index));
+                          return call.next(x);
+                        }};
   };
+  m->wrap_layers(recorder("inner"));
+  m->wrap_layers(recorder("outer"));  // installed last: the outermost
   auto tokens = torch::randint(0, 50, {1, 4}, torch::kInt64);
-  m->forward(tokens);
-  CHECK(order == std::vector<int64_t>{0, 1, 2});
+  const auto wrapped = m->forward(tokens);
+  CHECK(order == std::vector<std::string>{"outer 0", "inner 0", "outer 1", "inner 1", "outer 2", "inner 2"});
+  m->unwrap_layers("outer");
+  m->unwrap_layers("inner");
+  CHECK(m->layer_wrappers.empty());
+  CHECK(torch::equal(m->forward(tokens), wrapped));  // the wrappers only watched
 }
 
 TEST_CASE("RoPE comes from a positions tensor: a chunk at its positions equals that chunk of the whole", "[model]") {

@@ -1,7 +1,7 @@
-// zero/zero3.cpp — ZeRO-3's part of ZeroOptimizer: each unit's parameters gathered just
-// before it computes (the next one prefetched), released after, and gathered again for
-// its backward. See zero.h for the picture; the gradients take stage 2's path (zero.cpp).
-#include "zero/zero.h"
+// zero/zero3.cpp — ZeRO-3: each unit's parameters gathered just before it computes (the
+// next one prefetched), released after, and gathered again for its backward. See zero3.h
+// for the picture; the gradients take stage 2's path (zero2.cpp), the update stage 1's.
+#include "zero/zero3.h"
 
 #include <algorithm>
 
@@ -24,9 +24,36 @@ static void refill_storage(const torch::Tensor& t) {
 
 // ---- stage 3: gather, compute, release -------------------------------------------------
 
-void ZeroOptimizer::attach(LlamaForCausalLM& model) {
-  TORCH_CHECK(stage_ == 3, "zero: attach() is for stage 3 (stage ", stage_, " keeps the whole parameters)");
-  TORCH_CHECK(!model_, "zero-3: attach() twice");
+namespace {
+// One id per parameter: its unit ("embedding", "layer 3", "head"), consecutive.
+std::vector<int> unit_ids(const std::vector<std::pair<std::string, torch::Tensor>>& named_params) {
+  std::vector<std::string> names;
+  std::vector<int> ids;
+  for (const auto& [name, p] : named_params) {
+    const std::string unit = zero3_unit(name);
+    if (names.empty() || names.back() != unit) {
+      TORCH_CHECK(std::find(names.begin(), names.end(), unit) == names.end(), "zero-3: the parameters of ", unit,
+                  " are not consecutive (", name, ")");
+      names.push_back(unit);
+    }
+    ids.push_back(int(names.size()) - 1);
+  }
+  return ids;
+}
+}  // namespace
+
+Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+                               AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, bool offload,
+                               LlamaForCausalLM& model)
+    : Zero2Optimizer(group, named_params, opts, plan, here, /*bucket_mb: one bucket per unit*/ 0, offload,
+                     /*stage=*/3, unit_ids(named_params)) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : named_params)
+    if (units_.empty() || units_.back().name != zero3_unit(name)) units_.push_back(Unit{zero3_unit(name), Held::kGathered, std::nullopt});
+  // My part of every unit, kept for good; the units themselves come and go.
+  shard_param_ = torch::empty({layout_.shard}, bucket_param_.front().options());  // [P_pad / N]
+  for (size_t b = 0; b < layout_.buckets.size(); ++b)
+    slice_of(shard_param_, layout_.buckets[b]).copy_(Zero1Optimizer::my_params(b));
   const auto unit_index = [&](const std::string& name) -> std::optional<size_t> {
     for (size_t u = 0; u < units_.size(); ++u)
       if (units_[u].name == name) return u;
@@ -50,13 +77,10 @@ void ZeroOptimizer::attach(LlamaForCausalLM& model) {
       if (const auto e = unit_index("embedding")) passes_.back().units.push_back(*e);
   }
   model_ = model;
-  inner_layer_runner_ = model->layer_runner;
   inner_part_runner_ = model->part_runner;
-  model->layer_runner = [this](int64_t index, DecoderLayer& layer, const torch::Tensor& x, RopeTables rope) {
-    return run_pass(layer_pass_.at(index), [&] {
-      return inner_layer_runner_ ? inner_layer_runner_(index, layer, x, rope) : layer->forward(x, rope);
-    });
-  };
+  model->wrap_layers({"zero-3", [this](const LayerCall& call, const torch::Tensor& x) {
+                        return run_pass(layer_pass_.at(call.index), [&] { return call.next(x); });
+                      }});
   model->part_runner = [this](const std::string& part, const std::function<torch::Tensor()>& run) {
     const auto it = part_pass_.find(part);
     TORCH_CHECK(it != part_pass_.end(), "zero-3: this rank holds no parameters of the model's ", part);
@@ -65,7 +89,7 @@ void ZeroOptimizer::attach(LlamaForCausalLM& model) {
   for (size_t u = 0; u < units_.size(); ++u) release(u);  // from now on: only my shard
 }
 
-void ZeroOptimizer::gather(size_t u, bool wait) {
+void Zero3Optimizer::gather(size_t u, bool wait) {
   auto& unit = units_[u];
   if (unit.held == Held::kReleased) {
     refill_storage(bucket_param_[u]);
@@ -80,7 +104,7 @@ void ZeroOptimizer::gather(size_t u, bool wait) {
   }
 }
 
-void ZeroOptimizer::release(size_t u) {
+void Zero3Optimizer::release(size_t u) {
   auto& unit = units_[u];
   if (unit.held == Held::kReleased) return;
   gather(u, /*wait=*/true);  // never free a buffer a gather is still writing
@@ -89,7 +113,7 @@ void ZeroOptimizer::release(size_t u) {
   record("release " + unit.name);
 }
 
-torch::Tensor ZeroOptimizer::run_pass(size_t k, const std::function<torch::Tensor()>& compute) {
+torch::Tensor Zero3Optimizer::run_pass(size_t k, const std::function<torch::Tensor()>& compute) {
   const Pass& pass = passes_[k];
   const Pass* next = k + 1 < passes_.size() ? &passes_[k + 1] : nullptr;
   for (size_t u : pass.units) gather(u, /*wait=*/true);
@@ -109,19 +133,40 @@ torch::Tensor ZeroOptimizer::run_pass(size_t k, const std::function<torch::Tenso
   return y;
 }
 
-void ZeroOptimizer::before_backward(size_t k) {
+void Zero3Optimizer::before_backward(size_t k) {
   for (size_t u : passes_[k].units) gather(u, /*wait=*/true);
   if (k > 0)
     for (size_t u : passes_[k - 1].units) gather(u, /*wait=*/false);  // prefetch, backward runs last to first
   record("backward " + passes_[k].name);
 }
 
-std::map<std::string, torch::Tensor> ZeroOptimizer::full_parameters() {
+Zero3Optimizer::~Zero3Optimizer() {  // the runners we installed point at us
+  model_->unwrap_layers("zero-3");
+  model_->part_runner = inner_part_runner_;
+}
+
+void Zero3Optimizer::accumulate_grads() {
+  Zero2Optimizer::accumulate_grads();
+  for (size_t u = 0; u < units_.size(); ++u) release(u);  // a unit no gradient reached
+}
+
+torch::Tensor Zero3Optimizer::my_params(size_t b) const { return slice_of(shard_param_, layout_.buckets[b]); }
+
+void Zero3Optimizer::publish(size_t b, const torch::Tensor& w) {
+  // My shard is all I keep: the next forward gathers it. (fp32/fp64: w IS my shard.)
+  if (!master_in_place_) my_params(b).copy_(w, /*non_blocking=*/offload_);  // master -> compute-dtype shard
+}
+
+torch::Tensor Zero3Optimizer::weights_piece(const ZeroLayout::Piece& piece) const {
+  return shard_param_.narrow(0, piece.slice_offset, piece.length);
+}
+
+std::map<std::string, torch::Tensor> Zero3Optimizer::weights_by_name() {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> out;
   for (size_t b = 0; b < layout_.buckets.size(); ++b) {
-    const bool gathered_here = stage_ == 3 && units_[b].held == Held::kReleased;
-    if (stage_ == 3) gather(b, /*wait=*/true);
+    const bool gathered_here = units_[b].held == Held::kReleased;
+    gather(b, /*wait=*/true);
     for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i)
       out[params_[i].name] = params_[i].param.clone();
     if (gathered_here) release(b);

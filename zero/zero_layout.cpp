@@ -1,6 +1,8 @@
 // zero/zero_layout.cpp — ZeRO's layout, pure arithmetic: which bucket (stage 3: unit)
-// each parameter lies in, the padding, and which piece of it each rank owns. See zero.h.
-#include "zero/zero.h"
+// each parameter lies in, the padding, and which piece of it each rank owns. See zero_layout.h.
+#include "zero/zero_layout.h"
+
+#include <torch/torch.h>
 
 #include <algorithm>
 

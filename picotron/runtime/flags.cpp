@@ -1,0 +1,480 @@
+// picotron/runtime/flags.cpp — the flag table, parse_args, config_fields and validate.
+// See flags.h. To add a flag: a field with its default in picotron/config.h, one row in
+// flag_table() below; a rule between flags goes into validate().
+#include "picotron/runtime/flags.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include <cxxopts.hpp>
+
+#include "context_parallel/cp_layout.h"
+#include "pipeline_parallel/schedules.h"
+
+namespace picotron {
+namespace {
+
+using Problems = std::vector<std::string>;
+
+template <typename T>
+std::string str(const T& v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+std::string str(bool v) { return v ? "true" : "false"; }
+// The shortest text that reads back as exactly v: 0.003, not 0.0030000000000000001.
+std::string str(double v) {
+  for (int digits = 6;; ++digits) {
+    std::ostringstream o;
+    o.precision(digits);
+    o << v;
+    if (!std::isfinite(v) || digits >= 17 || std::strtod(o.str().c_str(), nullptr) == v) return o.str();
+  }
+}
+
+// ---- the value of one flag, read whole ----------------------------------------------
+int64_t to_integer(const std::string& flag, const std::string& text, bool negative_ok = true) {
+  size_t used = 0;
+  long long v = 0;
+  try { v = std::stoll(text, &used); } catch (const std::exception&) { used = 0; }
+  if (used == 0 || used != text.size() || (!negative_ok && v < 0))
+    throw std::invalid_argument("--" + flag + ": '" + text + "' is not a valid value");
+  return v;
+}
+double to_real(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try { v = std::stod(text, &used); } catch (const std::exception&) { used = 0; }
+  if (used == 0 || used != text.size() || !std::isfinite(v))
+    throw std::invalid_argument("--" + flag + ": '" + text + "' is not a finite number");
+  return v;
+}
+bool to_bool(const std::string& flag, const std::string& text) {
+  if (text == "true" || text == "1" || text == "yes") return true;
+  if (text == "false" || text == "0" || text == "no") return false;
+  throw std::invalid_argument("--" + flag + ": '" + text + "' is not a valid value (true or false)");
+}
+// "a, b or c"
+std::string one_of(const std::vector<std::string>& choices) {
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i) out += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  return out;
+}
+
+// ---- one row per flag ----------------------------------------------------------------
+struct Flag {
+  Flag(std::string name_, std::string group_, std::string help_, bool is_switch_ = false)
+      : name(std::move(name_)), group(std::move(group_)), help(std::move(help_)), is_switch(is_switch_) {}
+  std::string name;   // without the dashes: "steps"
+  std::string group;  // its --help section
+  std::string help;
+  bool is_switch = false;     // --sp (or --sp=false); every other flag takes a value
+  bool shows_default = true;  // --help prints the default (not for preset overrides)
+  std::function<void(TrainConfig&, const std::string& text)> set;  // throws one line naming the flag
+  std::function<std::string(const TrainConfig&)> show;             // the value as text
+  std::function<void(const TrainConfig&, Problems&)> check;        // the value alone (validate)
+};
+
+// Where a row's value lives in the config.
+template <typename T>
+using Field = std::function<T&(TrainConfig&)>;
+template <typename T>
+Field<T> of(T TrainConfig::*member) { return [member](TrainConfig& c) -> T& { return c.*member; }; }
+template <typename T>
+Field<T> of(T LlamaConfig::*member) { return [member](TrainConfig& c) -> T& { return c.llama.*member; }; }
+template <typename T>
+T value_of(const Field<T>& field, const TrainConfig& c) {
+  TrainConfig copy = c;  // Field reads through a mutable reference
+  return field(copy);
+}
+
+// The checks a row may carry: "--steps must be >= 0 (note), got -1", "... must be <= hi".
+struct Bounds {
+  const char* op;  // ">" or ">="
+  double low;
+  double high;     // the largest value every product of sizes still fits 64 bits with
+  std::string note = "";
+};
+template <typename T>
+std::function<void(const TrainConfig&, Problems&)> bounded(const std::string& flag, Field<T> field, Bounds b) {
+  return [flag, field, b](const TrainConfig& c, Problems& p) {
+    const T v = value_of(field, c);
+    if (!std::isfinite(double(v))) return p.push_back("--" + flag + " must be a finite number, got " + str(v));
+    const bool low_ok = std::string(b.op) == ">" ? double(v) > b.low : double(v) >= b.low;
+    if (!low_ok) p.push_back("--" + flag + " must be " + b.op + " " + str(int64_t(b.low)) + b.note + ", got " + str(v));
+    if (double(v) > b.high) p.push_back("--" + flag + " must be <= " + str(int64_t(b.high)) + ", got " + str(v));
+  };
+}
+constexpr double kNoLimit = 1e300;
+
+template <typename T>
+Flag integer(std::string name, std::string group, std::string help, Field<T> field, Bounds b) {
+  Flag f{name, group, help};
+  f.set = [name, field](TrainConfig& c, const std::string& text) { field(c) = T(to_integer(name, text)); };
+  f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
+  f.check = bounded<T>(name, field, b);
+  return f;
+}
+Flag real(std::string name, std::string group, std::string help, Field<double> field, Bounds b) {
+  Flag f{name, group, help};
+  f.set = [name, field](TrainConfig& c, const std::string& text) { field(c) = to_real(name, text); };
+  f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
+  f.check = bounded<double>(name, field, b);
+  return f;
+}
+Flag text(std::string name, std::string group, std::string help, Field<std::string> field) {
+  Flag f{name, group, help};
+  f.set = [field](TrainConfig& c, const std::string& t) { field(c) = t; };
+  f.show = [field](const TrainConfig& c) { return value_of(field, c); };
+  return f;
+}
+Flag choice(std::string name, std::string group, std::string help, Field<std::string> field,
+            std::vector<std::string> choices) {
+  Flag f = text(name, group, help, field);
+  f.set = [name, field, choices](TrainConfig& c, const std::string& t) {
+    if (std::find(choices.begin(), choices.end(), t) == choices.end())
+      throw std::invalid_argument("--" + name + " must be " + one_of(choices) + ", got '" + t + "'");
+    field(c) = t;
+  };
+  return f;
+}
+Flag on_off(std::string name, std::string group, std::string help, Field<bool> field) {
+  Flag f{name, group, help, /*is_switch=*/true};
+  f.set = [name, field](TrainConfig& c, const std::string& t) { field(c) = to_bool(name, t); };
+  f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
+  return f;
+}
+Flag preset_override(Flag f) {  // a model-shape flag: its default is the preset's
+  f.shows_default = false;
+  return f;
+}
+
+const std::vector<Flag>& flag_table() {
+  const int64_t k = 1;
+  static const std::vector<Flag> table = [&] {
+    std::vector<Flag> t;
+    // ---- Model ----
+    std::string presets;
+    for (const auto& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
+    Flag model = text("model", "Model", "preset: " + presets, of(&TrainConfig::model));
+    model.set = [](TrainConfig& c, const std::string& name) {
+      c.llama = preset(name);  // throws naming --model and the known presets
+      c.model = name;
+    };
+    t.push_back(model);
+    t.push_back(preset_override(integer("hidden-size", "Model", "override hidden_size (H)", of(&LlamaConfig::hidden_size), {">", 0, double(k << 16)})));
+    t.push_back(preset_override(integer("intermediate-size", "Model", "override intermediate_size (I)", of(&LlamaConfig::intermediate_size), {">", 0, double(k << 20)})));
+    t.push_back(preset_override(integer("num-hidden-layers", "Model", "override num_hidden_layers (L)", of(&LlamaConfig::num_hidden_layers), {">", 0, double(k << 10)})));
+    t.push_back(preset_override(integer("num-attention-heads", "Model", "override num_attention_heads (nH)", of(&LlamaConfig::num_attention_heads), {">", 0, double(k << 12)})));
+    t.push_back(preset_override(integer("num-key-value-heads", "Model", "override num_key_value_heads (nKV)", of(&LlamaConfig::num_key_value_heads), {">", 0, double(k << 12)})));
+    t.push_back(preset_override(integer("vocab-size", "Model", "override vocab_size (V)", of(&LlamaConfig::vocab_size), {">", 0, double(k << 24)})));
+    t.push_back(preset_override(real("rope-theta", "Model", "override rope_theta", of(&LlamaConfig::rope_theta), {">", 0, kNoLimit})));
+    t.push_back(preset_override(integer("max-position-embeddings", "Model", "override max_position_embeddings", of(&LlamaConfig::max_position_embeddings), {">", 0, double(k << 24)})));
+    t.push_back(preset_override(real("rms-norm-eps", "Model", "override rms_norm_eps", of(&LlamaConfig::rms_norm_eps), {">", 0, kNoLimit})));
+    t.push_back(preset_override(on_off("tie-word-embeddings", "Model", "override tie_word_embeddings (--tie-word-embeddings=false unties)", of(&LlamaConfig::tie_word_embeddings))));
+    t.push_back(text("init-from", "Model", "start from a Hugging Face LLaMA folder (config.json + model.safetensors, or sharded with model.safetensors.index.json): its shape and weights", of(&TrainConfig::init_from)));
+    t.push_back(on_off("dry-run", "Model", "print the model summary (exact parameter count), the plan and the memory estimate, and exit", of(&TrainConfig::dry_run)));
+    // ---- Hardware ----
+    t.push_back(choice("device", "Hardware", "cpu | cuda | auto (cuda when a GPU is present)", of(&TrainConfig::device), {"cpu", "cuda", "auto"}));
+    Flag dtype{"dtype", "Hardware", "fp32 | fp64 | bf16 | fp16 (default: bf16 on cuda, fp32 on cpu)"};
+    dtype.shows_default = false;
+    dtype.set = [](TrainConfig& c, const std::string& name) {
+      for (Precision p : {Precision::kFP32, Precision::kFP64, Precision::kBF16, Precision::kFP16})
+        if (name == precision_name(p)) { c.dtype = p, c.dtype_given = true; return; }
+      throw std::invalid_argument("--dtype must be fp32, fp64, bf16 or fp16, got '" + name + "'");
+    };
+    dtype.show = [](const TrainConfig& c) { return std::string(precision_name(c.dtype)); };
+    t.push_back(dtype);
+    t.push_back(integer("threads", "Hardware", "CPU intra-op threads per rank (0: cores / ranks on this node)", of(&TrainConfig::threads), {">=", 0, double(k << 12)}));
+    // ---- Training ----
+    t.push_back(integer("seq-len", "Training", "tokens per sequence (S)", of(&TrainConfig::seq_len), {">", 0, double(k << 24)}));
+    t.push_back(integer("micro-batch-size", "Training", "sequences per micro-batch per data-parallel rank (B)", of(&TrainConfig::micro_batch_size), {">", 0, double(k << 20)}));
+    t.push_back(integer("grad-acc-steps", "Training", "micro-batches accumulated per optimizer step", of(&TrainConfig::grad_acc_steps), {">", 0, double(k << 20)}));
+    t.push_back(integer("steps", "Training", "optimizer steps", of(&TrainConfig::steps), {">=", 0, double(k << 40), " (0: no training: --eval, --generate, --export-hf only)"}));
+    t.push_back(real("lr", "Training", "peak learning rate", of(&TrainConfig::lr), {">", 0, kNoLimit}));
+    Flag warmup = integer("warmup-steps", "Training", "linear warmup steps (default: 5% of --steps)", of(&TrainConfig::warmup_steps), {">=", 0, kNoLimit});
+    warmup.shows_default = false;
+    t.push_back(warmup);
+    Flag min_lr = real("min-lr", "Training", "learning rate at the end of the cosine decay", of(&TrainConfig::min_lr), {">=", 0, kNoLimit});
+    min_lr.check = [](const TrainConfig& c, Problems& p) {
+      if (!std::isfinite(c.min_lr)) p.push_back("--min-lr must be a finite number, got " + str(c.min_lr));
+      else if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) p.push_back("--min-lr must be in [0, --lr " + str(c.lr) + "], got " + str(c.min_lr));
+    };
+    t.push_back(min_lr);
+    t.push_back(real("weight-decay", "Training", "AdamW weight decay (not applied to norms)", of(&TrainConfig::weight_decay), {">=", 0, kNoLimit}));
+    for (auto [name, field] : {std::pair{"beta1", of(&TrainConfig::beta1)}, {"beta2", of(&TrainConfig::beta2)}}) {
+      Flag beta = real(name, "Training", std::string("AdamW ") + name, field, {">=", 0, kNoLimit});
+      beta.check = [name = std::string(name), field](const TrainConfig& c, Problems& p) {
+        const double v = value_of(field, c);
+        if (!(v >= 0 && v < 1)) p.push_back("--" + name + " must be in [0, 1), got " + str(v));
+      };
+      t.push_back(beta);
+    }
+    t.push_back(real("adam-eps", "Training", "AdamW epsilon", of(&TrainConfig::adam_eps), {">", 0, kNoLimit}));
+    t.push_back(real("grad-clip", "Training", "clip the global gradient norm to this (0: off)", of(&TrainConfig::grad_clip), {">=", 0, kNoLimit, " (0: off)"}));
+    t.push_back(integer("max-bad-steps", "Training", "stop with an error (exit 3) after this many steps with a non-finite loss or gradient norm (fp16 overflow steps with a finite loss do not count)", of(&TrainConfig::max_bad_steps), {">=", 1, kNoLimit}));
+    t.push_back(real("init-std", "Training", "std of the normal initialisation of weight matrices (embedding and projections; norms start at 1)", of(&TrainConfig::init_std), {">", 0, kNoLimit}));
+    Flag seed = integer("seed", "Training", "seed of initialisation and data order", of(&TrainConfig::seed), {">=", 0, kNoLimit});
+    seed.set = [](TrainConfig& c, const std::string& text) { c.seed = uint64_t(to_integer("seed", text, /*negative_ok=*/false)); };
+    t.push_back(seed);
+    t.push_back(text("data", "Training", "arithmetic | synthetic | a text file | a token file (.bin) or a directory of them", of(&TrainConfig::data)));
+    // ---- Parallelism ----
+    t.push_back(integer("dp", "Parallelism", "data-parallel size", of(&TrainConfig::dp), {">=", 1, double(k << 16)}));
+    t.push_back(integer("tp", "Parallelism", "tensor-parallel size", of(&TrainConfig::tp), {">=", 1, double(k << 16)}));
+    t.push_back(integer("pp", "Parallelism", "pipeline-parallel size", of(&TrainConfig::pp), {">=", 1, double(k << 16)}));
+    Flag schedule = text("pp-schedule", "Parallelism", "pipeline schedule: afab | 1f1b | interleaved | zb-h1", of(&TrainConfig::pp_schedule));
+    schedule.set = [](TrainConfig& c, const std::string& name) { c.pp_schedule = schedule_name(parse_schedule(name)); };
+    t.push_back(schedule);
+    t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
+    t.push_back(text("pp-trace", "Parallelism", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
+    t.push_back(integer("cp", "Parallelism", "context-parallel size: each sequence split over cp ranks, attention by ring", of(&TrainConfig::cp), {">=", 1, double(k << 16)}));
+    t.push_back(choice("kernels", "Parallelism", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA, aten on the CPU)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
+    t.push_back(choice("recompute", "Parallelism", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", of(&TrainConfig::recompute), {"none", "selective", "full"}));
+    Flag layout = text("cp-layout", "Parallelism", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", of(&TrainConfig::cp_layout));
+    layout.set = [](TrainConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
+    t.push_back(layout);
+    t.push_back(on_off("sp", "Parallelism", "sequence parallelism with --tp: the activations between blocks split along the sequence", of(&TrainConfig::sp)));
+    Flag zero = integer("zero", "Parallelism", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", of(&TrainConfig::zero), {">=", 0, 3});
+    zero.check = [](const TrainConfig& c, Problems& p) {
+      if (c.zero < 0 || c.zero > 3) p.push_back("--zero must be 0, 1, 2 or 3, got " + str(c.zero));
+    };
+    t.push_back(zero);
+    t.push_back(on_off("zero-offload", "Parallelism", "with --zero >= 1 on --device cuda: this rank's master weights and AdamW moments live in pinned CPU memory and AdamW runs on the CPU (ZeRO-Offload)", of(&TrainConfig::zero_offload)));
+    Flag dp_mode{"dp-mode", "Parallelism", "naive (all-reduce after backward) | bucketed (overlapped with backward)"};
+    dp_mode.set = [](TrainConfig& c, const std::string& name) {
+      if (name == "naive") c.dp_mode = DpMode::kNaive;
+      else if (name == "bucketed") c.dp_mode = DpMode::kBucketed;
+      else throw std::invalid_argument("--dp-mode must be naive or bucketed, got '" + name + "'");
+    };
+    dp_mode.show = [](const TrainConfig& c) { return std::string(dp_mode_name(c.dp_mode)); };
+    t.push_back(dp_mode);
+    t.push_back(real("dp-bucket-mb", "Parallelism", "bucket size of bucketed data parallelism (and ZeRO-1/2), MiB", of(&TrainConfig::dp_bucket_mb), {">", 0, double(k << 20)}));
+    t.push_back(integer("timeout-s", "Parallelism", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
+    // ---- Output ----
+    t.push_back(text("metrics-file", "Output", "write one JSON object per step to this file", of(&TrainConfig::metrics_file)));
+    t.push_back(text("memory-trace", "Output", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
+    t.push_back(text("save-params", "Output", "write the final full parameters to this file (safetensors, Hugging Face names)", of(&TrainConfig::save_params)));
+    t.push_back(text("save-dir", "Output", "write checkpoints (master weights, AdamW moments, step, loss scale) into this directory, one step-NNNNNN/ each", of(&TrainConfig::save_dir)));
+    t.push_back(integer("save-every", "Output", "a checkpoint every N steps (0: only at the end of the run; always at the end when --save-dir is set)", of(&TrainConfig::save_every), {">=", 0, kNoLimit, " (0: only at the end)"}));
+    t.push_back(integer("keep-checkpoints", "Output", "keep the newest K checkpoints in --save-dir", of(&TrainConfig::keep_checkpoints), {">=", 1, double(k << 20)}));
+    t.push_back(text("resume", "Output", "continue from a checkpoint: a --save-dir (its newest) or one step-NNNNNN directory; any mesh", of(&TrainConfig::resume)));
+    Flag stop = integer("stop-at-step", "Output", "stop after this step (0: --steps); the learning-rate schedule still runs to --steps, so a later --resume continues it", of(&TrainConfig::stop_at_step), {">=", 0, kNoLimit});
+    stop.check = [](const TrainConfig& c, Problems& p) {
+      if (c.stop_at_step < 0 || c.stop_at_step > c.steps)
+        p.push_back("--stop-at-step must be in [0, --steps = " + str(c.steps) + "], got " + str(c.stop_at_step));
+    };
+    t.push_back(stop);
+    t.push_back(text("export-hf", "Output", "write the final weights as a Hugging Face folder (config.json + model.safetensors) that transformers' LlamaForCausalLM.from_pretrained loads", of(&TrainConfig::export_hf)));
+    t.push_back(text("eval", "Output", "a JSON file {\"input_ids\": [[ids...], ...]}: after training (or with --steps 0), print the next-token loss on it", of(&TrainConfig::eval)));
+    t.push_back(text("eval-logits", "Output", "with --eval: write {\"loss\": ..., \"logits\": [B][S][V]} to this JSON file", of(&TrainConfig::eval_logits)));
+    Flag prompt{"prompt-ids", "Output", "comma-separated token ids: at the end, print their greedy continuation by --generate tokens (ids in, ids out; no tokenizer needed)"};
+    prompt.set = [](TrainConfig& c, const std::string& text) {
+      if (text.back() == ',' || text.find(",,") != std::string::npos)
+        throw std::invalid_argument("--prompt-ids: '" + text + "' has an empty id (comma-separated integers >= 0)");
+      std::stringstream ids(text);
+      for (std::string id; std::getline(ids, id, ',');) {
+        size_t used = 0;
+        int64_t v = -1;
+        try { v = std::stoll(id, &used); } catch (const std::exception&) { used = 0; }
+        if (used == 0 || used != id.size() || v < 0)
+          throw std::invalid_argument("--prompt-ids: '" + id + "' is not a token id (comma-separated integers >= 0)");
+        c.prompt_ids.push_back(v);
+      }
+    };
+    prompt.show = [](const TrainConfig& c) {
+      std::string ids;
+      for (int64_t id : c.prompt_ids) ids += str(id) + ",";
+      return ids;
+    };
+    t.push_back(prompt);
+    t.push_back(integer("log-every", "Output", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", of(&TrainConfig::log_every), {">=", 0, kNoLimit, " (0: automatic)"}));
+    t.push_back(on_off("comm-report", "Output", "print, at the end, the calls and elements of every collective per group and per step", of(&TrainConfig::comm_report)));
+    t.push_back(integer("generate", "Output", "samples printed after training (0: none)", of(&TrainConfig::generate), {">=", 0, double(k << 20)}));
+    return t;
+  }();
+  return table;
+}
+
+const Flag* find_flag(const std::string& name) {
+  for (const Flag& f : flag_table())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::string help_text() {
+  const TrainConfig d;  // the defaults
+  cxxopts::Options opts("train", "picotron: train a LLaMA-like model with 4D parallelism");
+  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Output"};
+  for (const Flag& f : flag_table()) {
+    auto value = f.is_switch ? cxxopts::value<bool>() : cxxopts::value<std::string>();
+    if (f.shows_default && !f.is_switch && !f.show(d).empty()) value->default_value(f.show(d));
+    opts.add_options(f.group)(f.name, f.help, value);
+  }
+  opts.add_options("Output")("h,help", "print this help");
+  return opts.help(groups);
+}
+
+// The command line as (flag, text) pairs, checked: two dashes, a known flag, a value
+// where one is needed and never an empty one. Every problem here is one line naming it.
+std::vector<std::pair<const Flag*, std::string>> split_command_line(int argc, const char* const* argv) {
+  std::vector<std::pair<const Flag*, std::string>> given;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      if (arg.size() > 1 && arg[0] == '-' && !std::isdigit(static_cast<unsigned char>(arg[1])))
+        throw std::invalid_argument(arg + ": long flags take two dashes (--" + arg.substr(1) + ")");
+      throw std::invalid_argument("unexpected argument '" + arg + "'");
+    }
+    const auto eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const Flag* flag = find_flag(name);
+    if (!flag) throw std::invalid_argument("--" + name + ": no such flag");
+    std::string value;
+    if (eq != std::string::npos) value = arg.substr(eq + 1);
+    else if (flag->is_switch) value = "true";
+    else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) value = argv[++i];
+    else throw std::invalid_argument("--" + name + " needs a value");
+    if (value.empty()) throw std::invalid_argument("--" + name + ": empty value");
+    given.emplace_back(flag, value);
+  }
+  return given;
+}
+
+}  // namespace
+
+ParsedArgs parse_args(int argc, const char* const* argv) {
+  ParsedArgs out;
+  for (int i = 1; i < argc; ++i)  // --help wins over any other flag, even a malformed one
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      out.message = help_text();
+      return out;
+    }
+  try {
+    const auto given = split_command_line(argc, argv);
+    TrainConfig c;
+    c.llama = preset(c.model);
+    // The preset first (the shape flags override it), then every flag in command-line order.
+    for (const auto& [flag, value] : given)
+      if (flag->name == "model") flag->set(c, value);
+    bool warmup_given = false;
+    for (const auto& [flag, value] : given) {
+      if (flag->name == "model") continue;
+      if (flag->name == "prompt-ids") c.prompt_ids.clear();  // given twice: the last one
+      flag->set(c, value);
+      warmup_given = warmup_given || flag->name == "warmup-steps";
+    }
+    for (const auto& [flag, value] : given)
+      if (flag->group == "Model" && flag->name != "init-from" && flag->name != "dry-run" &&
+          std::find(c.shape_flags.begin(), c.shape_flags.end(), flag->name) == c.shape_flags.end())
+        c.shape_flags.push_back(flag->name);
+    if (!warmup_given) c.warmup_steps = c.steps / 20;
+    out.config = c;
+  } catch (const std::exception& e) {
+    out.message = std::string("error: ") + e.what() + " (see --help)";
+    out.exit_code = 2;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Flag& f : flag_table()) out.emplace_back("--" + f.name, f.show(c));
+  return out;
+}
+
+std::vector<std::string> validate(const TrainConfig& c, int world_size) {
+  Problems errors;
+  for (const Flag& f : flag_table())  // each flag's own value
+    if (f.check) f.check(c, errors);
+  auto need = [&](bool ok, const std::string& msg) { if (!ok) errors.push_back(msg); };
+  const LlamaConfig& m = c.llama;
+  // ---- the rules between flags ----
+  need(!(c.kernels == "fused" && c.device == "cpu"),
+       "--kernels fused runs the CUDA kernels of kernels/: it needs --device cuda (on the CPU: --kernels aten)");
+  need(!(c.kernels == "fused" && c.dtype_given && c.dtype == Precision::kFP64),
+       "--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
+  // Products of the (bounded) sizes: rows and tokens of a step.
+  if (c.micro_batch_size > 0 && c.grad_acc_steps > 0 && c.dp > 0 && c.seq_len > 0) {
+    int64_t rows = 0, tokens = 0;
+    const bool overflow = __builtin_mul_overflow(c.micro_batch_size, c.grad_acc_steps, &rows) ||
+                          __builtin_mul_overflow(rows, int64_t(c.dp), &rows) ||
+                          __builtin_mul_overflow(rows, c.seq_len, &tokens);
+    need(!overflow && tokens <= int64_t(1) << 40,
+         "--micro-batch-size x --grad-acc-steps x --dp x --seq-len = the tokens of a step must be <= 2^40 (got " +
+             (overflow ? std::string("more than 2^63") : str(tokens)) + ")");
+  }
+  need(c.eval_logits.empty() || !c.eval.empty(), "--eval-logits needs --eval");
+  for (int64_t id : c.prompt_ids)
+    need(id < m.vocab_size, "--prompt-ids: token " + str(id) + " is not below --vocab-size " + str(m.vocab_size));
+  need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + str(c.save_every) + " needs --save-dir");
+  if (m.hidden_size > 0 && m.num_attention_heads > 0) {
+    need(m.hidden_size % m.num_attention_heads == 0,
+         "--hidden-size " + str(m.hidden_size) + " is not divisible by --num-attention-heads " + str(m.num_attention_heads));
+    need(m.head_dim() % 2 == 0 || m.hidden_size % m.num_attention_heads != 0,
+         "--hidden-size " + str(m.hidden_size) + " / --num-attention-heads " + str(m.num_attention_heads) +
+             " = head dim " + str(m.head_dim()) + ", which must be even for RoPE");
+  }
+  if (m.num_attention_heads > 0 && m.num_key_value_heads > 0)
+    need(m.num_attention_heads % m.num_key_value_heads == 0,
+         "--num-attention-heads " + str(m.num_attention_heads) + " is not divisible by --num-key-value-heads " +
+             str(m.num_key_value_heads));
+  need(c.warmup_steps < c.steps || c.steps <= 0,
+       "--warmup-steps " + str(c.warmup_steps) + " must be smaller than --steps " + str(c.steps));
+  need(c.seq_len <= m.max_position_embeddings,
+       "--seq-len " + str(c.seq_len) + " exceeds --max-position-embeddings " + str(m.max_position_embeddings));
+  if (c.dp >= 1 && c.tp >= 1 && c.pp >= 1 && c.cp >= 1) {
+    const int64_t product = int64_t(c.dp) * c.pp * c.cp * c.tp;
+    need(product == world_size, "--dp " + str(c.dp) + " x --pp " + str(c.pp) + " x --cp " + str(c.cp) + " x --tp " +
+                                    str(c.tp) + " = " + str(product) + " ranks, but the job has " + str(world_size) +
+                                    " processes");
+  }
+  if (c.tp > 1) {  // every rank holds whole heads, whole MLP columns, whole vocabulary rows
+    for (auto [flag, v] : {std::pair{"--num-attention-heads", m.num_attention_heads},
+                           {"--intermediate-size", m.intermediate_size}, {"--vocab-size", m.vocab_size}})
+      need(v % c.tp == 0, std::string(flag) + " " + str(v) + " is not divisible by --tp " + str(c.tp));
+    need(m.num_key_value_heads % c.tp == 0,
+         "--num-key-value-heads " + str(m.num_key_value_heads) + " is not divisible by --tp " + str(c.tp) +
+             " (grouped-query attention: every tp rank needs whole key/value heads; use --tp <= " +
+             str(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
+  }
+  if (c.sp) {
+    need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
+    need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + str(c.seq_len) + " is not divisible by --tp " + str(c.tp) +
+                                                " (--sp splits the sequence over tp)");
+  }
+  if (c.pp > 1 && c.pp_virtual_stages >= 1) {  // the schedule's own rules (pipeline_parallel/schedules.h)
+    const std::string problem =
+        schedule_problem(parse_schedule(c.pp_schedule), c.pp, int(c.grad_acc_steps), c.pp_virtual_stages, m.num_hidden_layers);
+    need(problem.empty(), problem);
+  }
+  need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
+  need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
+  need(c.pp > 1 || c.pp_schedule == TrainConfig{}.pp_schedule, "--pp-schedule needs --pp > 1");
+  need(c.pp == 1 || c.device != "cuda",
+       "--pp " + str(c.pp) + " runs on --device cpu only (multi-GPU pipelines are not implemented: one GPU is all "
+       "this project can test on)");
+  // Stages 2 and 3 keep no full gradient, but --sp's norm gains and a pipeline's tied
+  // embedding are summed from full gradients before the sync; stage 3 would also gather
+  // every layer of every micro-batch of a pipeline schedule (see zero/README.md).
+  need(c.zero < 2 || (c.pp == 1 && !c.sp),
+       "--zero " + str(c.zero) + " does not combine with --pp or --sp (use --zero 1)");
+  need(!c.zero_offload || c.zero >= 1, "--zero-offload needs --zero 1, 2 or 3 (it offloads ZeRO's optimizer slice)");
+  need(!c.zero_offload || c.device != "cpu",
+       "--zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda (on --device cpu everything "
+       "is on the CPU already)");
+  if (c.cp > 1) {  // the layout's own rules (context_parallel/cp_layout.h)
+    const std::string problem = cp_problem(c.seq_len, c.cp, parse_cp_layout(c.cp_layout));
+    need(problem.empty(), problem);
+  }
+  return errors;
+}
+
+}  // namespace picotron

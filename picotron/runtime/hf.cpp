@@ -1,0 +1,178 @@
+// picotron/runtime/hf.cpp — see hf.h.
+#include "picotron/runtime/hf.h"
+
+#include <optional>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "picotron/init.h"
+#include "picotron/runtime/output_file.h"
+#include "picotron/runtime/safetensors.h"
+
+namespace picotron {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": no such file");
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path.string() + ": corrupt JSON: " + std::string(e.what()).substr(0, 120));
+  }
+}
+
+// Which file of DIR holds each tensor: the index of a sharded checkpoint, or the one file.
+std::map<std::string, std::string> weight_files(const fs::path& dir) {
+  std::map<std::string, std::string> where;
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const json j = read_json(index);
+    if (!j.contains("weight_map")) throw std::runtime_error(index.string() + ": no weight_map");
+    for (const auto& [name, file] : j.at("weight_map").items()) where[name] = (dir / file.get<std::string>()).string();
+    return where;
+  }
+  const fs::path single = dir / "model.safetensors";
+  if (!fs::exists(single))
+    throw std::runtime_error("--init-from " + dir.string() + ": neither model.safetensors nor model.safetensors.index.json");
+  const SafetensorsFile file(single.string());  // (a temporary's entries() would dangle in the loop)
+  for (const auto& [name, entry] : file.entries()) where[name] = single.string();
+  return where;
+}
+
+}  // namespace
+
+std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
+  std::vector<std::string> problems;
+  const fs::path path = fs::path(cfg.init_from) / "config.json";
+  json j;
+  try {
+    j = read_json(path);
+  } catch (const std::exception& e) {
+    return {"--init-from " + cfg.init_from + ": " + e.what()};
+  }
+  const std::string where = path.string();
+  if (!j.is_object()) return {where + ": not a JSON object (a Hugging Face config.json is {\"hidden_size\": ...})"};
+  LlamaConfig m;
+  try {
+    if (j.value("model_type", "llama") != "llama")
+      problems.push_back(where + ": model_type '" + j.value("model_type", "") + "' is not llama");
+    if (j.value("hidden_act", "silu") != "silu")
+      problems.push_back(where + ": hidden_act '" + j.value("hidden_act", "") + "' (this model is SwiGLU: silu)");
+    if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
+      problems.push_back(where + ": rope_scaling is not supported (plain RoPE only)");
+    for (const char* bias : {"attention_bias", "mlp_bias"})
+      if (j.value(bias, false)) problems.push_back(where + ": " + bias + " is true (this model has no biases)");
+    // Sizes: positive integers (a float such as 1e30 would overflow int64, a 0 would be
+    // blamed on a flag nobody gave).
+    const auto size = [&](const char* field, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
+      if (!j.contains(field) && fallback) return *fallback;
+      if (!j.contains(field)) throw std::runtime_error(std::string(field) + " is missing");
+      const json& v = j.at(field);
+      if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+        throw std::runtime_error(std::string(field) + " must be a positive integer, got " + v.dump());
+      return v.get<int64_t>();
+    };
+    m.hidden_size = size("hidden_size");
+    m.intermediate_size = size("intermediate_size");
+    m.num_hidden_layers = size("num_hidden_layers");
+    m.num_attention_heads = size("num_attention_heads");
+    m.num_key_value_heads = size("num_key_value_heads", m.num_attention_heads);
+    m.vocab_size = size("vocab_size");
+    m.rope_theta = j.value("rope_theta", 10000.0);
+    m.max_position_embeddings = size("max_position_embeddings", int64_t(2048));
+    m.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
+    m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' LlamaConfig default
+    if (j.contains("head_dim") && !j.at("head_dim").is_null() &&
+        j.at("head_dim").get<int64_t>() * m.num_attention_heads != m.hidden_size)
+      problems.push_back(where + ": head_dim " + j.at("head_dim").dump() + " is not hidden_size / num_attention_heads");
+  } catch (const std::exception& e) {
+    problems.push_back(where + ": " + std::string(e.what()).substr(0, 160));
+    return problems;
+  }
+  // A shape flag given on the command line must agree with the folder's config.
+  const LlamaConfig& flags = cfg.llama;
+  auto check = [&](const char* flag, const char* field, auto given, auto theirs) {
+    for (const auto& f : cfg.shape_flags)
+      if (f == flag && given != theirs) {
+        std::ostringstream o;
+        o << "--" << flag << " " << given << " disagrees with " << where << " (" << field << " " << theirs << ")";
+        problems.push_back(o.str());
+      }
+  };
+  check("hidden-size", "hidden_size", flags.hidden_size, m.hidden_size);
+  check("intermediate-size", "intermediate_size", flags.intermediate_size, m.intermediate_size);
+  check("num-hidden-layers", "num_hidden_layers", flags.num_hidden_layers, m.num_hidden_layers);
+  check("num-attention-heads", "num_attention_heads", flags.num_attention_heads, m.num_attention_heads);
+  check("num-key-value-heads", "num_key_value_heads", flags.num_key_value_heads, m.num_key_value_heads);
+  check("vocab-size", "vocab_size", flags.vocab_size, m.vocab_size);
+  check("rope-theta", "rope_theta", flags.rope_theta, m.rope_theta);
+  check("max-position-embeddings", "max_position_embeddings", flags.max_position_embeddings, m.max_position_embeddings);
+  check("rms-norm-eps", "rms_norm_eps", flags.rms_norm_eps, m.rms_norm_eps);
+  check("tie-word-embeddings", "tie_word_embeddings", flags.tie_word_embeddings, m.tie_word_embeddings);
+  for (const auto& f : cfg.shape_flags)
+    if (f == "model") problems.push_back("--model " + cfg.model + " and --init-from " + cfg.init_from +
+                                         " both give the model's shape: use one");
+  cfg.llama = m;
+  cfg.model = fs::path(cfg.init_from).filename().string();
+  return problems;
+}
+
+void load_hf_weights(const std::string& dir, torch::nn::Module& model, const ShardPlan& plan) {
+  torch::NoGradGuard no_grad;
+  const auto where = weight_files(dir);
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> files;
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const auto it = where.find(name);
+    if (it == where.end()) throw std::runtime_error("--init-from " + dir + ": no tensor '" + name + "' in its weights");
+    auto& file = files[it->second];
+    if (!file) file = std::make_unique<SafetensorsFile>(it->second);
+    const torch::Tensor full = file->read(name);  // [full shape], the file's dtype
+    const ShardRecord& record = plan.at(name);
+    if (full.sizes() != torch::IntArrayRef(record.full_shape))
+      throw std::runtime_error(it->second + ": tensor '" + name + "' is " + c10::str(full.sizes()) + ", the config says " +
+                               c10::str(torch::IntArrayRef(record.full_shape)));
+    item.value().copy_(local_slice(full, record));  // my slice, in the run's dtype and device
+  }
+}
+
+void export_hf(const std::string& dir, const LlamaConfig& c, const NamedTensors& full) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--export-hf " + dir + ": " + ec.message());
+  const json config = {{"architectures", {"LlamaForCausalLM"}},
+                       {"model_type", "llama"},
+                       {"hidden_act", "silu"},
+                       {"hidden_size", c.hidden_size},
+                       {"intermediate_size", c.intermediate_size},
+                       {"num_hidden_layers", c.num_hidden_layers},
+                       {"num_attention_heads", c.num_attention_heads},
+                       {"num_key_value_heads", c.num_key_value_heads},
+                       {"head_dim", c.head_dim()},
+                       {"vocab_size", c.vocab_size},
+                       {"rope_theta", c.rope_theta},
+                       {"rope_scaling", nullptr},
+                       {"max_position_embeddings", c.max_position_embeddings},
+                       {"rms_norm_eps", c.rms_norm_eps},
+                       {"tie_word_embeddings", c.tie_word_embeddings},
+                       {"attention_bias", false},
+                       {"mlp_bias", false},
+                       {"torch_dtype", "float32"}};
+  write_file("--export-hf", (fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+  NamedTensors tensors;
+  for (const auto& [name, t] : full) tensors.emplace_back(name, t.to(torch::kFloat32).contiguous());
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}}, "--export-hf");
+}
+
+}  // namespace picotron

@@ -1,0 +1,86 @@
+// zero/zero2.cpp — ZeRO-2: each gradient into its bucket as backward produces it, each
+// complete bucket reduce-scattered at once into my slice. See zero2.h.
+#include "zero/zero2.h"
+
+namespace picotron {
+
+Zero2Optimizer::Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+                               AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
+                               bool offload, int stage, const std::vector<int>& units)
+    : Zero1Optimizer(group, named_params, opts, plan, here, bucket_mb, offload, stage, units) {
+  // A hook on each parameter's gradient accumulator (picotron/optim.h).
+  inflight_.resize(layout_.buckets.size());
+  for (size_t b = 0; b < layout_.buckets.size(); ++b)
+    for (size_t i = layout_.buckets[b].first_param; i < layout_.buckets[b].end_param; ++i) bucket_of_.push_back(b);
+  hooks_.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
+  rearm();
+}
+
+void Zero2Optimizer::rearm() {
+  for (size_t b = 0; b < inflight_.size(); ++b)
+    inflight_[b].pending = int(layout_.buckets[b].end_param - layout_.buckets[b].first_param);
+  next_to_launch_ = int(inflight_.size()) - 1;
+}
+
+void Zero2Optimizer::on_grad_ready(size_t i) {
+  torch::NoGradGuard no_grad;
+  auto& g = params_[i].param.mutable_grad();
+  const size_t b = bucket_of_[i];
+  const auto& bucket = layout_.buckets[b];
+  auto& f = inflight_[b];
+  if (!f.full.defined()) f.full = torch::zeros({bucket.padded}, grad_.options());  // [bucket padded]
+  if (g.defined()) {
+    f.full.narrow(0, layout_.offsets[i] - bucket.offset, g.numel()).add_(g.reshape({-1}));  // bf16 -> fp32
+    g = torch::Tensor();  // freed: only my slice of the gradient outlives the micro-batch
+  }
+  for (auto& other : inflight_)  // on CPU, MPI moves the launched buckets only while we call it
+    if (other.work) other.work->progress();
+  if (--f.pending == 0) {
+    on_bucket_complete(b);
+    launch_ready_buckets();
+  }
+}
+
+void Zero2Optimizer::launch_ready_buckets() {
+  // Backward completes the last bucket first; every rank launches in the same order.
+  while (next_to_launch_ >= 0 && inflight_[size_t(next_to_launch_)].pending == 0) {
+    auto& f = inflight_[size_t(next_to_launch_)];
+    const auto& bucket = layout_.buckets[size_t(next_to_launch_)];
+    if (!f.full.defined()) f.full = torch::zeros({bucket.padded}, grad_.options());
+    f.mine = torch::empty({bucket.padded / layout_.ranks}, grad_.options());
+    record("launch bucket " + std::to_string(next_to_launch_));
+    f.work = group_.reduce_scatter_async(f.mine, f.full, ReduceOp::kAvg);  // [padded] -> my [padded / N]
+    launched_.push_back(size_t(next_to_launch_));
+    --next_to_launch_;
+  }
+  // At most two buckets in flight: the older ones are waited for and added into my slice,
+  // so the full buffers of a whole gradient never exist at once.
+  while (launched_.size() > 2) finish_oldest();
+}
+
+void Zero2Optimizer::finish_oldest() {
+  const size_t b = launched_.front();
+  launched_.pop_front();
+  auto& f = inflight_[b];
+  f.work->wait();
+  slice_of(grad_, layout_.buckets[b]).add_(f.mine);  // this micro-batch's average of my part
+  f.full = f.mine = torch::Tensor();                  // the bucket's buffers go
+  f.work.reset();
+}
+
+void Zero2Optimizer::accumulate_grads() {
+  torch::NoGradGuard no_grad;
+  record("backward end");
+  for (auto& f : inflight_) f.pending = 0;  // a parameter without a gradient: send its bucket anyway
+  launch_ready_buckets();
+  while (!launched_.empty()) finish_oldest();
+  rearm();
+}
+
+void Zero2Optimizer::sync_grads(const std::function<void()>& fix_ups) {
+  if (fix_ups) fix_ups();  // (none under --zero 2: validate() refuses --sp and --pp with it)
+}
+
+}  // namespace picotron

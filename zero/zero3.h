@@ -1,0 +1,80 @@
+// zero/zero3.h — ZeRO-3 (arXiv 1910.02054, section 5.3; FSDP): ZeRO-2 that never keeps
+// the full parameters either. Rank r keeps only its slice of them.
+//
+// The buckets are the model's units (the embedding, each decoder layer, the head = final
+// norm + lm_head), and a unit's parameters are views into one buffer [padded] whose
+// storage is RELEASED (emptied) while the unit is not computing, and refilled by an
+// all-gather of the N parts just before it is (through the model's layer and part runners):
+//
+//   forward of unit k:   wait for k's gather | launch k+1's gather (prefetch) | compute | release k
+//   backward of unit k:  (a hook on k's output) wait for k's gather | launch k-1's | compute
+//                        | k's gradients complete: release k, reduce-scatter them (as stage 2)
+//   step:                AdamW on my slice of the parameters; no all-gather (forward gathers)
+//
+// Releasing empties the storage the views share (FSDP's trick), so the tensors autograd
+// saved for backward are emptied too, and the backward gather refills them in place.
+// The head, the last unit, is kept from its forward to its backward, which follows at
+// once; a tied embedding (the head's matrix too) is kept from the head's forward to the
+// end of backward, where its gradient completes. The price: one more all-gather of the
+// parameters per micro-batch, about 3Ψ moved instead of 2Ψ: 1.5x plain data parallelism.
+//
+// Test: ctest -R "zero|data_parallel.overlap"
+#pragma once
+
+#include <map>
+#include <optional>
+
+#include "picotron/model.h"
+#include "zero/zero2.h"
+
+namespace picotron {
+
+class Zero3Optimizer : public Zero2Optimizer {
+ public:
+  // Runs the model's embedding, layers and head through gather / release (a layer
+  // wrapper, and a part runner around the one it had; the destructor removes them),
+  // and releases every unit: from now on the full parameters exist only while used.
+  Zero3Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+                 AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, bool offload,
+                 LlamaForCausalLM& model);
+  ~Zero3Optimizer() override;
+
+  void accumulate_grads() override;  // stage 2's, then every unit released
+  // The model's (local) parameters in the compute dtype: each unit gathered for it.
+  std::map<std::string, torch::Tensor> weights_by_name() override;
+
+ protected:
+  torch::Tensor my_params(size_t bucket) const override;  // my part: in my shard, the only copy
+  void publish(size_t bucket, const torch::Tensor& w) override;  // into my shard; forward gathers
+  torch::Tensor weights_piece(const ZeroLayout::Piece& piece) const override;
+  bool keeps_whole_parameters() const override { return false; }
+  void on_bucket_complete(size_t unit) override { release(unit); }  // its backward is over
+
+ private:
+  void gather(size_t unit, bool wait);  // all-gather the unit's parameters (wait: until they are there)
+  void release(size_t unit);            // empty the storage of the unit's parameters
+  torch::Tensor run_pass(size_t pass, const std::function<torch::Tensor()>& compute);  // forward of a pass
+  void before_backward(size_t pass);    // the hook on a pass's output: its units back, prefetch the previous
+
+  torch::Tensor shard_param_;  // [P_pad / N] compute dtype, my part of every unit's parameters
+  // Each unit (= bucket) released, being gathered, or gathered; the passes of a forward in
+  // order (embedding, layers, head), each with the units it computes with.
+  enum class Held { kReleased, kGathering, kGathered };
+  struct Unit {
+    std::string name;
+    Held held = Held::kGathered;
+    std::optional<Work> gather;
+  };
+  std::vector<Unit> units_;
+  struct Pass {
+    std::string name;
+    std::vector<size_t> units;
+  };
+  std::vector<Pass> passes_;
+  std::map<int64_t, size_t> layer_pass_;     // decoder layer index -> its pass
+  std::map<std::string, size_t> part_pass_;  // "embed" / "head" -> its pass
+  LlamaForCausalLM model_{nullptr};          // the model, and its runners before us
+  PartRunner inner_part_runner_;
+};
+
+}  // namespace picotron
