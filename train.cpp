@@ -73,7 +73,7 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausal
                                           Mesh& mesh, bool fused_kernels) {
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
-  AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay};
+  AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay, /*fused_step=*/{}};
   if (cfg.zero > 0)
     return make_zero_optimizer(cfg.zero, mesh.cp_dp(), named, adam, plan, mesh.coords(), cfg.dp_bucket_mb,
                                cfg.zero_offload, model);

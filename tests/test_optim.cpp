@@ -163,7 +163,7 @@ TEST_CASE("clipping folded into the update equals clipping the grads, then stepp
   auto make = [] {
     auto w = torch::tensor({3.0, -4.0, 1.0}, torch::kFloat64).requires_grad_();
     auto opt = std::make_unique<AdamW>(std::vector<std::pair<std::string, torch::Tensor>>{{"w", w}},
-                                       AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+                                       AdamWOptions{0.9, 0.95, 1e-8, 0.1, /*fused_step=*/{}});
     return std::make_pair(w, std::move(opt));
   };
   auto [w1, a] = make();

@@ -44,7 +44,7 @@ void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchL
 // whole model onto rank 0 for it). Pure: every rank gets the same answer.
 bool prints_samples(const TrainConfig& cfg);
 // --prompt-ids: "prompt ids: 1 2 3 -> 4 5 6" (greedy, `max_new` tokens; and the bytes when
-// the vocabulary is bytes). Ids in, ids out: a tokenizer stays outside (README).
+// the vocabulary is bytes). Ids in, ids out: a tokenizer stays outside (docs/checkpoints.md, "Hugging Face weights").
 void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new);
 // --eval F: the next-token loss on F's {"input_ids": [[...], ...]} (each row predicts its
 // own next tokens: mean over B x (S-1)), printed; with `logits_path`, {"loss", "logits"

@@ -1,5 +1,5 @@
 // picotron/runtime/memory_estimate.cpp — see memory_estimate.h. The derivation of every term is
-// in picotron/README.md, "Where the memory goes"; this file only adds them up.
+// in docs/memory.md, "Where the memory goes"; this file only adds them up.
 #include "picotron/runtime/memory_estimate.h"
 
 #include <algorithm>
