@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
+#include <type_traits>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -41,11 +43,11 @@ std::string str(double v) {
 }
 
 // ---- the value of one flag, read whole ----------------------------------------------
-int64_t to_integer(const std::string& flag, const std::string& text, bool negative_ok = true) {
+int64_t to_integer(const std::string& flag, const std::string& text) {
   size_t used = 0;
   long long v = 0;
   try { v = std::stoll(text, &used); } catch (const std::exception&) { used = 0; }
-  if (used == 0 || used != text.size() || (!negative_ok && v < 0))
+  if (used == 0 || used != text.size())
     throw std::invalid_argument("--" + flag + ": '" + text + "' is not a valid value");
   return v;
 }
@@ -118,7 +120,15 @@ constexpr double kNoLimit = 1e300;
 template <typename T>
 Flag integer(std::string name, std::string group, std::string help, Field<T> field, Bounds b) {
   Flag f{name, group, help};
-  f.set = [name, field](TrainConfig& c, const std::string& text) { field(c) = T(to_integer(name, text)); };
+  f.set = [name, field](TrainConfig& c, const std::string& text) {
+    const int64_t v = to_integer(name, text);
+    const bool fits = std::is_signed_v<T> ? v >= int64_t(std::numeric_limits<T>::min()) &&
+                                                v <= int64_t(std::numeric_limits<T>::max())
+                                          : v >= 0;
+    if (!fits)
+      throw std::invalid_argument("--" + name + ": '" + text + "' is not a valid value");  // does not fit the field
+    field(c) = T(v);
+  };
   f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
   f.check = bounded<T>(name, field, b);
   return f;
@@ -222,9 +232,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(real("grad-clip", "Training", "clip the global gradient norm to this (0: off)", of(&TrainConfig::grad_clip), {">=", 0, kNoLimit, " (0: off)"}));
     t.push_back(integer("max-bad-steps", "Training", "stop with an error (exit 3) after this many steps with a non-finite loss or gradient norm (fp16 overflow steps with a finite loss do not count)", of(&TrainConfig::max_bad_steps), {">=", 1, kNoLimit}));
     t.push_back(real("init-std", "Training", "std of the normal initialisation of weight matrices (embedding and projections; norms start at 1)", of(&TrainConfig::init_std), {">", 0, kNoLimit}));
-    Flag seed = integer("seed", "Training", "seed of initialisation and data order", of(&TrainConfig::seed), {">=", 0, kNoLimit});
-    seed.set = [](TrainConfig& c, const std::string& text) { c.seed = uint64_t(to_integer("seed", text, /*negative_ok=*/false)); };
-    t.push_back(seed);
+    t.push_back(integer("seed", "Training", "seed of initialisation and data order", of(&TrainConfig::seed), {">=", 0, kNoLimit}));
     t.push_back(text("data", "Training", "arithmetic | synthetic | a text file | a token file (.bin) or a directory of them", of(&TrainConfig::data)));
     // ---- Parallelism ----
     t.push_back(integer("dp", "Parallelism", "data-parallel size", of(&TrainConfig::dp), {">=", 1, double(k << 16)}));

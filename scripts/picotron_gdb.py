@@ -1,0 +1,56 @@
+"""scripts/picotron_gdb.py — LibTorch tensors readable in gdb.
+
+    (gdb) source scripts/picotron_gdb.py
+    (gdb) print x
+    $1 = [2, 32, 64] Float cpu strides (2048, 64, 1) {0.0132, -0.871, 0.25, ...}
+
+Without it, an at::Tensor prints as an intrusive pointer to a TensorImpl. This
+pretty-printer asks the stopped program itself: it calls picotron_tensor_text
+(picotron/runtime/debug_text.cpp, linked into build/train) on the tensor's address, so
+it needs a live process (not a core file) and a tensor in memory (a variable, not a
+temporary). `info pretty-printer` lists it; `disable pretty-printer global picotron`
+turns it off.
+
+Test: ctest -L debug   (debug.gdb_tensor_printer)
+"""
+import gdb
+
+TENSOR_TYPES = ("at::Tensor", "at::TensorBase", "torch::Tensor", "torch::autograd::Variable")
+
+
+class TensorPrinter:
+    def __init__(self, value):
+        self.value = value
+
+    def to_string(self):
+        address = self.value.address
+        if address is None:
+            return "<a tensor not in memory: print a variable that holds it>"
+        try:
+            text = gdb.parse_and_eval("(const char*)picotron_tensor_text((const void*)%d)" % int(address))
+            return text.string()
+        except gdb.error as e:
+            return "<tensor: %s>" % e
+
+
+def lookup(value):
+    kind = value.type.strip_typedefs().unqualified()
+    if kind.code == gdb.TYPE_CODE_REF:
+        kind = kind.target().strip_typedefs().unqualified()
+        value = value.referenced_value()
+    if kind.tag in TENSOR_TYPES:
+        return TensorPrinter(value)
+    return None
+
+
+lookup.name = "picotron"  # what `info pretty-printer` shows and `disable pretty-printer` takes
+lookup.enabled = True
+
+
+def register(objfile=None):
+    printers = gdb.pretty_printers if objfile is None else objfile.pretty_printers
+    if not any(getattr(p, "name", "") == "picotron" for p in printers):
+        printers.append(lookup)
+
+
+register()
