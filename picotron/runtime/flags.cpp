@@ -121,13 +121,19 @@ template <typename T>
 Flag integer(std::string name, std::string group, std::string help, Field<T> field, Bounds b) {
   Flag f{name, group, help};
   f.set = [name, field](TrainConfig& c, const std::string& text) {
-    const int64_t v = to_integer(name, text);
-    const bool fits = std::is_signed_v<T> ? v >= int64_t(std::numeric_limits<T>::min()) &&
-                                                v <= int64_t(std::numeric_limits<T>::max())
-                                          : v >= 0;
-    if (!fits)
-      throw std::invalid_argument("--" + name + ": '" + text + "' is not a valid value");  // does not fit the field
-    field(c) = T(v);
+    if constexpr (std::is_unsigned_v<T>) {  // --seed: 0 .. 2^64 - 1
+      size_t used = 0;
+      unsigned long long v = 0;
+      try { v = std::stoull(text, &used); } catch (const std::exception&) { used = 0; }
+      if (used == 0 || used != text.size() || text[0] == '-')
+        throw std::invalid_argument("--" + name + ": '" + text + "' is not a valid value");
+      field(c) = T(v);
+    } else {
+      const int64_t v = to_integer(name, text);
+      if (v < int64_t(std::numeric_limits<T>::min()) || v > int64_t(std::numeric_limits<T>::max()))
+        throw std::invalid_argument("--" + name + ": '" + text + "' is not a valid value");  // does not fit the field
+      field(c) = T(v);
+    }
   };
   f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
   f.check = bounded<T>(name, field, b);
