@@ -5,10 +5,9 @@
     $1 = [2, 32, 64] Float cpu strides (2048, 64, 1) {0.0132, -0.871, 0.25, ...}
 
 Without it, an at::Tensor prints as an intrusive pointer to a TensorImpl. This
-pretty-printer asks the stopped program itself: it calls picotron_tensor_text
-(picotron/runtime/debug_text.cpp, linked into build/train) on the tensor's address, so
-it needs a live process (not a core file) and a tensor in memory (a variable, not a
-temporary). `info pretty-printer` lists it; `disable pretty-printer global picotron`
+pretty-printer asks the stopped program itself: it calls picotron_tensor_impl_text
+(picotron/runtime/debug_text.cpp, linked into build/train) on the tensor's TensorImpl,
+so it needs a live process (not a core file). `info pretty-printer` lists it; `disable pretty-printer global picotron`
 turns it off.
 
 Test: ctest -L debug   (debug.gdb_tensor_printer)
@@ -23,11 +22,11 @@ class TensorPrinter:
         self.value = value
 
     def to_string(self):
-        address = self.value.address
-        if address is None:
-            return "<a tensor not in memory: print a variable that holds it>"
         try:
-            text = gdb.parse_and_eval("(const char*)picotron_tensor_text((const void*)%d)" % int(address))
+            # The TensorImpl the tensor points to: also for a tensor that is not in memory
+            # (a function's return value after `finish`).
+            impl = int(self.value["impl_"]["target_"])
+            text = gdb.parse_and_eval("(const char*)picotron_tensor_impl_text((const void*)%d)" % impl)
             return text.string()
         except gdb.error as e:
             return "<tensor: %s>" % e

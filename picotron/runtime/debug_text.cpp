@@ -2,6 +2,7 @@
 #include "picotron/runtime/debug_text.h"
 
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 namespace picotron {
@@ -38,12 +39,28 @@ std::string tensor_text(const at::Tensor& t, int values) {
 
 }  // namespace picotron
 
-extern "C" __attribute__((used, noinline)) const char* picotron_tensor_text(const void* tensor) {
+namespace {
+const char* kept_text(const std::function<std::string()>& make) {
   static std::string text;
   try {
-    text = picotron::tensor_text(*static_cast<const at::Tensor*>(tensor));
+    text = make();
   } catch (const std::exception& e) {
     text = std::string("<tensor: ") + e.what() + ">";
   }
   return text.c_str();
+}
+}  // namespace
+
+extern "C" __attribute__((used, noinline)) const char* picotron_tensor_text(const void* tensor) {
+  return kept_text([&] { return picotron::tensor_text(*static_cast<const at::Tensor*>(tensor)); });
+}
+
+extern "C" __attribute__((used, noinline)) const char* picotron_tensor_impl_text(const void* impl) {
+  return kept_text([&] {
+    if (!impl) return std::string("undefined tensor");
+    // A new reference to the same TensorImpl (the count goes up, and down again on return).
+    const at::Tensor t(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
+        static_cast<c10::TensorImpl*>(const_cast<void*>(impl))));
+    return picotron::tensor_text(t);
+  });
 }

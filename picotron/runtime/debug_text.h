@@ -21,6 +21,8 @@ std::string tensor_text(const at::Tensor& t, int values = 6);
 
 }  // namespace picotron
 
-// For the debugger: tensor_text of the at::Tensor at `tensor`, in a buffer that the next
-// call overwrites.
+// For the debugger: tensor_text of the at::Tensor at `tensor`, or of the tensor whose
+// c10::TensorImpl is at `impl` (what a tensor returned by value, not in memory, still
+// shows), in a buffer that the next call overwrites.
 extern "C" const char* picotron_tensor_text(const void* tensor);
+extern "C" const char* picotron_tensor_impl_text(const void* impl);

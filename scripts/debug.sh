@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# scripts/debug.sh — one rank of a run under gdb, the others running normally.
+#
+#   scripts/debug.sh [-np N] [--rank R] [--stop TECHNIQUE|FILE.gdb] [--ex CMD]... -- [train flags]
+#
+#   scripts/debug.sh -np 2 --stop tensor_parallel -- --tp 2 --steps 1
+#       rank 0 stops at the row-parallel all-reduce (scripts/gdb/tensor_parallel.gdb says
+#       what to print there); type gdb commands; rank 1 waits in the collective meanwhile
+#   scripts/debug.sh -np 2 --stop tensor_parallel --ex "print x" --ex finish -- --tp 2 --steps 1
+#       the same in batch mode: gdb runs the commands, prints, and lets the run finish
+#
+# TECHNIQUE is a file of scripts/gdb/ (data_parallel, tensor_parallel, pipeline_parallel,
+# context_parallel, zero): a breakpoint where the Playbook's picture happens and a note of
+# what to inspect. Tensors print readably (scripts/picotron_gdb.py). The build is the
+# debug build (scripts/build.sh --debug, made if missing). The ranks run with
+# --timeout-s 86400 and --threads 1, so that a rank paused in the debugger does not time
+# the others out. mpirun gives the debugged rank the terminal's input (--stdin R).
+# Walkthrough: docs/stepping.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+np=1 rank=0 stop="" batch=() train_args=()
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np|--np) np=$2; shift ;;
+    --rank) rank=$2; shift ;;
+    --stop) stop=$2; shift ;;
+    --ex) batch+=(-ex "$2"); shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; train_args=("$@"); break ;;
+    *) echo "scripts/debug.sh: unknown option '$1' (the train flags go after --; see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $np =~ ^[1-9][0-9]*$ ]] || { echo "scripts/debug.sh: -np must be a positive number, got '$np'" >&2; exit 2; }
+[[ $rank =~ ^[0-9]+$ ]] && [ "$rank" -lt "$np" ] ||
+  { echo "scripts/debug.sh: --rank must be in [0, -np $np), got '$rank'" >&2; exit 2; }
+command -v gdb >/dev/null || { echo "scripts/debug.sh: gdb is not installed (scripts/setup.sh installs it)" >&2; exit 2; }
+
+gdb_args=(-q -nx -x "$root/scripts/picotron_gdb.py")
+if [ -n "$stop" ]; then
+  file=$stop
+  [ -f "$file" ] || file=$root/scripts/gdb/$stop.gdb
+  [ -f "$file" ] || { echo "scripts/debug.sh: --stop $stop: no such file, nor scripts/gdb/$stop.gdb ($(cd "$root/scripts/gdb" && ls *.gdb | sed 's/\.gdb$//' | tr '\n' ' '))" >&2; exit 2; }
+  gdb_args+=(-x "$file")
+  grep '^#' "$file" | sed 's/^# \{0,1\}/[debug] /' >&2
+fi
+if [ ${#batch[@]} -gt 0 ]; then
+  # Batch: run to the first stop, the commands, then no more stops and the run finishes.
+  gdb_args+=(-batch -ex run "${batch[@]}" -ex "delete" -ex continue)
+else
+  gdb_args+=(-ex run)
+fi
+
+train=$root/build-debug/train
+if [ ! -x "$train" ]; then
+  echo "[debug] no debug build yet: scripts/build.sh --debug --target train" >&2
+  "$root/scripts/build.sh" --debug --target train >&2
+fi
+flags=(--device cpu --timeout-s 86400 --threads 1 ${train_args[@]+"${train_args[@]}"})
+if [ "$np" -eq 1 ]; then
+  exec gdb "${gdb_args[@]}" --args "$train" "${flags[@]}"
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Each rank runs this line: the chosen one under gdb, the others as they are.
+exec mpirun --oversubscribe --bind-to none -np "$np" --stdin "$rank" \
+  env PICOTRON_DEBUG_RANK="$rank" sh -c '
+    if [ "$OMPI_COMM_WORLD_RANK" = "$PICOTRON_DEBUG_RANK" ]; then exec "$@"; fi
+    while [ "$1" != "--args" ]; do shift; done; shift; exec "$@"' \
+  sh gdb "${gdb_args[@]}" --args "$train" "${flags[@]}"
