@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# scripts/test.sh [ctest args] — install what is missing, build, and run every test.
+# scripts/test.sh [ctest args] — install what is missing, build (release, and the debug
+# trainer), and run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/build.sh
+# The debug build of the trainer (build-debug/train): ctest -L debug steps through it in gdb
+# (docs/stepping.md). Release objects and ccache make it a few minutes.
+scripts/build.sh --debug --target train
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
 echo "[test] build + tests in $(( $(date +%s) - start )) s"
