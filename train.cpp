@@ -55,9 +55,9 @@ namespace {
 
 // What the rank at `here` holds: every parameter's shard record. A pure function of the
 // config and the mesh coordinates, so any rank can compute any other rank's plan (the
-// gather for sampling and --save-params does). Each technique adds its line here as it
-// lands: tensor parallelism splits the projections over tp, pipeline parallelism keeps
-// a stage's layers, ZeRO-3 shards over dp.
+// gather for sampling and --save-params does). Each technique that cuts parameters adds
+// its line: tensor parallelism splits the projections over tp, pipeline parallelism keeps
+// a stage's layers. (ZeRO then slices what this plan holds over cp x dp, in zero/.)
 ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp

@@ -1,6 +1,6 @@
-// picotron/runtime/comm_internal.h — shared by picotron/comm*.cpp, picotron/runtime/distributed.cpp
-// and comm_checks.cpp, never needed by a
-// caller of Comm: the MPI return-code check, message helpers, and a Work's state.
+// picotron/runtime/comm_internal.h — shared by picotron/comm*.cpp, distributed.cpp and
+// comm_checks.cpp, never needed by a caller of Comm: the MPI return-code check, message
+// helpers, and a Work's state.
 //
 // The project has two macros for library return codes, both throwing CommError with
 // the rank, file:line and the library's own error string:
