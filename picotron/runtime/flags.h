@@ -31,8 +31,11 @@ ParsedArgs parse_args(int argc, const char* const* argv);
 // named, not obeyed.
 std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c);
 
-// Every problem with the config, one line each (empty: valid): each flag's own checks,
-// then the rules between flags. `world_size` is the number of processes the launcher
+// The problems of each flag's value alone (the table's checks), one line each.
+std::vector<std::string> flag_problems(const TrainConfig& c);
+
+// Every problem with the config, one line each (empty: valid): flag_problems, then the
+// rules between flags (validate.cpp). `world_size` is the number of processes the launcher
 // started (the mesh must use exactly these).
 std::vector<std::string> validate(const TrainConfig& c, int world_size);
 
