@@ -41,6 +41,7 @@
 // the runtime that keeps it safe
 #include "picotron/runtime/checkpoint.h"
 #include "picotron/runtime/distributed.h"
+#include "picotron/runtime/explain.h"
 #include "picotron/runtime/flags.h"
 #include "picotron/runtime/generate.h"
 #include "picotron/runtime/hf.h"
@@ -85,6 +86,7 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausal
 
 int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   const int rank = dist.rank();
+  wait_for_debugger(cfg, rank);  // --wait-for-debugger: a rank's pid printed, and a pause until gdb attaches
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
   const torch::Device device = choose_device(cfg, dist);  // --device auto, the --dtype default, threads per rank
   const auto dtype = scalar_type(cfg.dtype);
@@ -99,6 +101,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   Mesh mesh(world, shape);
   setup.disarm();
   const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(cfg, c); };
+  Explainer explain(cfg, mesh, plan_of);  // --explain: the first step narrated, rank by rank
   print0(rank, model_summary(cfg));
   print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
                    " process(es), device " + device.str() + ", " + precision_name(cfg.dtype));
@@ -168,11 +171,13 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
+    if (step == start_step) explain.begin(step + 1);
     reset_peak_memory(device);  // "mem": this step's peak (tensor memory; on the CPU counted exactly)
     optimizer->zero_main_grads();
     log.memory(step + 1, "start");
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     if (pipeline) {  // the schedule decides the order; data parallelism syncs after the last backward
+      explain.phase("the pipeline: every micro-batch's forward and backward, in " + cfg.pp_schedule + " order");
       loss_sum = pipeline->run_step(step, loader, scaler.scale(),
                                     {[&] { optimizer->prepare_backward(/*last_micro_batch=*/false); },
                                      [&] { optimizer->accumulate_grads(); }});
@@ -180,11 +185,14 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     } else {
       for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
         const Batch batch = loader.micro_batch(step, micro);
+        const std::string nth = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(cfg.grad_acc_steps);
+        explain.phase(nth + ": forward");
         // Only the last micro-batch's backward communicates (no-sync for the others).
         optimizer->prepare_backward(/*last_micro_batch=*/micro == cfg.grad_acc_steps - 1);
         auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device), batch.positions) /
                     double(cfg.grad_acc_steps);
         log.memory(step + 1, "forward", micro);  // the activations kept for backward are all alive here
+        explain.phase(nth + ": backward");
         (loss * scaler.scale()).backward();      // [B, S] -> grads (fp32/fp64: straight into the main grads)
         optimizer->accumulate_grads();           // main_grad += grad, for bf16/fp16 grads no hook took
         loss_sum += loss.detach().to(torch::kFloat64);
@@ -193,6 +201,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     }
     // The cp x dp average of the gradients (ZeRO: of this rank's slice), with the sums the
     // techniques make over their own axes.
+    explain.phase("gradient sync (what backward did not already send)");
     optimizer->sync_grads([&] {
       if (pipeline) pipeline->sync_tied_embedding(params);          // lookup + head parts of a tied embedding
       if (cfg.sp) sync_sequence_parallel_grads(params, mesh.tp());  // norm gains saw S/tp tokens
@@ -200,6 +209,7 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     log.memory(step + 1, "sync");
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
+    explain.phase("global gradient norm, then the optimizer step");
     const double norm = optimizer->grad_norm(mesh.world(), mesh.coords()) / scaler.scale();
     const bool finite = std::isfinite(norm);
     const double lr = lr_at(step, cfg);
@@ -207,7 +217,9 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     if (finite) optimizer->step(lr, grad_scale);
     scaler.update(finite);
     log.memory(step + 1, "optimizer");
+    explain.phase("the loss of the whole global batch");
     mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
+    explain.end(dist);  // --explain: rank 0 prints every rank's narration
 
     StepStats stats;
     stats.step = step + 1;

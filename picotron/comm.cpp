@@ -7,7 +7,7 @@
 //   Comm::all_reduce(t, op)
 //     1. check_reduce(t, op)                     throws CommError on bad arguments
 //     2. size_ == 1 ? return                     a group of one moves nothing
-//     3. record("all_reduce", t.numel())         the ledger (calls, elements)
+//     3. record(event("all_reduce", t, ...))     the ledger (calls, elements); --explain sees it
 //     4. t.is_cuda() ? nccl_all_reduce(...)      ncclAllReduce      (comm_nccl.cpp)
 //                    : mpi_all_reduce(...)       MPI_Iallreduce     (comm_mpi.cpp)
 //
@@ -91,6 +91,7 @@ Comm Comm::split(int color, int key, std::string name) {
   sub.timeout_ = timeout_;
   sub.device_ = device_;
   sub.name_ = name.empty() ? name_ + "/split" : std::move(name);
+  sub.observer_ = observer_;
   if (mpi_ != MPI_COMM_NULL) {
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_split(mpi_, color, key, &sub.mpi_));
     sub.owns_mpi_ = true;
@@ -113,6 +114,7 @@ Comm& Comm::operator=(Comm&& other) noexcept {
   device_ = other.device_;
   name_ = std::move(other.name_);
   ledger_ = std::move(other.ledger_);
+  observer_ = std::move(other.observer_);
   mpi_ = std::exchange(other.mpi_, MPI_COMM_NULL);
   owns_mpi_ = std::exchange(other.owns_mpi_, false);
   nccl_ = std::move(other.nccl_);
@@ -140,10 +142,11 @@ void Comm::abort() {
 
 // ---- the ledger ------------------------------------------------------------------
 
-void Comm::record(const char* kind, int64_t elements) {
-  CommCount& count = ledger_[kind];
+void Comm::record(CommEvent event) {
+  CommCount& count = ledger_[event.kind];
   count.calls += 1;
-  count.elements += elements;
+  count.elements += event.elements;
+  if (observer_) observer_(*this, event);  // --explain
 }
 
 namespace {
@@ -152,95 +155,123 @@ namespace {
 void copy_unless_same(torch::Tensor& out, const torch::Tensor& in) {
   if (out.data_ptr() != in.data_ptr()) out.view_as(in).copy_(in);
 }
+
+// The ledger entry of one call (elements: see comm.h), with its shapes and call site.
+CommEvent event(const char* kind, const torch::Tensor& in, int64_t elements, bool async, CallSite at,
+                const torch::Tensor* out = nullptr, ReduceOp op = ReduceOp::kSum, bool reduces = false) {
+  CommEvent e;
+  e.kind = kind;
+  e.reduce = !reduces ? "" : op == ReduceOp::kSum ? "sum" : op == ReduceOp::kAvg ? "avg" : "max";
+  e.in_shape = in.sizes().vec();
+  if (out) e.out_shape = out->sizes().vec();
+  e.dtype = in.scalar_type();
+  e.elements = elements;
+  e.async = async;
+  e.at = at;
+  return e;
+}
 }  // namespace
 
 // ---- collectives: check, shortcut a group of one, record, then NCCL or MPI ----------
 // Synchronous CUDA calls return once NCCL is enqueued on the current stream (the
 // watchdog bounds them); synchronous CPU calls wait for MPI, bounded by the timeout.
 
-void Comm::all_reduce(torch::Tensor& t, ReduceOp op) {
+void Comm::all_reduce(torch::Tensor& t, ReduceOp op, CallSite at) {
   check_reduce(t, op, "all_reduce");
   if (size_ == 1) return;  // the sum, max or average of one tensor is itself
-  record("all_reduce", t.numel());
+  record(event("all_reduce", t, t.numel(), false, at, nullptr, op, true));
   if (t.is_cuda()) nccl_all_reduce(t, op, /*async=*/false);  // ncclAllReduce
   else mpi_all_reduce(t, op).wait();                          // MPI_Iallreduce + bounded wait
 }
 
-Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op) {
+Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op, CallSite at) {
   check_reduce(t, op, "all_reduce");
   if (size_ == 1) return Work();
-  record("all_reduce", t.numel());
+  record(event("all_reduce", t, t.numel(), true, at, nullptr, op, true));
   return t.is_cuda() ? nccl_all_reduce(t, op, /*async=*/true) : mpi_all_reduce(t, op);
 }
 
-void Comm::all_gather(torch::Tensor& out, const torch::Tensor& in) {  // in: [n] -> out: [size*n]
+void Comm::all_gather(torch::Tensor& out, const torch::Tensor& in, CallSite at) {  // [n] -> [size*n]
   check_all_gather(out, in);
   if (size_ == 1) return copy_unless_same(out, in);
-  record("all_gather", out.numel());
+  record(event("all_gather", in, out.numel(), false, at, &out));
   if (in.is_cuda()) nccl_all_gather(out, in, /*async=*/false);  // ncclAllGather
   else mpi_all_gather(out, in).wait();                           // MPI_Iallgather + bounded wait
 }
 
-Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in) {
+Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in, CallSite at) {
   check_all_gather(out, in);
   if (size_ == 1) {
     copy_unless_same(out, in);
     return Work();
   }
-  record("all_gather", out.numel());
+  record(event("all_gather", in, out.numel(), true, at, &out));
   return in.is_cuda() ? nccl_all_gather(out, in, /*async=*/true) : mpi_all_gather(out, in);
 }
 
-void Comm::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {  // [size*n] -> [n]
+void Comm::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, CallSite at) {  // [size*n] -> [n]
   check_reduce_scatter(out, in, op);
   if (size_ == 1) return copy_unless_same(out, in);
-  record("reduce_scatter", in.numel());
+  record(event("reduce_scatter", in, in.numel(), false, at, &out, op, true));
   if (in.is_cuda()) nccl_reduce_scatter(out, in, op, /*async=*/false);  // ncclReduceScatter
   else mpi_reduce_scatter(out, in, op).wait();                           // MPI_Ireduce_scatter_block
 }
 
-Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op) {
+Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, CallSite at) {
   check_reduce_scatter(out, in, op);
   if (size_ == 1) {
     copy_unless_same(out, in);
     return Work();
   }
-  record("reduce_scatter", in.numel());
+  record(event("reduce_scatter", in, in.numel(), true, at, &out, op, true));
   return in.is_cuda() ? nccl_reduce_scatter(out, in, op, /*async=*/true) : mpi_reduce_scatter(out, in, op);
 }
 
-void Comm::broadcast(torch::Tensor& t, int root) {
+void Comm::broadcast(torch::Tensor& t, int root, CallSite at) {
   check_tensor(t, "broadcast");
   comm_check(root >= 0 && root < size_, "[rank ", world_rank_, "] broadcast: root ", root,
              " is not a rank of this group of ", size_);
   if (size_ == 1) return;  // the root already holds its own values
-  record("broadcast", t.numel());
+  CommEvent e = event("broadcast", t, t.numel(), false, at);
+  e.peer = root;
+  record(std::move(e));
   if (t.is_cuda()) nccl_broadcast(t, root);  // ncclBroadcast
   else mpi_broadcast(t, root).wait();         // MPI_Ibcast + bounded wait
 }
 
 // ---- point to point: never shortcut (a rank may send to itself) ----------------------
 
-void Comm::send(const torch::Tensor& t, int peer) { batch_p2p({{P2POp::kSend, t, peer}}); }
-void Comm::recv(torch::Tensor& t, int peer) { batch_p2p({{P2POp::kRecv, t, peer}}); }
+void Comm::send(const torch::Tensor& t, int peer, CallSite at) { batch_p2p({{P2POp::kSend, t, peer}}, at); }
+void Comm::recv(torch::Tensor& t, int peer, CallSite at) { batch_p2p({{P2POp::kRecv, t, peer}}, at); }
 
-void Comm::batch_p2p(const std::vector<P2POp>& ops) {
+namespace {
+CommEvent p2p_event(const P2POp& p, bool async, CallSite at) {
+  CommEvent e = event(p.kind == P2POp::kSend ? "send" : "recv", p.tensor, p.tensor.numel(), async, at);
+  e.peer = p.peer;
+  return e;
+}
+}  // namespace
+
+void Comm::batch_p2p(const std::vector<P2POp>& ops, CallSite at) {
   check_p2p(ops);
   if (ops.empty()) return;
-  for (const P2POp& p : ops) record(p.kind == P2POp::kSend ? "send" : "recv", p.tensor.numel());
+  for (const P2POp& p : ops) record(p2p_event(p, false, at));
   if (ops.front().tensor.is_cuda()) nccl_batch_p2p(ops, /*async=*/false);  // ncclSend/ncclRecv in a group
   else mpi_batch_p2p(ops).wait();                                           // MPI_Isend/MPI_Irecv
 }
 
-Work Comm::batch_p2p_async(const std::vector<P2POp>& ops) {
+Work Comm::batch_p2p_async(const std::vector<P2POp>& ops, CallSite at) {
   check_p2p(ops);
   if (ops.empty()) return Work();
-  for (const P2POp& p : ops) record(p.kind == P2POp::kSend ? "send" : "recv", p.tensor.numel());
+  for (const P2POp& p : ops) record(p2p_event(p, true, at));
   return ops.front().tensor.is_cuda() ? nccl_batch_p2p(ops, /*async=*/true) : mpi_batch_p2p(ops);
 }
 
-void Comm::barrier() {
-  record("barrier", 0);
+void Comm::barrier(CallSite at) {
+  CommEvent e;
+  e.kind = "barrier";
+  e.at = at;
+  record(std::move(e));
   if (mpi_ != MPI_COMM_NULL) return mpi_barrier().wait();  // MPI_Ibarrier + bounded wait
   // torchrun (NCCL only): a one-element all-reduce on the side stream, waited by the host.
   torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));

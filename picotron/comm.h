@@ -62,6 +62,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -128,6 +129,35 @@ struct P2POp {
                          // (NCCL has no tags: it matches in posting order)
 };
 
+// Where a communication was issued from. Each collective takes one as its last argument,
+// defaulted to CallSite::here(): the compiler fills in the CALLER's file, line and function
+// (a default argument is evaluated at the call site), so no call site writes it.
+struct CallSite {
+  const char* file = "";
+  int line = 0;
+  const char* function = "";
+  static CallSite here(const char* file = __builtin_FILE(), int line = __builtin_LINE(),
+                       const char* function = __builtin_FUNCTION()) {
+    return {file, line, function};
+  }
+};
+
+// One communication as it is issued: what the ledger counts, plus what it leaves out.
+// An observer sees each one (--explain prints them: picotron/runtime/explain.h).
+struct CommEvent {
+  const char* kind = "";          // "all_reduce", ... as in the ledger
+  const char* reduce = "";        // "sum", "avg", "max" for reductions, else ""
+  std::vector<int64_t> in_shape;  // the tensor given (in place: the only one)
+  std::vector<int64_t> out_shape; // all_gather / reduce_scatter: the output; else empty
+  torch::ScalarType dtype = torch::kFloat;
+  int64_t elements = 0;           // as the ledger counts them
+  int peer = -1;                  // send / recv: the other rank (within the group); broadcast: the root
+  bool async = false;             // posted now, waited for later (Work::wait)
+  CallSite at;
+};
+class Comm;
+using CommObserver = std::function<void(const Comm&, const CommEvent&)>;
+
 class Comm {
  public:
   // The world communicator. Every rank of the job calls it. `device` decides whether
@@ -153,29 +183,33 @@ class Comm {
   // ---- the ledger: calls and elements per kind ("all_reduce", ...; see the header) ----
   const std::map<std::string, CommCount>& ledger() const { return ledger_; }
   void reset_ledger() { ledger_.clear(); }
+  // Called with every communication this Comm records in its ledger (and by the groups
+  // split from it later). For --explain; no observer: nothing is called.
+  void set_observer(CommObserver observer) { observer_ = std::move(observer); }
 
   // Synchronous NCCL operations enqueued but not yet seen complete by the watchdog
   // (comm_nccl.cpp); 0 for a CPU Comm. For tests: it drains once the GPU has run them.
   size_t pending_sync_ops() const;
 
   // ---- collectives (in place where the shapes allow) ---------------------------
-  void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum);               // t: [n] -> [n]
-  void all_gather(torch::Tensor& out, const torch::Tensor& in);                  // in: [n] -> out: [size*n]
-  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in,
-                      ReduceOp op = ReduceOp::kSum);                             // in: [size*n] -> out: [n]
-  void broadcast(torch::Tensor& t, int root);
-  void send(const torch::Tensor& t, int peer);
-  void recv(torch::Tensor& t, int peer);
-  void batch_p2p(const std::vector<P2POp>& ops);  // all posted together, then waited
-  void barrier();  // every rank's host has reached this call (MPI_Ibarrier; NCCL-only: a
+  void all_reduce(torch::Tensor& t, ReduceOp op = ReduceOp::kSum, CallSite at = CallSite::here());  // [n] -> [n]
+  void all_gather(torch::Tensor& out, const torch::Tensor& in, CallSite at = CallSite::here());  // [n] -> [size*n]
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op = ReduceOp::kSum,
+                      CallSite at = CallSite::here());  // in: [size*n] -> out: [n]
+  void broadcast(torch::Tensor& t, int root, CallSite at = CallSite::here());
+  void send(const torch::Tensor& t, int peer, CallSite at = CallSite::here());
+  void recv(torch::Tensor& t, int peer, CallSite at = CallSite::here());
+  void batch_p2p(const std::vector<P2POp>& ops, CallSite at = CallSite::here());  // posted together, then waited
+  void barrier(CallSite at = CallSite::here());  // every rank's host has reached this call (MPI_Ibarrier; NCCL-only: a
                    // one-element all-reduce); GPU work already queued is not waited for
 
   // ---- asynchronous variants: return a handle; do not read or write the tensors -----
   // ---- before wait() (the Work keeps what the library uses alive) --------------------
-  Work all_reduce_async(torch::Tensor& t, ReduceOp op = ReduceOp::kSum);
-  Work all_gather_async(torch::Tensor& out, const torch::Tensor& in);
-  Work reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op = ReduceOp::kSum);
-  Work batch_p2p_async(const std::vector<P2POp>& ops);
+  Work all_reduce_async(torch::Tensor& t, ReduceOp op = ReduceOp::kSum, CallSite at = CallSite::here());
+  Work all_gather_async(torch::Tensor& out, const torch::Tensor& in, CallSite at = CallSite::here());
+  Work reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op = ReduceOp::kSum,
+                            CallSite at = CallSite::here());
+  Work batch_p2p_async(const std::vector<P2POp>& ops, CallSite at = CallSite::here());
 
   // Split into sub-groups: ranks with the same color form a group, ordered by key
   // (MPI_Comm_split / ncclCommSplit). Collective over this Comm. The sub-group is
@@ -194,8 +228,8 @@ class Comm {
   void check_all_gather(const torch::Tensor& out, const torch::Tensor& in) const;
   void check_reduce_scatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op) const;
   void check_p2p(const std::vector<P2POp>& ops) const;
-  // One more call of `kind` moving `elements` elements, in the ledger.
-  void record(const char* kind, int64_t elements);
+  // One more call of `kind` moving `elements` elements, in the ledger; the observer sees it.
+  void record(CommEvent event);
 
   // The CPU path, one function per MPI call (comm_mpi.cpp). Each posts the non-blocking
   // MPI call and returns a Work whose wait() is bounded by the timeout. Arguments are
@@ -227,6 +261,7 @@ class Comm {
   std::chrono::seconds timeout_{300};
   std::string name_;                        // "world", "tp", ...
   std::map<std::string, CommCount> ledger_;  // kind -> calls, elements
+  CommObserver observer_;                    // --explain (empty: none)
   torch::Device device_{torch::kCPU};
   MPI_Comm mpi_ = MPI_COMM_NULL;  // CPU path (null when torchrun launched several processes)
   bool owns_mpi_ = false;         // mpi_ is ours to MPI_Comm_free

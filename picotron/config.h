@@ -111,6 +111,8 @@ struct TrainConfig {
   int log_every = 0;                   // print a line every N steps (0: every step up to 50 steps,
                                        //   else about 50 lines; always the first and last)
   bool comm_report = false;            // print the communication ledger (per group and kind) at the end
+  std::string wait_for_debugger = "none";  // none | all | a rank: it waits for a debugger to attach (docs/stepping.md)
+  bool explain = false;                // narrate the first step rank by rank (picotron/runtime/explain.h)
   int generate = 4;                    // samples printed after training (0: none)
   bool dry_run = false;                // print the model summary and exit
 };

@@ -218,6 +218,10 @@ void Mesh::reset_ledgers() {
   for (Comm* c : {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_}) c->reset_ledger();
 }
 
+void Mesh::set_observer(const CommObserver& observer) {
+  for (Comm* c : {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_}) c->set_observer(observer);
+}
+
 std::string Mesh::comm_report(int64_t steps, const std::vector<const Comm*>& extra) const {
   if (steps < 1) throw std::invalid_argument("comm_report: steps must be at least 1, got " + std::to_string(steps));
   std::ostringstream out;

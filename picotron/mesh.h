@@ -61,6 +61,9 @@ class Mesh {
 
   // ---- the communication ledgers of world, tp, cp, pp, dp, cp_dp -------------------
   void reset_ledgers();
+  // Every group's communications go to `observer` (--explain), and those of groups split
+  // from them later; an empty one stops it.
+  void set_observer(const CommObserver& observer);
   // A table with one row per (group, kind) that was called since the last reset: group,
   // its size, kind, calls, elements, and both per step (divided by `steps` >= 1), e.g.
   //   communication of rank 0 over 10 steps (elements of the full buffer, see comm.h)

@@ -17,10 +17,10 @@ namespace {
 Comm& from_saved(AutogradContext* ctx) { return *saved_object_of<Comm*>(ctx->saved_data["tp"]); }
 
 // Sum `x` over the tp group into a fresh contiguous tensor (never in place on a
-// tensor autograd may still need).
-torch::Tensor all_reduced(const torch::Tensor& x, Comm& tp) {
+// tensor autograd may still need). `at`: the caller, so --explain names f or g.
+torch::Tensor all_reduced(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
   auto out = x.contiguous().clone();  // [...]
-  tp.all_reduce(out, ReduceOp::kSum);
+  tp.all_reduce(out, ReduceOp::kSum, at);
   return out;
 }
 
@@ -44,24 +44,24 @@ struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
 };
 
 // [B, S/tp, H] -> [B, S, H]: every rank's chunk of the sequence, in rank order.
-torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp) {
+torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
   // (Our activations are [B, S, H]; the sequence must lead for rank chunks to stack, so
   // this costs a transposed copy each way. Megatron keeps [S, B, H] throughout.)
   auto chunk = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S/tp, B, H]
   auto sizes = chunk.sizes().vec();
   sizes[0] *= tp.size();
   auto whole = torch::empty(sizes, chunk.options());  // [S, B, H]
-  tp.all_gather(whole, chunk);
+  tp.all_gather(whole, chunk, at);
   return whole.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S, H]
 }
 
 // [B, S, H] partial sums -> [B, S/tp, H]: this rank's chunk of the sum over tp.
-torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp) {
+torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
   auto whole = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S, B, H]
   auto sizes = whole.sizes().vec();
   sizes[0] /= tp.size();
   auto chunk = torch::empty(sizes, whole.options());  // [S/tp, B, H]
-  tp.reduce_scatter(chunk, whole, ReduceOp::kSum);
+  tp.reduce_scatter(chunk, whole, ReduceOp::kSum, at);
   return chunk.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S/tp, H]
 }
 

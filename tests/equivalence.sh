@@ -3,7 +3,7 @@
 #
 # Runs TRAIN FLAGS on NP ranks under mpirun, and the single-process reference with the
 # same flags minus the mesh (--dp/--tp/--pp/--cp/--sp/--dp-mode/--dp-bucket-mb/--zero/--pp-schedule/
-# --pp-virtual-stages) and the
+# --pp-virtual-stages, --explain) and the
 # whole global batch (micro-batch x grad-acc x dp rows) as ONE micro-batch, so the
 # reference involves neither data parallelism nor gradient accumulation. Then
 # compare_runs checks every step's loss and grad norm and the final parameters within RTOL.
@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
     --tp|--pp|--cp|--cp-layout|--recompute|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero) par_args+=("$1" "$2"); shift 2 ;;
-    --sp) par_args+=("$1"); shift ;;
+    --sp|--explain) par_args+=("$1"); shift ;;
     --grad-acc-steps) acc=$2; shift 2 ;;
     --micro-batch-size) micro=$2; shift 2 ;;
     *) ref_args+=("$1"); par_args+=("$1"); shift ;;

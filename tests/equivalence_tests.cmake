@@ -194,3 +194,10 @@ picotron_recompute(full_pp2_zb 2 full --pp 2 --grad-acc-steps 2 --pp-schedule zb
 picotron_recompute(full_zero3 2 full --dp 2 --zero 3)
 picotron_equivalence(recompute_full_dp2 NP 2 ARGS --recompute full --dp 2)
 picotron_equivalence(recompute_selective_tp2 NP 2 ARGS --recompute selective --tp 2)
+
+# --explain narrates the first step (picotron/runtime/explain.h) and must leave the numbers
+# alone; explain.narration checks what it prints.
+picotron_equivalence(explain_dp2_tp2_sp_zero1 NP 4 ARGS --dp 2 --tp 2 --sp --zero 1 --grad-acc-steps 2 --explain)
+add_test(NAME explain.narration COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/explain_check.sh $<TARGET_FILE:train>)
+set_tests_properties(explain.narration PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  LABELS "mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EXPLAIN OK" FAIL_REGULAR_EXPRESSION "FAILED")

@@ -311,6 +311,8 @@ const std::vector<Flag>& flag_table() {
     t.push_back(prompt);
     t.push_back(integer("log-every", "Output", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", of(&TrainConfig::log_every), {">=", 0, kNoLimit, " (0: automatic)"}));
     t.push_back(on_off("comm-report", "Output", "print, at the end, the calls and elements of every collective per group and per step", of(&TrainConfig::comm_report)));
+    t.push_back(text("wait-for-debugger", "Output", "none | all | RANK: that rank (or every rank) prints its pid and waits until a debugger attaches (gdb -p PID, VS Code: scripts/vscode/launch.json)", of(&TrainConfig::wait_for_debugger)));
+    t.push_back(on_off("explain", "Output", "narrate the first step, rank by rank: what each rank holds, every communication with its group, shapes and line of code", of(&TrainConfig::explain)));
     t.push_back(integer("generate", "Output", "samples printed after training (0: none)", of(&TrainConfig::generate), {">=", 0, double(k << 20)}));
     return t;
   }();

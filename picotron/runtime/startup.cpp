@@ -7,7 +7,12 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <thread>
+
+#include <sys/prctl.h>
+#include <unistd.h>
 #include <tuple>
 
 #include "picotron/runtime/memory_estimate.h"
@@ -180,6 +185,26 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
     }
   }
   return problems;
+}
+
+namespace {
+bool debugger_attached() {  // /proc/self/status: "TracerPid:\t0" when no debugger is attached
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("TracerPid:", 0) == 0) return std::stol(line.substr(10)) != 0;
+  return false;
+}
+}  // namespace
+
+void wait_for_debugger(const TrainConfig& cfg, int rank) {
+  if (cfg.wait_for_debugger != "all" && cfg.wait_for_debugger != std::to_string(rank)) return;
+#ifdef PR_SET_PTRACER
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // any debugger of this user may attach
+#endif
+  std::cerr << "[rank " << rank << "] pid " << ::getpid() << " waits for a debugger: gdb -p " << ::getpid()
+            << " (or VS Code's \"attach to a rank\"), then continue" << std::endl;
+  while (!debugger_attached()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::cerr << "[rank " << rank << "] debugger attached" << std::endl;
 }
 
 torch::Device choose_device(TrainConfig& cfg, const Distributed& dist) {

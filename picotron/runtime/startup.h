@@ -31,6 +31,12 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
 // --dtype was not given (bf16 on a GPU, fp32 on the CPU), written back into `cfg`; and
 // the intra-op threads (--threads, or the node's cores shared by its ranks). Throws for a
 // pipeline on a GPU (--pp runs on the CPU only).
+// --wait-for-debugger: the chosen rank (or every rank) prints its pid and waits until a
+// debugger is attached (/proc/self/status TracerPid), then goes on; the others wait for it
+// in their first collective (each rank's --timeout-s still bounds that). Allows a non-parent
+// debugger to attach where Yama restricts ptrace (PR_SET_PTRACER). A no-op for "none".
+void wait_for_debugger(const TrainConfig& cfg, int rank);
+
 torch::Device choose_device(TrainConfig& cfg, const Distributed& dist);
 
 // Every output flag's path checked (picotron/runtime/output_file.h): one line per problem.

@@ -29,6 +29,11 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
        "--kernels fused runs the CUDA kernels of kernels/: it needs --device cuda (on the CPU: --kernels aten)");
   need(!(c.kernels == "fused" && c.dtype_given && c.dtype == Precision::kFP64),
        "--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
+  const std::string& w = c.wait_for_debugger;
+  const bool wait_rank = !w.empty() && w.size() < 9 && w.find_first_not_of("0123456789") == std::string::npos;
+  need(w == "none" || w == "all" || wait_rank, "--wait-for-debugger takes none, all or a rank number, got '" + w + "'");
+  need(!wait_rank || std::stoi(w) < world_size,
+       "--wait-for-debugger " + w + ": there is no such rank (" + str(world_size) + " rank(s))");
   // Products of the (bounded) sizes: rows and tokens of a step.
   if (c.micro_batch_size > 0 && c.grad_acc_steps > 0 && c.dp > 0 && c.seq_len > 0) {
     int64_t rows = 0, tokens = 0;
