@@ -76,10 +76,12 @@ constexpr int kKvTag = 0, kGradTag = 1;  // two message streams between the same
 // Send `mine` to the next rank of the ring and receive the previous rank's into a new
 // tensor of the same shape (returned with the handle; do not touch either until waited).
 std::pair<Work, torch::Tensor> pass_on(Comm& cp, const torch::Tensor& mine, int tag) {
+  // BEGIN ASSIGNMENT cp.ring_step
   const int C = cp.size(), r = cp.rank();
   auto incoming = torch::empty_like(mine);
   Work w = cp.batch_p2p_async({{P2POp::kSend, mine, (r + 1) % C, tag}, {P2POp::kRecv, incoming, (r + C - 1) % C, tag}});
   return {std::move(w), incoming};
+  // END ASSIGNMENT
 }
 
 // Rows of a [B, n, S, Hd] (or [B, n, S]) tensor along S, made contiguous for the kernel.
@@ -87,10 +89,12 @@ torch::Tensor rows(const torch::Tensor& t, int64_t first, int64_t count) { retur
 
 // out, lse (running, fp32/fp64) absorb one block's (o_b, lse_b) for the same query rows.
 void merge(torch::Tensor out, torch::Tensor lse, const torch::Tensor& o_b, const torch::Tensor& lse_b) {
+  // BEGIN ASSIGNMENT cp.lse_merge
   const auto lb = lse_b.to(lse.scalar_type());
   const auto merged = torch::maximum(lse, lb) + torch::log1p(torch::exp(-(lse - lb).abs()));  // [B, nH, q]
   out.mul_(torch::exp(lse - merged).unsqueeze(-1)).add_(o_b.to(out.scalar_type()) * torch::exp(lb - merged).unsqueeze(-1));
   lse.copy_(merged);
+  // END ASSIGNMENT
 }
 
 struct RingAttention : torch::autograd::Function<RingAttention> {

@@ -78,9 +78,11 @@ void DataParallel::on_grad_ready(size_t i) {
   }  // (fp32/fp64: grad IS the main grad, a view of the bucket: autograd already added it)
   for (auto& other : buckets_)  // on CPU, MPI sends only while we are inside an MPI call
     if (other.work) other.work->progress();
+  // BEGIN ASSIGNMENT dp.bucketed_all_reduce
   Bucket& b = buckets_[bucket_of_[i]];
   if (--b.pending > 0 || !sync_) return;  // no-sync (gradient accumulation): only accumulate
   launch_ready_buckets();
+  // END ASSIGNMENT
 }
 
 void DataParallel::launch_ready_buckets() {
@@ -94,7 +96,9 @@ void DataParallel::launch_ready_buckets() {
 
 void DataParallel::launch(Bucket& b, size_t index) {
   record("launch bucket " + std::to_string(index));
+  // BEGIN ASSIGNMENT dp.bucketed_all_reduce
   b.work = group_.all_reduce_async(b.flat, ReduceOp::kAvg);  // [numel] -> dp-average, in place
+  // END ASSIGNMENT
 }
 
 void DataParallel::finish_gradient_sync() {
@@ -103,10 +107,12 @@ void DataParallel::finish_gradient_sync() {
   if (mode_ == DpMode::kNaive) {
     // After backward: one all-reduce per parameter, each waited for (bounded by the
     // timeout) before the next. Nothing overlapped.
+    // BEGIN ASSIGNMENT dp.naive_all_reduce
     for (size_t i = 0; i < params_.size(); ++i) {
       record("launch param " + std::to_string(i));
       group_.all_reduce_async(params_[i].main_grad, ReduceOp::kAvg).wait();
     }
+    // END ASSIGNMENT
     return;
   }
   // A parameter that received no gradient leaves its bucket pending: send it anyway.

@@ -19,11 +19,13 @@ namespace picotron::kernels::reference {
 
 // ---- RMSNorm: y = w * round(x * r), r = rsqrt(mean(x^2) + eps) ----------------------
 std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
+  // BEGIN ASSIGNMENT kernels.rmsnorm_forward
   const int64_t h = x.size(-1);
   auto xf = x.reshape({-1, h}).to(accumulate_type(x.scalar_type()));                                        // [N, H]
   auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);     // [N, 1]
   auto y = w * (xf * inv_rms).to(x.scalar_type());                                     // [N, H], rounded as model.cpp
   return {y.view(x.sizes()), inv_rms.squeeze(-1)};                                     // [..., H], [N]
+  // END ASSIGNMENT
 }
 
 // With xhat = x r and g = dy w:  dx = r (g - xhat mean(g xhat)),  dw = sum over rows of dy xhat.

@@ -162,17 +162,21 @@ void Pipeline::backward(const PipelineAction& a) {
 
 torch::Tensor Pipeline::receive(const Transfer& t) {
   // Shapes are known in advance: no handshake. SP keeps S/tp tokens per tp rank.
+  // BEGIN ASSIGNMENT pp.send_recv
   const int64_t tokens = opts_.sequence_parallel ? opts_.seq_len / mesh_.shape().tp : opts_.seq_len;
   auto buffer = torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_);  // [B, S, H]
   const double start = now_us();
   mesh_.pp().batch_p2p({{P2POp::kRecv, buffer, t.peer, t.tag()}});  // waits: the next action needs it
   record(TraceEvent::kRecv, t.micro, t.tag(), start, t.peer);
   return buffer;
+  // END ASSIGNMENT
 }
 
 void Pipeline::send(const torch::Tensor& tensor, const Transfer& t) {
   const double start = now_us();
+  // BEGIN ASSIGNMENT pp.send_recv
   pending_sends_.push_back(mesh_.pp().batch_p2p_async({{P2POp::kSend, tensor, t.peer, t.tag()}}));  // no wait
+  // END ASSIGNMENT
   record(TraceEvent::kSend, t.micro, t.tag(), start, t.peer);
 }
 

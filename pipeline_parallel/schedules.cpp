@@ -41,6 +41,7 @@ using A = PipelineAction;
 // (zero bubble H1); the waiting W's run at the end.
 std::vector<A> one_forward_one_backward(const std::vector<A>& fwd, const std::vector<A>& bwd, int warmup,
                                         int deferred_w, bool split_backward) {
+  // BEGIN ASSIGNMENT pp.one_f_one_b
   std::vector<A> out;
   size_t f = 0, b = 0, w = 0;
   auto backward = [&] {
@@ -59,6 +60,7 @@ std::vector<A> one_forward_one_backward(const std::vector<A>& fwd, const std::ve
   while (b < bwd.size()) backward();
   for (; split_backward && w < bwd.size(); ++w) out.push_back({A::kWeight, bwd[w].micro, bwd[w].chunk});
   return out;
+  // END ASSIGNMENT
 }
 
 }  // namespace

@@ -31,14 +31,18 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // BEGIN ASSIGNMENT tp.f_and_g
     return {all_reduced(grads[0], from_saved(ctx)), torch::Tensor()};
+    // END ASSIGNMENT
   }
 };
 
 // g: fwd all-reduce over tp, bwd identity.
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
+    // BEGIN ASSIGNMENT tp.f_and_g
     return all_reduced(x, *tp);
+    // END ASSIGNMENT
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
@@ -47,22 +51,26 @@ struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
 torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
   // (Our activations are [B, S, H]; the sequence must lead for rank chunks to stack, so
   // this costs a transposed copy each way. Megatron keeps [S, B, H] throughout.)
+  // BEGIN ASSIGNMENT tp.sequence_parallel
   auto chunk = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S/tp, B, H]
   auto sizes = chunk.sizes().vec();
   sizes[0] *= tp.size();
   auto whole = torch::empty(sizes, chunk.options());  // [S, B, H]
   tp.all_gather(whole, chunk, at);
   return whole.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S, H]
+  // END ASSIGNMENT
 }
 
 // [B, S, H] partial sums -> [B, S/tp, H]: this rank's chunk of the sum over tp.
 torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
+  // BEGIN ASSIGNMENT tp.sequence_parallel
   auto whole = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S, B, H]
   auto sizes = whole.sizes().vec();
   sizes[0] /= tp.size();
   auto chunk = torch::empty(sizes, whole.options());  // [S/tp, B, H]
   tp.reduce_scatter(chunk, whole, ReduceOp::kSum, at);
   return chunk.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S/tp, H]
+  // END ASSIGNMENT
 }
 
 // fwd: all-gather along S   bwd: reduce-scatter along S
@@ -93,6 +101,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
                                int64_t vocab_offset, Comm* tp_comm) {
     Comm& tp = *tp_comm;
     torch::NoGradGuard no_grad;
+    // BEGIN ASSIGNMENT tp.vocab_parallel_cross_entropy
     const int64_t n = logits.size(0), local_vocab = logits.size(1);
     auto m = std::get<0>(logits.max(/*dim=*/1)).contiguous();                // [N] local max
     tp.all_reduce(m, ReduceOp::kMax);                                          // [N] global max
@@ -108,8 +117,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     ctx->save_for_backward({e.div_(z.unsqueeze(1)), index, mine});             // softmax [N, V/tp]
     ctx->saved_data["n"] = n;
     return (z.log() - target_logit).mean();                                    // scalar
+    // END ASSIGNMENT
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // BEGIN ASSIGNMENT tp.vocab_parallel_cross_entropy
     auto saved = ctx->get_saved_variables();
     auto dlogits = saved[0].clone();                                           // softmax [N, V/tp]
     const auto& index = saved[1];
@@ -117,6 +128,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     dlogits.scatter_add_(/*dim=*/1, index, -mine);                             // - one-hot of the target
     dlogits.mul_(grads[0] / double(ctx->saved_data["n"].toInt()));            // d(mean) / dz
     return {dlogits, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    // END ASSIGNMENT
   }
 };
 

@@ -125,10 +125,12 @@ void Zero1Optimizer::accumulate_grads() {
 
 void Zero1Optimizer::sync_grads(const std::function<void()>& fix_ups) {
   if (fix_ups) fix_ups();  // on the full gradient, while it exists
+  // BEGIN ASSIGNMENT zero.stage1
   for (const auto& b : layout_.buckets) {
     auto mine = slice_of(grad_, b);                                                          // [bucket padded / N]
     group_.reduce_scatter(mine, flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);  // averaged
   }
+  // END ASSIGNMENT
 }
 
 double Zero1Optimizer::grad_norm(Comm& world, const MeshCoords& /*here: fixed in the runs*/) {
@@ -172,9 +174,11 @@ void Zero1Optimizer::step(double lr, double c) {
 void Zero1Optimizer::publish(size_t i, const torch::Tensor& w) {
   // Everyone's updated part into everyone's parameters. (The input is a copy: MPI forbids
   // overlapping send and receive buffers.)
+  // BEGIN ASSIGNMENT zero.stage1
   auto& everyone = bucket_param_[i];  // [bucket padded]
   const auto mine = w.to(everyone.device(), everyone.scalar_type(), /*non_blocking=*/offload_, /*copy=*/true);
   group_.all_gather(everyone, mine);  // [padded / N] -> [padded]
+  // END ASSIGNMENT
 }
 
 std::map<std::string, torch::Tensor> Zero1Optimizer::masters_by_name() {

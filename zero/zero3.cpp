@@ -90,6 +90,7 @@ Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::str
 }
 
 void Zero3Optimizer::gather(size_t u, bool wait) {
+  // BEGIN ASSIGNMENT zero.stage3_gather_release
   auto& unit = units_[u];
   if (unit.held == Held::kReleased) {
     refill_storage(bucket_param_[u]);
@@ -102,15 +103,18 @@ void Zero3Optimizer::gather(size_t u, bool wait) {
     unit.gather.reset();
     unit.held = Held::kGathered;
   }
+  // END ASSIGNMENT
 }
 
 void Zero3Optimizer::release(size_t u) {
+  // BEGIN ASSIGNMENT zero.stage3_gather_release
   auto& unit = units_[u];
   if (unit.held == Held::kReleased) return;
   gather(u, /*wait=*/true);  // never free a buffer a gather is still writing
   drop_storage(bucket_param_[u]);
   unit.held = Held::kReleased;
   record("release " + unit.name);
+  // END ASSIGNMENT
 }
 
 torch::Tensor Zero3Optimizer::run_pass(size_t k, const std::function<torch::Tensor()>& compute) {

@@ -1,0 +1,33 @@
+# Course assignments (docs/assignments/README.md). One line per task: its points, its
+# handout page in docs/assignments/ (DOC, without .md) and the tests that grade it. Each listed test gets
+# the ctest label task.NAME; UNIT adds a test running those Catch2 cases of unit_tests
+# (wildcards allowed) under the same label. scripts/assignment reads this table; the code
+# of each task is marked in the sources with BEGIN / END ASSIGNMENT NAME.
+#
+#   ctest -L '^task\.tp\.f_and_g$'          the tests of one task
+#   scripts/assignment list                 every task, its points and handout
+function(picotron_task name)
+  cmake_parse_arguments(T "" "POINTS;DOC" "TESTS;UNIT" ${ARGN})
+  foreach(t ${T_TESTS})
+    set_property(TEST ${t} APPEND PROPERTY LABELS task.${name})
+  endforeach()
+  if(T_UNIT)
+    add_test(NAME task.${name}.unit COMMAND unit_tests ${T_UNIT})
+    set_tests_properties(task.${name}.unit PROPERTIES LABELS "task.${name};unit" TIMEOUT 120
+      ENVIRONMENT "OMP_NUM_THREADS=1" FAIL_REGULAR_EXPRESSION "No tests ran")
+  endif()
+endfunction()
+
+picotron_task(dp.naive_all_reduce POINTS 5 DOC data_parallel TESTS equivalence.dp2_naive_acc1 equivalence.dp4_naive_acc4 cli.mpi_comm_report_dp2_naive)
+picotron_task(dp.bucketed_all_reduce POINTS 15 DOC data_parallel TESTS equivalence.dp2_bucketed_acc1 equivalence.dp4_bucketed_acc4 equivalence.dp2_bucketed_uneven data_parallel.overlap cli.mpi_comm_report_dp2_bucketed)
+picotron_task(tp.f_and_g POINTS 10 DOC tensor_parallel TESTS equivalence.tp2 equivalence.tp4 equivalence.tp2_dp2_acc2 cli.mpi_comm_report_tp2)
+picotron_task(tp.vocab_parallel_cross_entropy POINTS 15 DOC tensor_parallel TESTS equivalence.tp2 equivalence.tp2_untied equivalence.tp4)
+picotron_task(tp.sequence_parallel POINTS 10 DOC tensor_parallel TESTS equivalence.tp2_sp equivalence.tp4_sp equivalence.tp2_sp_untied cli.mpi_comm_report_tp2_sp)
+picotron_task(pp.one_f_one_b POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_1f1b_acc4 equivalence.pp4_1f1b_acc8 UNIT "1f1b: warm-up*" "every schedule: inputs exist*" "zb-h1: rank r lets*")
+picotron_task(pp.send_recv POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_afab_acc4 equivalence.pp4_1f1b_acc4 cli.mpi_comm_report_pp2)
+picotron_task(cp.lse_merge POINTS 10 DOC context_parallel TESTS context_parallel.ring_2 equivalence.cp2_zigzag equivalence.cp4_contiguous)
+picotron_task(cp.ring_step POINTS 10 DOC context_parallel TESTS context_parallel.ring_4 equivalence.cp2_zigzag equivalence.cp4_zigzag cli.mpi_comm_report_cp2)
+picotron_task(zero.stage1 POINTS 15 DOC zero TESTS equivalence.zero1_dp2_acc1 equivalence.zero1_dp4_acc4 equivalence.zero1_dp3_uneven cli.mpi_comm_report_zero1)
+picotron_task(zero.stage3_gather_release POINTS 15 DOC zero TESTS equivalence.zero3_dp2_acc1 equivalence.zero3_dp4_acc4 equivalence.zero3_dp3_uneven cli.mpi_comm_report_zero3)
+picotron_task(memory.recompute_layer POINTS 10 DOC memory TESTS recompute.full_1rank recompute.full_dp2 recompute.selective_1rank equivalence.recompute_full_dp2)
+picotron_task(kernels.rmsnorm_forward POINTS 5 DOC kernels UNIT "kernels: RMSNorm reference*" "kernels: a model with --kernels fused*")
