@@ -1,7 +1,7 @@
 # Course assignments (docs/assignments/README.md). One line per task: its points, its
 # handout page in docs/assignments/ (DOC, without .md) and the tests that grade it. Each listed test gets
 # the ctest label task.NAME; UNIT adds a test running those Catch2 cases of unit_tests
-# (wildcards allowed) under the same label. scripts/assignment reads this table; the code
+# (names, a trailing * allowed, no commas) under the same label. scripts/assignment reads this table; the code
 # of each task is marked in the sources with BEGIN / END ASSIGNMENT NAME.
 #
 #   ctest -L '^task\.tp\.f_and_g$'          the tests of one task
@@ -12,7 +12,8 @@ function(picotron_task name)
     set_property(TEST ${t} APPEND PROPERTY LABELS task.${name})
   endforeach()
   if(T_UNIT)
-    add_test(NAME task.${name}.unit COMMAND unit_tests ${T_UNIT})
+    string(JOIN "," spec ${T_UNIT})  # Catch2: a comma between test specs means "or"
+    add_test(NAME task.${name}.unit COMMAND unit_tests "${spec}")
     set_tests_properties(task.${name}.unit PROPERTIES LABELS "task.${name};unit" TIMEOUT 120
       ENVIRONMENT "OMP_NUM_THREADS=1" FAIL_REGULAR_EXPRESSION "No tests ran")
   endif()

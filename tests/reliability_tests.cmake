@@ -72,7 +72,7 @@ foreach(delay 0 0.1)
 endforeach()
 # An out-of-memory during training (an address-space limit below the activations of a
 # batch that --dry-run puts at 6 GiB): one line naming the flags, not the allocator's text.
-picotron_reliability(out_of_memory "error: out of memory on cpu: an allocation of .* failed; .*lower --micro-batch-size \\(64\\) or --seq-len \\(2048\\)"
+picotron_reliability(out_of_memory "error: out of memory on cpu: an allocation of .* failed. .*lower --micro-batch-size \\(64\\) or --seq-len \\(2048\\)"
   sh -c "ulimit -v 5000000 && $<TARGET_FILE:train> --device cpu --model tiny --seq-len 2048 --micro-batch-size 64 --steps 2 --generate 0 --threads 1")
 # Flags: the malformed value is named with its flag (not an earlier flag whose value is a
 # substring of it), real numbers are read whole, --help wins, one-dash long flags are named.
