@@ -69,12 +69,14 @@ std::vector<int64_t> members(const std::string& name, const MeshShape& shape, in
   return {m.begin(), m.end()};
 }
 
-// The source path relative to the repository: this file is picotron/runtime/explain.cpp.
+// The source path relative to the repository. The compiler saw it absolute, or relative to
+// the build folder one level down (ccache's base_dir: "../tensor_parallel/...").
 std::string repository_path(const char* file) {
-  static const std::string self = __FILE__;
-  static const std::string root = self.substr(0, self.size() - std::strlen("picotron/runtime/explain.cpp"));
-  const std::string f = file;
-  return f.rfind(root, 0) == 0 ? f.substr(root.size()) : f;
+  const std::string root = std::string(PICOTRON_SOURCE_DIR) + "/";
+  std::string f = file;
+  if (f.rfind(root, 0) == 0) return f.substr(root.size());
+  while (f.rfind("../", 0) == 0 || f.rfind("./", 0) == 0) f = f.substr(f.find('/') + 1);
+  return f;
 }
 
 // Line `line` of a source file, trimmed; "" when the source is not where it was built.
@@ -184,7 +186,7 @@ std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape
   }
   if (e.async) o << ", posted now and waited for later";
   o << "\n      at " << repository_path(e.at.file) << ":" << e.at.line << " (" << e.at.function << ")";
-  const std::string code = source_line(e.at.file, e.at.line);
+  const std::string code = source_line(std::string(PICOTRON_SOURCE_DIR) + "/" + repository_path(e.at.file), e.at.line);
   if (!code.empty()) o << ":  " << code;
   return o.str();
 }
