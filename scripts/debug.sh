@@ -52,7 +52,7 @@ fi
 if [ "$all" = 1 ]; then
   [ ${#batch[@]} -eq 0 ] || { echo "scripts/debug.sh: --ex is for one rank (--rank), not --all" >&2; exit 2; }
   command -v tmux >/dev/null || { echo "scripts/debug.sh: --all needs tmux (scripts/setup.sh installs it)" >&2; exit 2; }
-  gdb_args+=(-ex continue)  # each gdb attaches to a waiting rank (--wait-for-debugger all), then lets it run
+  gdb_args=(-iex "set pagination off" "${gdb_args[@]}" -ex continue)  # each gdb attaches to a waiting rank (--wait-for-debugger all), then lets it run
 elif [ ${#batch[@]} -gt 0 ]; then
   # Batch: run to the first stop, the commands, then no more stops and the run finishes.
   gdb_args+=(-batch -ex run "${batch[@]}" -ex "delete" -ex continue)
