@@ -48,7 +48,7 @@ void run(Comm& world, const MeshShape& shape) {
   const int64_t B = 2, S = 3, H = 8, O = 12, V = 16;  // O, V divisible by 2 and 4
 
   // ---- column-parallel: f, then the rows [r*O/p, +O/p) of W ----
-  {
+  testing::section(rank, [&] {
     auto x = shared_randn({B, S, H}, 1).requires_grad_(), w = shared_randn({O, H}, 2).requires_grad_();
     auto y = torch::linear(x, w);  // [B, S, O]
     (y * shared_randn({B, S, O}, 3)).sum().backward();
@@ -59,9 +59,9 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(yr, y.detach().narrow(2, r * O / p, O / p)) < 1e-12, tag + "column-parallel output", rank);
     check(rel_err(xr.grad(), x.grad()) < 1e-12, tag + "column-parallel input grad (f's all-reduce)", rank);
     check(rel_err(wr.grad(), w.grad().narrow(0, r * O / p, O / p)) < 1e-12, tag + "column-parallel weight grad", rank);
-  }
+  });
   // ---- row-parallel: the columns [r*O/p, +O/p) of W times that slice of x, then g ----
-  {
+  testing::section(rank, [&] {
     auto x = shared_randn({B, S, O}, 4).requires_grad_(), w = shared_randn({H, O}, 5).requires_grad_();
     auto y = torch::linear(x, w);  // [B, S, H]
     (y * shared_randn({B, S, H}, 6)).sum().backward();
@@ -72,9 +72,9 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(yr, y.detach()) < 1e-12, tag + "row-parallel output (g's all-reduce)", rank);
     check(rel_err(xr.grad(), x.grad().narrow(2, r * O / p, O / p)) < 1e-12, tag + "row-parallel input grad", rank);
     check(rel_err(wr.grad(), w.grad().narrow(1, r * O / p, O / p)) < 1e-12, tag + "row-parallel weight grad", rank);
-  }
+  });
   // ---- sequence parallelism: all-gather / reduce-scatter along S and their backwards ----
-  {
+  testing::section(rank, [&] {
     const int64_t Sp = 2, S_all = Sp * p;  // S/tp positions per rank
     // gather_sequence: rank r's chunk of x -> the whole x; backward sums every rank's
     // gradient of the whole x and hands rank r its chunk.
@@ -100,9 +100,9 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(z, total.narrow(1, r * Sp, Sp)) < 1e-12, tag + "reduce_scatter_sequence output", rank);
     check(rel_err(part.grad(), torch::cat(chunk_grads, /*dim=*/1)) < 1e-12,
           tag + "reduce_scatter_sequence grad (all-gather)", rank);
-  }
+  });
   // ---- vocab-parallel embedding ----
-  {
+  testing::section(rank, [&] {
     auto ids = torch::randint(0, V, {B, S}, at::detail::createCPUGenerator(7), torch::kInt64);
     auto w = shared_randn({V, H}, 8).requires_grad_();
     auto y = torch::embedding(w, ids);
@@ -114,9 +114,9 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(yr, y.detach()) < 1e-12, tag + "vocab-parallel embedding output", rank);
     check(rel_err(emb->weight.grad(), w.grad().narrow(0, r * V / p, V / p)) < 1e-12,
           tag + "vocab-parallel embedding weight grad", rank);
-  }
+  });
   // ---- the same embedding under sequence parallelism: rank r gets positions [r·S/tp, +S/tp) ----
-  {
+  testing::section(rank, [&] {
     const int64_t Sp = 2, S_all = Sp * p;
     auto ids = torch::randint(0, V, {B, S_all}, at::detail::createCPUGenerator(12), torch::kInt64);
     auto w = shared_randn({V, H}, 13).requires_grad_();
@@ -131,9 +131,9 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(yr, y.detach().narrow(1, r * Sp, Sp)) < 1e-12, tag + "sequence-parallel embedding output", rank);
     check(rel_err(emb->weight.grad(), w.grad().narrow(0, r * V / p, V / p)) < 1e-12,
           tag + "sequence-parallel embedding weight grad", rank);
-  }
+  });
   // ---- under SP, what tp does not split (the norm gains) gets its gradient summed over tp ----
-  {
+  testing::section(rank, [&] {
     ShardPlan plan;
     plan["model.norm.weight"] = {"model.norm.weight", {H}, -1, Axis::kTp, 0, 1, 0, {Axis::kDp, Axis::kCp, Axis::kTp}};
     plan["q.weight"] = {"q.weight", {O, H}, -1, Axis::kTp, 0, 1, 0, {Axis::kDp, Axis::kCp, Axis::kTp}};
@@ -148,9 +148,9 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(opt.params()[0].main_grad, summed) < 1e-12, tag + "SP: the norm gain's gradient is summed over tp", rank);
     check(torch::equal(opt.params()[1].main_grad, shared_randn({O / p, H}, 600 + r)),
           tag + "SP: a split parameter's gradient is left alone", rank);
-  }
+  });
   // ---- vocab-parallel cross-entropy ----
-  {
+  testing::section(rank, [&] {
     const int64_t N = 10;
     auto targets = torch::randint(0, V, {N}, at::detail::createCPUGenerator(10), torch::kInt64);
     auto z = (shared_randn({N, V}, 11) * 4).requires_grad_();
@@ -162,7 +162,7 @@ void run(Comm& world, const MeshShape& shape) {
     check(rel_err(loss_r, loss.detach()) < 1e-12, tag + "vocab-parallel cross-entropy loss", rank);
     check(rel_err(zr.grad(), z.grad().narrow(1, r * V / p, V / p)) < 1e-12,
           tag + "vocab-parallel cross-entropy logit grads", rank);
-  }
+  });
 }
 
 }  // namespace
