@@ -56,6 +56,11 @@ target_link_options(dp_overlap_test PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(dp_overlap_test REUSE_FROM picotron_runtime)
 picotron_mpi_test(NAME data_parallel.overlap NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
+# Its parts alone, for the assignment tasks (tests/assignments.cmake) that each one grades.
+foreach(part bucketed naive)
+  picotron_mpi_test(NAME data_parallel.overlap_${part} NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test> ${part}
+    PASS_REGEX "[1-9][0-9]* passed, 0 failed")
+endforeach()
 
 # Tensor parallelism (tensor_parallel/): tp2; tp4 (4 kv heads, so every rank holds one);
 # tp2 x dp2 with grad-acc 2; an untied lm_head; float32 with naive data parallelism.
