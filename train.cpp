@@ -122,9 +122,13 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
   }
   // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core and
-  // the loss where no technique replaced them. auto: fused on CUDA, except in fp64.
-  const bool fused = cfg.kernels == "fused" ||
-                     (cfg.kernels == "auto" && device.is_cuda() && kernels::fused_built() && dtype != torch::kFloat64);
+  // the loss where no technique replaced them. auto: fused on CUDA, except in fp64, once the
+  // kernels have passed their GPU tests (kernels::kVerifiedOnGpu); until then aten.
+  const bool fused = cfg.kernels == "fused" || (cfg.kernels == "auto" && kernels::kVerifiedOnGpu && device.is_cuda() &&
+                                                kernels::fused_built() && dtype != torch::kFloat64);
+  if (cfg.kernels == "auto" && !kernels::kVerifiedOnGpu && device.is_cuda())
+    print0(rank, "kernels: aten (--kernels auto: the fused CUDA kernels have not passed their tests on a GPU yet; "
+                 "--kernels fused runs them anyway)");
   if (fused) print0(rank, kernels::use_fused_kernels(*model, dtype));
   // Every decoder layer runs inside the layer wrappers (model.h), outermost first:
   //   pipeline (sends nudged at layer boundaries) -> zero-3 (parameters gathered, released)

@@ -68,6 +68,12 @@ namespace picotron {
 class LlamaForCausalLMImpl;
 struct AdamWOptions;
 namespace kernels {
+// Whether the CUDA kernels have passed their tests (tests/test_kernels.cpp, "[gpu]") on a
+// GPU. Until then --kernels auto means aten everywhere: a user's first GPU run must not
+// execute code no one has executed. --kernels fused still runs them. Set it to true in the
+// change that records a passing GPU run of those tests (kernels/README.md says where).
+inline constexpr bool kVerifiedOnGpu = false;
+
 // --kernels fused: RMSNorm, RoPE and SwiGLU through the ops above; the attention core
 // and the loss too where they are still the model's defaults (a technique's ring
 // attention or vocabulary-parallel loss stays) and the kernel takes the dtype and head

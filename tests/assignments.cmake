@@ -4,7 +4,7 @@
 # (names, a trailing * allowed, no commas) under the same label. scripts/assignment reads this table; the code
 # of each task is marked in the sources with BEGIN / END ASSIGNMENT NAME.
 #
-#   ctest -L '^task\.tp\.f_and_g$'          the tests of one task
+#   ctest -L task.tp.f_and_g          the tests of one task
 #   scripts/assignment list                 every task, its points and handout
 function(picotron_task name)
   cmake_parse_arguments(T "" "POINTS;DOC" "TESTS;UNIT" ${ARGN})

@@ -250,7 +250,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
     t.push_back(text("pp-trace", "Parallelism", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
     t.push_back(integer("cp", "Parallelism", "context-parallel size: each sequence split over cp ranks, attention by ring", of(&TrainConfig::cp), {">=", 1, double(k << 16)}));
-    t.push_back(choice("kernels", "Parallelism", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA, aten on the CPU)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
+    t.push_back(choice("kernels", "Parallelism", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (aten until the fused kernels have passed their GPU tests, then fused on CUDA: kernels/README.md)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
     t.push_back(choice("recompute", "Parallelism", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", of(&TrainConfig::recompute), {"none", "selective", "full"}));
     Flag layout = text("cp-layout", "Parallelism", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", of(&TrainConfig::cp_layout));
     layout.set = [](TrainConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
