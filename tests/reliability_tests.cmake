@@ -38,6 +38,13 @@ picotron_reliability(huge_step "error: --micro-batch-size x --grad-acc-steps x -
 set(RD ${CMAKE_CURRENT_BINARY_DIR}/reliability_data)
 picotron_reliability(data_fifo "error: --data .*fifo.txt: not a regular file \\(a FIFO, device or socket\\)" sh -c
   "mkdir -p ${RD} && rm -f ${RD}/fifo.txt && mkfifo ${RD}/fifo.txt && $<TARGET_FILE:train> --device cpu --data ${RD}/fifo.txt")
+# The same for the JSON inputs: opening a FIFO would block until a writer appears.
+picotron_reliability(init_from_config_fifo "error: --init-from .*hf_fifo: .*hf_fifo/config.json: not a regular file" sh -c
+  "rm -rf ${RD}/hf_fifo && mkdir -p ${RD}/hf_fifo && mkfifo ${RD}/hf_fifo/config.json && $<TARGET_FILE:train> --device cpu --init-from ${RD}/hf_fifo")
+picotron_reliability(eval_fifo "error: --eval .*eval_fifo.json: not a regular file" sh -c
+  "mkdir -p ${RD} && rm -f ${RD}/eval_fifo.json && mkfifo ${RD}/eval_fifo.json && $<TARGET_FILE:train> --device cpu --steps 1 --eval ${RD}/eval_fifo.json")
+picotron_reliability(manifest_fifo "error: checkpoint .*step-000002: manifest.json: not a regular file" sh -c
+  "rm -rf ${RD}/ck_fifo && $<TARGET_FILE:train> --device cpu --steps 2 --generate 0 --threads 1 --save-dir ${RD}/ck_fifo --save-every 2 >/dev/null && rm ${RD}/ck_fifo/step-000002/manifest.json && mkfifo ${RD}/ck_fifo/step-000002/manifest.json && $<TARGET_FILE:train> --device cpu --steps 4 --resume ${RD}/ck_fifo")
 picotron_reliability(data_device "error: --data /dev/zero: not a regular file" ${TRAIN} --device cpu --data /dev/zero)
 picotron_reliability(data_dir_entry_is_dir "error: --data .*shards/b.bin: is a directory, not a token file" sh -c
   "rm -rf ${RD}/shards && mkdir -p ${RD}/shards/b.bin && printf 'PICOTOK1\\002\\000\\000\\000\\000\\000\\000\\000\\004\\000\\000\\000\\000\\000\\000\\000abcdefgh' > ${RD}/shards/a.bin && $<TARGET_FILE:train> --device cpu --data ${RD}/shards")

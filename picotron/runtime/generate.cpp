@@ -107,8 +107,7 @@ void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& pro
 }
 
 void print_eval(LlamaForCausalLM& model, const std::string& path, const std::string& logits_path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("--eval " + path + ": no such file");
+  std::ifstream in = open_input_file("--eval " + path, path);
   nlohmann::json j;
   std::vector<std::vector<int64_t>> rows;
   try {

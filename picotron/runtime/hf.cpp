@@ -23,8 +23,7 @@ using nlohmann::json;
 namespace {
 
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": no such file");
+  std::ifstream in = open_input_file(path.string(), path.string());
   try {
     return json::parse(in);
   } catch (const std::exception& e) {

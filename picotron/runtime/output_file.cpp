@@ -97,4 +97,14 @@ void write_file(const std::string& flag, const std::string& path, const std::str
   f.commit();
 }
 
+std::ifstream open_input_file(const std::string& name, const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);  // follows symlinks
+  if (!fs::exists(status)) throw std::runtime_error(name + ": no such file");
+  if (!fs::is_regular_file(status)) throw std::runtime_error(name + ": not a regular file (a FIFO, device, socket or directory)");
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(name + ": cannot open for reading: " + std::strerror(errno));
+  return in;
+}
+
 }  // namespace picotron

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <fstream>
 #include <string>
 
 namespace picotron {
@@ -48,5 +49,10 @@ class OutputFile {
 
 // A whole file at once: OutputFile + write + commit.
 void write_file(const std::string& flag, const std::string& path, const std::string& contents);
+
+// An input file (a JSON config, index, manifest or --eval batch) opened for reading. A
+// missing file, or one that is not a regular file, throws one line starting with `name`:
+// opening a FIFO would block until some writer appears, past every timeout.
+std::ifstream open_input_file(const std::string& name, const std::string& path);
 
 }  // namespace picotron

@@ -8,6 +8,7 @@
 
 #include "picotron/runtime/checkpoint_format.h"
 #include "picotron/runtime/distributed.h"
+#include "picotron/runtime/output_file.h"
 #include "picotron/utils.h"
 
 namespace picotron {
@@ -32,8 +33,8 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   const fs::path path = fs::path(dir) / "manifest.json";
   if (!fs::exists(path))
     throw std::runtime_error("checkpoint " + dir + ": no manifest.json (not a checkpoint, or its save did not finish)");
+  std::ifstream in = open_input_file("checkpoint " + dir + ": manifest.json", path.string());
   try {
-    std::ifstream in(path);
     manifest_ = json::parse(in);
     if (manifest_.value("format", "") != kFormat)
       throw std::runtime_error("format is '" + manifest_.value("format", "") + "', not " + kFormat);

@@ -174,6 +174,13 @@ std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& lau
 std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of,
                                       std::shared_ptr<TokenSource>& data) {
   std::vector<std::string> problems = output_problems(cfg);  // every output writable: now, not after the run
+  if (problems.empty() && !cfg.eval.empty()) {  // read after training: a missing one or a FIFO is named now
+    try {
+      open_input_file("--eval " + cfg.eval, cfg.eval);
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+  }
   if (problems.empty()) problems = machine_problems(cfg);    // a GPU, the CUDA kernels, where the flags need them
   if (problems.empty())  // the memory this rank will need, before allocating any of it
     if (auto p = memory_problem(cfg, launch, plan_of); !p.empty()) problems.push_back(p);
