@@ -162,8 +162,8 @@ CommEvent event(const char* kind, const torch::Tensor& in, int64_t elements, boo
   CommEvent e;
   e.kind = kind;
   e.reduce = !reduces ? "" : op == ReduceOp::kSum ? "sum" : op == ReduceOp::kAvg ? "avg" : "max";
-  e.in_shape = in.sizes().vec();
-  if (out) e.out_shape = out->sizes().vec();
+  e.in_shape = in.sizes();
+  if (out) e.out_shape = out->sizes();
   e.dtype = in.scalar_type();
   e.elements = elements;
   e.async = async;
@@ -268,10 +268,7 @@ Work Comm::batch_p2p_async(const std::vector<P2POp>& ops, CallSite at) {
 }
 
 void Comm::barrier(CallSite at) {
-  CommEvent e;
-  e.kind = "barrier";
-  e.at = at;
-  record(std::move(e));
+  record(CommEvent{"barrier", "", {}, {}, torch::kFloat, 0, -1, false, at});
   if (mpi_ != MPI_COMM_NULL) return mpi_barrier().wait();  // MPI_Ibarrier + bounded wait
   // torchrun (NCCL only): a one-element all-reduce on the side stream, waited by the host.
   torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));

@@ -143,12 +143,14 @@ struct CallSite {
 };
 
 // One communication as it is issued: what the ledger counts, plus what it leaves out.
-// An observer sees each one (--explain prints them: picotron/runtime/explain.h).
+// An observer sees each one (--explain prints them: picotron/runtime/explain.h). The
+// shapes are views of the tensors' sizes, valid during the observer's call (no copies
+// on the way of every collective).
 struct CommEvent {
-  const char* kind = "";          // "all_reduce", ... as in the ledger
-  const char* reduce = "";        // "sum", "avg", "max" for reductions, else ""
-  std::vector<int64_t> in_shape;  // the tensor given (in place: the only one)
-  std::vector<int64_t> out_shape; // all_gather / reduce_scatter: the output; else empty
+  const char* kind = "";         // "all_reduce", ... as in the ledger
+  const char* reduce = "";       // "sum", "avg", "max" for reductions, else ""
+  torch::IntArrayRef in_shape;   // the tensor given (in place: the only one)
+  torch::IntArrayRef out_shape;  // all_gather / reduce_scatter: the output; else empty
   torch::ScalarType dtype = torch::kFloat;
   int64_t elements = 0;           // as the ledger counts them
   int peer = -1;                  // send / recv: the other rank (within the group); broadcast: the root

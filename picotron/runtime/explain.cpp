@@ -18,7 +18,7 @@ namespace picotron {
 
 namespace {
 
-std::string join(const std::vector<int64_t>& v, const char* sep = ", ") {
+std::string join(torch::IntArrayRef v, const char* sep = ", ") {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
   return s;
