@@ -276,8 +276,11 @@ int dry_run(const TrainConfig& cfg, int rank, const PlanOf& plan_of) {
   if (rank != 0) return 0;
   std::cout << model_summary(cfg) << "\n" << plan_summary(cfg, {cfg.dp, cfg.pp, cfg.cp, cfg.tp}, plan_of) << std::endl;
   std::cout << memory_summary(cfg, plan_of) << std::endl;
-  if (cfg.pp > 1)
-    std::cout << pipeline_summary(cfg.llama, parse_schedule(cfg.pp_schedule), cfg.pp, cfg.pp_virtual_stages) << std::endl;
+  if (cfg.pp > 1) {
+    const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
+    std::cout << pipeline_summary(cfg.llama, s, cfg.pp, cfg.pp_virtual_stages) << "\n"
+              << pipeline_programs_text(s, cfg.pp, int(cfg.grad_acc_steps), cfg.pp_virtual_stages) << std::endl;
+  }
   return 0;
 }
 

@@ -71,26 +71,18 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
   positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
                                          : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
-  // MPI moves a posted send forward only while the sender is inside an MPI call (the
-  // same lesson as data parallelism's buckets). A send posted before a long backward
-  // would reach the next stage only after it, and the next stage would idle. So at every
-  // layer boundary, forward and backward, the pending sends get a nudge.
-  model->wrap_layers({"pipeline", [this](const LayerCall& call, const torch::Tensor& x) {
-                        progress_sends();
-                        auto y = call.next(x);  // [B, S, H]
-                        if (y.requires_grad()) y.register_hook([this](const torch::Tensor& g) { progress_sends(); return g; });
-                        return y;
-                      }});
+  program_ = pipeline_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
   mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
   t0_ = std::chrono::steady_clock::now();
 }
 
-Pipeline::~Pipeline() { model_->unwrap_layers("pipeline"); }  // the nudging wrapper points at us
-
 torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double loss_scale, const Hooks& hooks) {
   step_ = step;
   loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
-  for (const PipelineAction& a : schedule_actions(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages, rank_)) {
+  for (const PipelineStep& step : program_) {  // p2p_program.h: [a group of sends and receives] [an action]
+    if (!step.exchange.empty()) exchange(step.exchange);
+    if (!step.action) continue;
+    const PipelineAction& a = *step.action;
     if (a.kind == PipelineAction::kForward) {
       forward(a, loader, loss_scale);
       continue;
@@ -104,9 +96,8 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
     }
     if (hooks.after_backward) hooks.after_backward();
   }
-  for (auto& w : pending_sends_) w.wait();  // our sends have been delivered
-  pending_sends_.clear();
   TORCH_CHECK(alive_.empty(), "pipeline: micro-batches left without a backward");
+  TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
   TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
   mesh_.pp().broadcast(loss_sum_, P_ - 1);  // the last stage computed it; every rank logs it
   return loss_sum_;
@@ -119,7 +110,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   Transfer t;
   torch::Tensor x;
   if (receives(a, P_, v, rank_, &t)) {
-    f.input = receive(t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
+    f.input = take(inbox_, t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
     x = f.input;
   }
   const double start = now_us();
@@ -137,7 +128,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
     f.output = h;
   }
   record(TraceEvent::kForward, a.micro, a.chunk, start);
-  if (sends(a, P_, v, rank_, &t)) send(h.detach().contiguous(), t);
+  if (sends(a, P_, v, rank_, &t)) outbox_[key(t)] = h.detach().contiguous();  // sent when the next stage asks
   alive_[{a.micro, a.chunk}] = std::move(f);
 }
 
@@ -150,41 +141,47 @@ void Pipeline::backward(const PipelineAction& a) {
   alive_.erase(it);  // the graph and the activations go when this backward is done
   Transfer t;
   torch::Tensor grad;  // dL/d(output) [B, S, H] from the next stage; none for the loss
-  if (receives(a, P_, v, rank_, &t)) grad = receive(t);
+  if (receives(a, P_, v, rank_, &t)) grad = take(inbox_, t);
   const double start = now_us();
   if (weight_queue_) weight_queue_->begin(a.micro, a.chunk);  // zb-h1: dW waits for W
   if (grad.defined()) torch::autograd::backward({f.output}, {grad});
   else torch::autograd::backward({f.output});
   if (weight_queue_) weight_queue_->end();
   record(TraceEvent::kBackward, a.micro, a.chunk, start);
-  if (sends(a, P_, v, rank_, &t)) send(f.input.grad(), t);  // dL/d(input) to the previous stage
+  if (sends(a, P_, v, rank_, &t)) outbox_[key(t)] = f.input.grad();  // dL/d(input), for the previous stage
 }
 
-torch::Tensor Pipeline::receive(const Transfer& t) {
+// One group of the program: this rank's sends and receives of one round, posted together
+// and waited together (NCCL: ncclSend/ncclRecv inside ncclGroupStart/End; MPI:
+// MPI_Isend/MPI_Irecv, then a wait for all). NCCL has no tags, so neither do we: every
+// message between two ranks carries tag 0, and the program's order is what matches them.
+void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
+  const double start = now_us();
+  // BEGIN ASSIGNMENT pp.send_recv
   // Shapes are known in advance: no handshake. SP keeps S/tp tokens per tp rank.
-  // BEGIN ASSIGNMENT pp.send_recv
   const int64_t tokens = opts_.sequence_parallel ? opts_.seq_len / mesh_.shape().tp : opts_.seq_len;
-  auto buffer = torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_);  // [B, S, H]
-  const double start = now_us();
-  mesh_.pp().batch_p2p({{P2POp::kRecv, buffer, t.peer, t.tag()}});  // waits: the next action needs it
-  record(TraceEvent::kRecv, t.micro, t.tag(), start, t.peer);
-  return buffer;
+  std::vector<P2POp> ops;
+  for (const auto& op : group) {
+    if (op.send) {
+      ops.push_back({P2POp::kSend, take(outbox_, op.t), op.t.peer, /*tag=*/0});  // made by an earlier action
+    } else {
+      auto buffer = torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_);  // [B, S, H]
+      inbox_[key(op.t)] = buffer;  // for the action that needs it
+      ops.push_back({P2POp::kRecv, buffer, op.t.peer, /*tag=*/0});
+    }
+  }
+  mesh_.pp().batch_p2p(ops);  // posted together, waited together
   // END ASSIGNMENT
+  for (const auto& op : group) record(op.send ? TraceEvent::kSend : TraceEvent::kRecv, op.t.micro, op.t.kind, start, op.t.peer);
 }
 
-void Pipeline::send(const torch::Tensor& tensor, const Transfer& t) {
-  const double start = now_us();
-  // BEGIN ASSIGNMENT pp.send_recv
-  pending_sends_.push_back(mesh_.pp().batch_p2p_async({{P2POp::kSend, tensor, t.peer, t.tag()}}));  // no wait
-  // END ASSIGNMENT
-  record(TraceEvent::kSend, t.micro, t.tag(), start, t.peer);
-}
-
-void Pipeline::progress_sends() {
-  // Shared memory moves a large message in fragments (Open MPI's vader: 32 KiB), about
-  // one per test: a few rounds per nudge deliver a [B, S, H] tensor within a layer or two.
-  for (int round = 0; round < 32; ++round)
-    for (auto& w : pending_sends_) w.progress();
+torch::Tensor Pipeline::take(std::map<TensorKey, torch::Tensor>& box, const Transfer& t) {
+  const auto it = box.find(key(t));
+  TORCH_CHECK(it != box.end(), "pipeline: ", t.kind == Transfer::kActivation ? "activation" : "gradient", " of micro-batch ",
+              t.micro, " from virtual stage ", t.from_stage, " is not here (the program is out of order)");
+  torch::Tensor x = std::move(it->second);
+  box.erase(it);
+  return x;
 }
 
 void Pipeline::sync_tied_embedding(std::vector<TrainableParam>& params) {

@@ -28,15 +28,14 @@
 //   embedding:  tied only: one all-reduce of V H (V/tp H under tensor parallelism)
 //               between the first and last stage
 //
-// Sends are posted asynchronously as soon as their tensor exists (MPI_Isend) and
-// waited at the end of the step; a receive is posted when the action that needs it
-// comes up, and waited. So a rank blocks only on a tensor it really needs, and the
-// schedule's simulation (no action waits forever) proves the program deadlock-free.
-// (NCCL has no tags and runs one communicator's operations in order: a multi-GPU
-// pipeline would need each send grouped with the next receive, as Megatron does. Not
-// done: one GPU is all this project can test on, so CUDA runs refuse --pp > 1.)
+// Point-to-point follows NCCL's rules on every device (p2p_program.h): no tags, no
+// buffering, one communicator's operations in order. The schedule's lists become, per
+// rank, a program of [a group of sends and receives] [an action] steps, made in rounds
+// so that every group meets its partners; a tensor waits in the sender's outbox until
+// the receiver's group asks for it. The CPU path runs the same program over MPI with
+// one tag, so the CPU equivalence tests prove the order a GPU run uses.
 //
-// Test: build/tests/unit_tests "[schedule]"; ctest -R "equivalence.pp|cli.mpi_pp|comm_report_pp"
+// Test: build/tests/unit_tests "[schedule],[p2p]"; ctest -R "equivalence.pp|cli.mpi_pp|comm_report_pp"
 #pragma once
 
 #include <chrono>
@@ -44,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +55,7 @@
 #include "picotron/model.h"
 #include "picotron/optim.h"
 #include "picotron/shard.h"
+#include "pipeline_parallel/p2p_program.h"
 #include "pipeline_parallel/schedules.h"
 #include "pipeline_parallel/zero_bubble.h"
 
@@ -91,7 +92,6 @@ class Pipeline {
   };
   // Collective over the pp group (the embedding group is split from it).
   Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations);
-  ~Pipeline();  // gives the model its layer runner back
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
@@ -119,9 +119,10 @@ class Pipeline {
   };
   void forward(const PipelineAction& a, const BatchLoader& loader, double loss_scale);
   void backward(const PipelineAction& a);
-  torch::Tensor receive(const Transfer& t);              // posts the receive and waits for it
-  void send(const torch::Tensor& t, const Transfer& tr);  // posts the send; run_step's end waits
-  void progress_sends();                                  // lets MPI move the posted sends
+  using TensorKey = std::tuple<int, int, int>;  // (Transfer kind, micro-batch, sender's virtual stage)
+  static TensorKey key(const Transfer& t) { return {t.kind, t.micro, t.from_stage}; }
+  void exchange(const std::vector<PipelineStep::Op>& group);  // one group: posted together, waited
+  static torch::Tensor take(std::map<TensorKey, torch::Tensor>& box, const Transfer& t);
   double now_us() const;
   void record(TraceEvent::Kind k, int micro, int chunk, double start, int peer = -1);
 
@@ -133,7 +134,8 @@ class Pipeline {
   Comm embedding_group_;  // {first, last stage} (tied embeddings only)
   bool holds_tied_embedding_ = false;  // first or last stage of a tied model, pp > 1
   std::map<std::pair<int, int>, InFlight> alive_;  // (micro, chunk)
-  std::vector<Work> pending_sends_;
+  std::vector<PipelineStep> program_;                // this rank's steps (p2p_program.h)
+  std::map<TensorKey, torch::Tensor> inbox_, outbox_;  // received, not yet used; made, not yet sent
   int64_t step_ = 0;
   torch::Tensor loss_sum_, positions_;
   std::shared_ptr<WeightGradQueue> weight_queue_;

@@ -68,7 +68,9 @@ picotron_cli_test(cli.bad_pp_schedule ${EXPECT_FAIL} "error: --pp-schedule must 
   ${TRAIN} --pp-schedule gpipe)
 picotron_cli_test(cli.pp_trace_needs_pp ${EXPECT_FAIL} "error: --pp-trace needs --pp > 1" -- ${TRAIN} --pp-trace t.json)
 picotron_cli_test(cli.pp_schedule_needs_pp ${EXPECT_FAIL} "error: --pp-schedule needs --pp > 1" -- ${TRAIN} --pp-schedule afab)
-picotron_cli_test(cli.pp_cuda_refused ${EXPECT_FAIL} "error: --pp 2 runs on --device cpu only" -- ${TRAIN} --device cuda --pp 2 --dry-run)
+# Pipelines are no longer refused on CUDA (their p2p follows NCCL's rules): the plan is accepted.
+picotron_cli_test(cli.pp_cuda_accepted ${TRAIN} --device cuda --pp 2 --dry-run)
+set_tests_properties(cli.pp_cuda_accepted PROPERTIES PASS_REGULAR_EXPRESSION "pp rank 1: layers 2-3, final norm")
 # zb-h1 in fp16 with bucketed data parallelism: W's gradients land in .grad (not the main
 # grads) and the loss scaler may skip steps; it trains.
 add_test(NAME cli.mpi_pp2_dp2_zb_fp16 COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --pp 2 --dp 2

@@ -219,9 +219,6 @@ torch::Device choose_device(TrainConfig& cfg, const Distributed& dist) {
   if (!cfg.dtype_given) cfg.dtype = cfg.device == "cuda" ? Precision::kBF16 : Precision::kFP32;
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.local_world_size()));
-  if (cfg.pp > 1 && cfg.device == "cuda")  // (an explicit --device cuda is refused by validate())
-    throw std::runtime_error("--pp " + std::to_string(cfg.pp) + " runs on --device cpu only (multi-GPU pipelines are "
-                             "not implemented: one GPU is all this project can test on)");
   return cfg.device == "cuda" ? torch::Device(torch::kCUDA, dist.select_cuda_device()) : torch::Device(torch::kCPU);
 }
 

@@ -29,8 +29,7 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
 
 // The device of this rank (--device auto: its GPU if there is one), the compute dtype when
 // --dtype was not given (bf16 on a GPU, fp32 on the CPU), written back into `cfg`; and
-// the intra-op threads (--threads, or the node's cores shared by its ranks). Throws for a
-// pipeline on a GPU (--pp runs on the CPU only).
+// the intra-op threads (--threads, or the node's cores shared by its ranks).
 // --wait-for-debugger: the chosen rank (or every rank) prints its pid and waits until a
 // debugger is attached (/proc/self/status TracerPid), then goes on; the others wait for it
 // in their first collective (each rank's --timeout-s still bounds that). Allows a non-parent

@@ -91,9 +91,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
   need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
   need(c.pp > 1 || c.pp_schedule == TrainConfig{}.pp_schedule, "--pp-schedule needs --pp > 1");
-  need(c.pp == 1 || c.device != "cuda",
-       "--pp " + str(c.pp) + " runs on --device cpu only (multi-GPU pipelines are not implemented: one GPU is all "
-       "this project can test on)");
   // Stages 2 and 3 keep no full gradient, but --sp's norm gains and a pipeline's tied
   // embedding are summed from full gradients before the sync; stage 3 would also gather
   // every layer of every micro-batch of a pipeline schedule (see zero/README.md).
