@@ -20,6 +20,13 @@
 #   timer  one step = make the batch, forward, backward, clip, AdamW step, loss.item()
 # Each step writes {"step": n, "loss": ..., "tokens_per_s": ...} to --metrics-file, the
 # fields of picotron's metrics file that the benchmark reads.
+#
+# GPU mode (--device cuda, bench/vs_pytorch.sh with DEVICE=cuda): the obvious alternative
+# as people write it: the model as the transformers library builds it
+# (LlamaForCausalLM, attn_implementation="sdpa", tied embeddings), fp32 weights under
+# torch.autocast(bf16) (picotron's bf16 recipe: bf16 compute, fp32 master weights),
+# torch.optim.AdamW(fused=True), the same clipping and schedule; the timer waits for the
+# GPU (loss.item()).
 import argparse
 import json
 import math
@@ -131,6 +138,25 @@ def lr_at(step, a):  # picotron's lr_at: linear warmup, then cosine to min_lr at
     return a.min_lr + 0.5 * (a.lr - a.min_lr) * (1 + math.cos(math.pi * progress))
 
 
+def transformers_llama(a):
+    """The model as the transformers library builds it, on the GPU, fp32 weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402 (only the GPU mode needs it)
+
+    config = LlamaConfig(hidden_size=a.hidden_size, intermediate_size=a.intermediate_size,
+                         num_hidden_layers=a.num_hidden_layers, num_attention_heads=a.num_attention_heads,
+                         num_key_value_heads=a.num_key_value_heads, vocab_size=a.vocab_size,
+                         rope_theta=a.rope_theta, rms_norm_eps=a.rms_norm_eps, tie_word_embeddings=True,
+                         max_position_embeddings=a.seq_len, attention_bias=False, mlp_bias=False)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").to("cuda")
+
+    def loss(tokens, targets):  # [B, S], [B, S] -> scalar: mean cross-entropy, as picotron's
+        logits = model(input_ids=tokens, use_cache=False).logits  # [B, S, V]
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+    model.loss = loss
+    return model
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--hidden-size", type=int, default=128)
@@ -151,11 +177,13 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--metrics-file", default="")
     p.add_argument("--dry-run", action="store_true", help="print the parameter count and exit")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: transformers' LlamaForCausalLM (sdpa), bf16 autocast, fused AdamW")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = Llama(a)
+    model = Llama(a) if a.device == "cpu" else transformers_llama(a)
     total = sum(t.numel() for t in model.parameters())  # the tied head is counted once
     print(f"total parameters   {total} ({total:,})", flush=True)
     if a.dry_run:
@@ -163,8 +191,9 @@ def main():
     decay = [t for t in model.parameters() if t.dim() >= 2]
     no_decay = [t for t in model.parameters() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
-    print(f"pytorch {torch.__version__}, {torch.get_num_threads()} thread(s), fp32, "
+                            lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=a.device == "cuda")
+    precision = "fp32" if a.device == "cpu" else "bf16 autocast, fp32 weights, sdpa, fused AdamW"
+    print(f"pytorch {torch.__version__}, {a.device}, {torch.get_num_threads()} thread(s), {precision}, "
           f"batch {a.micro_batch_size} x {a.seq_len}", flush=True)
     tokens_per_step = a.micro_batch_size * a.seq_len
     gen = torch.Generator()
@@ -176,7 +205,9 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a)
         opt.zero_grad(set_to_none=True)
-        loss = model.loss(rows[:, :-1], rows[:, 1:])
+        rows = rows.to(a.device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.device == "cuda"):
+            loss = model.loss(rows[:, :-1], rows[:, 1:])
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -7,6 +7,8 @@
 # whole global batch (micro-batch x grad-acc x dp rows) as ONE micro-batch, so the
 # reference involves neither data parallelism nor gradient accumulation. Then
 # compare_runs checks every step's loss and grad norm and the final parameters within RTOL.
+# Environment: MPIEXEC (default mpirun); TRAIN_WRAPPER, a command that each parallel rank
+# runs TRAIN through (scripts/gpu_check.sh gives each rank its own NCCL_HOSTID with it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$1 rtol=$2 np=$3; shift 3; [ "$1" = "--" ] && shift
@@ -36,7 +38,7 @@ echo "== reference: 1 process, one micro-batch of $global rows: ${ref_args[*]}"
 run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$global" --grad-acc-steps 1 \
   --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
 echo "== parallel: $np processes, --micro-batch-size $micro --grad-acc-steps $acc ${par_args[*]}"
-run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" "$train" "${par_args[@]}" \
+run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" ${TRAIN_WRAPPER:-} "$train" "${par_args[@]}" \
   --micro-batch-size "$micro" --grad-acc-steps "$acc" \
   --metrics-file "$work/run.jsonl" --save-params "$work/run.params"
 "$compare" "$work/ref.jsonl" "$work/run.jsonl" "$work/ref.params" "$work/run.params" "$rtol"

