@@ -49,6 +49,7 @@
 #include "picotron/runtime/report.h"
 #include "picotron/runtime/resume.h"
 #include "picotron/runtime/startup.h"
+#include "picotron/runtime/validation.h"
 
 using namespace picotron;
 
@@ -84,7 +85,8 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausal
   return adamw;
 }
 
-int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
+int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
+  const std::shared_ptr<TokenSource>& data = sources.train;
   const int rank = dist.rank();
   wait_for_debugger(cfg, rank);  // --wait-for-debugger: a rank's pid printed, and a pause until gdb attaches
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
@@ -161,6 +163,13 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
   if (cfg.cp > 1)  // this cp rank's tokens of every sequence (their targets and RoPE positions follow)
     loader.keep_positions(my_tokens);
   print0(rank, data_summary(cfg, loader));
+  std::optional<BatchLoader> val;  // --val-data: the same global batches each evaluation (validation.h)
+  if (sources.val) {
+    val.emplace(sources.val, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp, mesh.coords().dp);
+    if (cfg.cp > 1) val->keep_positions(my_tokens);
+    print0(rank, "validation: " + sources.val->describe() + "; " + std::to_string(cfg.eval_batches) + " global batches, " +
+                     (cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) + " steps and " : "") + "after the last step");
+  }
   RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
@@ -235,6 +244,8 @@ int run(TrainConfig cfg, std::shared_ptr<TokenSource> data, Distributed& dist) {
     stats.mfu = peak_flops > 0 ? flops_tok * stats.tokens_per_s / peak_flops : -1.0;
     stats.peak_mem_bytes = peak_memory_bytes(device);
     stats.skipped = !finite;
+    if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
+      stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
     if (checkpoint_due(cfg, step + 1, end_step))
       save_checkpoint(cfg, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()}, owned, world);
@@ -310,7 +321,7 @@ int main(int argc, char** argv) {
                                                    args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
   const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(*config, c); };
   if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, plan_of);
-  std::shared_ptr<TokenSource> data;  // --data, opened (and checked) before the launch
+  DataSources data;  // --data and --val-data, opened (and checked) before the launch
   if (problems.empty()) problems = run_problems(*config, launch, plan_of, data);
   for (const auto& p : problems) report_error(launch.rank, p);
   if (problems.empty() || launch.world_size > 1) {

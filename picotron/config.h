@@ -79,6 +79,9 @@ struct TrainConfig {
   uint64_t seed = 1234;                // seed of init and data order
   // --- data ---
   std::string data = "arithmetic";     // arithmetic | synthetic | text file | token .bin file or dir
+  std::string val_data;                // held-out tokens (same forms as data): validation loss (empty: none)
+  int64_t eval_every = 0;              // --val-data: the validation loss every N steps and at the end (0: at the end)
+  int64_t eval_batches = 4;            // --val-data: the same K global batches each time
   // --- parallelism ---
   int dp = 1, tp = 1, pp = 1, cp = 1;  // mesh sizes; dp*pp*cp*tp must equal the world size
   bool sp = false;                     // sequence parallelism: activations between blocks split along S over tp

@@ -27,7 +27,18 @@ std::vector<std::vector<A>> all_lists(PipelineSchedule s, int P, int m, int v) {
 
 std::vector<std::vector<PipelineStep>> pipeline_programs(PipelineSchedule s, int P, int m, int v) {
   v = chunks_of(s, v);
-  const auto lists = all_lists(s, P, m, v);
+  return programs_for_lists(all_lists(s, P, m, v), P, v);
+}
+
+std::vector<std::vector<PipelineStep>> forward_only_programs(PipelineSchedule s, int P, int m, int v) {
+  v = chunks_of(s, v);
+  auto lists = all_lists(s, P, m, v);
+  for (auto& list : lists)
+    list.erase(std::remove_if(list.begin(), list.end(), [](const A& a) { return a.kind != A::kForward; }), list.end());
+  return programs_for_lists(lists, P, v);
+}
+
+std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int v) {
   std::vector<std::vector<PipelineStep>> programs(P);
   std::vector<size_t> next(P, 0);
   std::set<Key> produced;  // tensors made in earlier rounds, kept by their senders until asked for
@@ -62,7 +73,7 @@ std::vector<std::vector<PipelineStep>> pipeline_programs(PipelineSchedule s, int
       }
       if (!ops.empty() || round[r].action) programs[r].push_back(std::move(round[r]));
     }
-    if (!ran) throw std::logic_error(std::string("pipeline_programs: schedule ") + schedule_name(s) + " cannot progress");
+    if (!ran) throw std::logic_error("pipeline programs: the lists cannot progress (an input is never made)");
   }
   // END ASSIGNMENT
   return programs;

@@ -54,6 +54,11 @@ struct PipelineStep {
 // Every rank's program for one step (index = pp rank). Pure. The actions are exactly
 // schedule_actions(s, P, m, v, rank), in order.
 std::vector<std::vector<PipelineStep>> pipeline_programs(PipelineSchedule s, int P, int m, int v);
+// The rounds over any lists (one per rank, v chunks each; each list in an order its data
+// allows). Throws std::logic_error when a round runs nothing.
+std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int v);
+// The schedule's forwards alone, in its order: the validation loss (no backward).
+std::vector<std::vector<PipelineStep>> forward_only_programs(PipelineSchedule s, int P, int m, int v);
 std::string to_string(const PipelineStep& step);  // "[send a3 to 1, recv g0 from 1] B0"
 // --dry-run's listing: "p2p program per step (...):" and one line per pp rank.
 std::string pipeline_programs_text(PipelineSchedule s, int P, int m, int v);

@@ -72,6 +72,7 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
                                          : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
   program_ = pipeline_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
+  eval_program_ = forward_only_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
   mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
   t0_ = std::chrono::steady_clock::now();
 }
@@ -100,6 +101,23 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
   TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
   TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
   mesh_.pp().broadcast(loss_sum_, P_ - 1);  // the last stage computed it; every rank logs it
+  return loss_sum_;
+}
+
+torch::Tensor Pipeline::evaluate(int64_t index, const BatchLoader& loader) {
+  torch::NoGradGuard no_grad;
+  const bool trace = opts_.trace;
+  opts_.trace = false;  // the trace shows training steps only
+  step_ = index;
+  loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
+  for (const PipelineStep& step : eval_program_) {
+    if (!step.exchange.empty()) exchange(step.exchange);
+    if (step.action) forward(*step.action, loader, /*loss_scale=*/1.0);
+  }
+  alive_.clear();  // no backward: the forwards' records go
+  opts_.trace = trace;
+  TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
+  mesh_.pp().broadcast(loss_sum_, P_ - 1);
   return loss_sum_;
 }
 

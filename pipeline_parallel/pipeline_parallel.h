@@ -103,6 +103,10 @@ class Pipeline {
   // One step: every micro-batch forward and backward in the schedule's order. Returns
   // the step's loss (mean over the m micro-batches, fp64 [1]) on EVERY pp rank.
   torch::Tensor run_step(int64_t step, const BatchLoader& loader, double loss_scale, const Hooks& hooks);
+  // The validation loss of global batch `index` of `loader` (held-out tokens): the
+  // schedule's forwards alone (forward_only_programs), no gradients. Returns the mean over
+  // this rank's m micro-batches (fp64 [1]) on every pp rank. Collective over pp.
+  torch::Tensor evaluate(int64_t index, const BatchLoader& loader);
   // Tied embeddings: sum the embedding's two gradient parts over {first, last stage}.
   void sync_tied_embedding(std::vector<TrainableParam>& params);
 
@@ -134,7 +138,7 @@ class Pipeline {
   Comm embedding_group_;  // {first, last stage} (tied embeddings only)
   bool holds_tied_embedding_ = false;  // first or last stage of a tied model, pp > 1
   std::map<std::pair<int, int>, InFlight> alive_;  // (micro, chunk)
-  std::vector<PipelineStep> program_;                // this rank's steps (p2p_program.h)
+  std::vector<PipelineStep> program_, eval_program_;  // this rank's steps (p2p_program.h): a step; forwards only
   std::map<TensorKey, torch::Tensor> inbox_, outbox_;  // received, not yet used; made, not yet sent
   int64_t step_ = 0;
   torch::Tensor loss_sum_, positions_;

@@ -20,7 +20,7 @@ die() { echo "gpu_deps: error: $*" >&2; exit 1; }
 case "${1:-}" in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 
 mkdir -p "$dir/prefix"
-for pkg in libcxxopts-dev nlohmann-json3-dev catch2; do
+for pkg in libcxxopts-dev nlohmann-json3-dev catch2 libpcre2-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || die "Debian package $pkg is not installed (scripts/setup.sh installs it)"
   dpkg -L "$pkg" | grep '^/usr/' | grep -v '^/usr/share/doc/' | while read -r f; do
     [ -f "$f" ] || continue

@@ -2,8 +2,9 @@
 //
 //   compare_runs REF.jsonl RUN.jsonl REF.params RUN.params RTOL
 //
-// Passes when every step's loss and grad norm of RUN match REF within relative error
-// RTOL, and every final parameter matches: max |run - ref| <= RTOL * max |ref| per
+// Passes when every step's loss and grad norm (and validation loss, on the steps that
+// have one: --val-data) of RUN match REF within relative error RTOL, and every final
+// parameter matches: max |run - ref| <= RTOL * max |ref| per
 // tensor. Prints the worst errors either way.
 #include <cmath>
 #include <fstream>
@@ -19,6 +20,8 @@ namespace {
 
 struct StepMetrics {
   double loss, grad_norm;
+  bool has_val;  // --val-data: a validation loss on this step
+  double val_loss;
 };
 
 double field(const std::string& line, const std::string& key) {
@@ -32,7 +35,10 @@ std::vector<StepMetrics> read_metrics(const std::string& path) {
   if (!in) throw std::runtime_error("cannot open metrics file " + path);
   std::vector<StepMetrics> out;
   for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back({field(line, "loss"), field(line, "grad_norm")});
+    if (!line.empty()) {
+      const bool has_val = nlohmann::json::parse(line).contains("val_loss");
+      out.push_back({field(line, "loss"), field(line, "grad_norm"), has_val, has_val ? field(line, "val_loss") : NAN});
+    }
   return out;
 }
 
@@ -61,6 +67,15 @@ int main(int argc, char** argv) {
       std::cout << "step " << s + 1 << ": loss " << ref[s].loss << " vs " << run[s].loss << " (rel " << el
                 << "), grad norm rel " << en << (el > rtol || en > rtol ? "  <-- FAIL" : "") << "\n";
       failures += (el > rtol) + (en > rtol);
+      if (ref[s].has_val != run[s].has_val) {
+        std::cout << "step " << s + 1 << ": a validation loss in only one of the runs  <-- FAIL\n";
+        ++failures;
+      } else if (ref[s].has_val) {
+        const double ev = rel(ref[s].val_loss, run[s].val_loss);
+        std::cout << "step " << s + 1 << ": val loss " << ref[s].val_loss << " vs " << run[s].val_loss << " (rel " << ev
+                  << ")" << (ev > rtol ? "  <-- FAIL" : "") << "\n";
+        failures += ev > rtol;
+      }
     }
     const auto p_ref = picotron::load_tensors(argv[3]), p_run = picotron::load_tensors(argv[4]);
     double worst_param = 0;

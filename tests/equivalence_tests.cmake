@@ -212,3 +212,12 @@ set_tests_properties(explain.narration PROPERTIES TIMEOUT 300 ENVIRONMENT "${PIC
 add_test(NAME gpu_check.cpu_side COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_cpu.sh $<TARGET_FILE:train> $<TARGET_FILE:unit_tests>)
 set_tests_properties(gpu_check.cpu_side PROPERTIES TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   LABELS "mpi;cli" PROCESSORS 2 PASS_REGULAR_EXPRESSION "GPU CHECK CPU SIDE OK" FAIL_REGULAR_EXPRESSION "FAILED|MISSING")
+
+# --val-data: the validation loss is computed as the training loss is (forward only; a
+# pipeline runs its schedule's forwards), so it must be equal across layouts too
+# (picotron/runtime/validation.h); compare_runs compares it on the steps that have one.
+set(VAL_FLAGS --val-data ${CMAKE_SOURCE_DIR}/docs/testing.md --eval-every 3 --eval-batches 2)
+picotron_equivalence(val_dp2_pp2 NP 4 ARGS --dp 2 --pp 2 --grad-acc-steps 2 ${VAL_FLAGS})
+picotron_equivalence(val_tp2_cp2_sp NP 4 ARGS --tp 2 --cp 2 --sp ${VAL_FLAGS})
+picotron_equivalence(val_zero3_dp2_recompute NP 2 ARGS --dp 2 --zero 3 --recompute full ${VAL_FLAGS})
+picotron_equivalence(val_pp2_interleaved NP 2 ARGS --num-hidden-layers 4 --pp 2 --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 2 ${VAL_FLAGS})

@@ -240,6 +240,9 @@ const std::vector<Flag>& flag_table() {
     t.push_back(real("init-std", "Training", "std of the normal initialisation of weight matrices (embedding and projections; norms start at 1)", of(&TrainConfig::init_std), {">", 0, kNoLimit}));
     t.push_back(integer("seed", "Training", "seed of initialisation and data order", of(&TrainConfig::seed), {">=", 0, kNoLimit}));
     t.push_back(text("data", "Training", "arithmetic | synthetic | a text file | a token file (.bin) or a directory of them", of(&TrainConfig::data)));
+    t.push_back(text("val-data", "Training", "held-out tokens (the forms of --data, e.g. DIR/val from scripts/prepare_data.py): the validation loss in the step line and the metrics", of(&TrainConfig::val_data)));
+    t.push_back(integer("eval-every", "Training", "with --val-data: the validation loss every N steps, and after the last (0: after the last only)", of(&TrainConfig::eval_every), {">=", 0, kNoLimit}));
+    t.push_back(integer("eval-batches", "Training", "with --val-data: the mean loss over these K global batches of it (the same ones each time)", of(&TrainConfig::eval_batches), {">=", 1, double(k << 20)}));
     // ---- Parallelism ----
     t.push_back(integer("dp", "Parallelism", "data-parallel size", of(&TrainConfig::dp), {">=", 1, double(k << 16)}));
     t.push_back(integer("tp", "Parallelism", "tensor-parallel size", of(&TrainConfig::tp), {">=", 1, double(k << 16)}));

@@ -79,10 +79,11 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
 }
 
 std::string step_line(const StepStats& s) {
-  char mfu_text[16] = "n/a", line[256];
+  char mfu_text[16] = "n/a", val_text[32] = "", line[256];
   if (s.mfu >= 0) std::snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", s.mfu * 100);
-  std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
-                (long long)s.step, (long long)s.steps, s.loss, s.lr, s.grad_norm,
+  if (s.val_loss) std::snprintf(val_text, sizeof(val_text), " | val %#.6g", *s.val_loss);
+  std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g%s | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
+                (long long)s.step, (long long)s.steps, s.loss, val_text, s.lr, s.grad_norm,
                 with_commas(int64_t(s.tokens_per_s)).c_str(), mfu_text, human_bytes(double(s.peak_mem_bytes)).c_str(),
                 s.skipped ? " | non-finite grad norm: optimizer step skipped" : "");
   return line;
@@ -105,6 +106,7 @@ void MetricsWriter::write(const StepStats& s) {
                       {"tokens_per_s", s.tokens_per_s}, {"mfu", nullptr},
                       {"peak_mem_bytes", s.peak_mem_bytes}, {"skipped", s.skipped}};
   if (s.mfu >= 0) j["mfu"] = s.mfu;
+  if (s.val_loss) j["val_loss"] = *s.val_loss;  // only on the steps that evaluate (--val-data)
   out_.write(j.dump() + "\n");
 }
 
@@ -138,7 +140,7 @@ void RunLog::memory(int64_t step, const char* phase, int64_t micro) {
 }
 
 bool RunLog::step_done(const StepStats& s) {
-  const bool logged = should_log(s.step, s.steps, cfg_.log_every);
+  const bool logged = should_log(s.step, s.steps, cfg_.log_every) || s.val_loss.has_value();
   if (rank_ == 0 && logged) std::cout << step_line(s) << std::endl;
   metrics_.write(s);
   const bool bad = !std::isfinite(s.loss) || (s.skipped && cfg_.dtype != Precision::kFP16);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <torch/torch.h>
@@ -39,8 +40,9 @@ struct StepStats {
   double mfu = -1;              // < 0: unknown (CPU)
   int64_t peak_mem_bytes = 0;
   bool skipped = false;         // fp16 overflow: the optimizer step was skipped
+  std::optional<double> val_loss;  // --val-data: on the steps that evaluate
 };
-// "step    10/100 | loss 2.34567 | lr ... | grad norm ... | tok/s | mfu | mem"
+// "step    10/100 | loss 2.34567 | val 2.45678 | lr ... | grad norm ... | tok/s | mfu | mem"
 std::string step_line(const StepStats& s);
 // Print every step of short runs, about 50 lines otherwise; always the first and last.
 // log_every > 0 overrides the interval.

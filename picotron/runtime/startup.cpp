@@ -72,7 +72,7 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
       continue;
     }
     for (const auto& [input_flag, input] : {std::pair{"--eval", cfg.eval}, {"--init-from", cfg.init_from},
-                                            {"--resume", cfg.resume}})
+                                            {"--resume", cfg.resume}, {"--val-data", cfg.val_data}})
       if (same(path, input))
         problems.push_back(std::string(flag) + " " + path + ": is the " + input_flag + " input, which it would overwrite");
     for (const auto& [other_flag, other] : seen)
@@ -172,7 +172,7 @@ std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& lau
 }
 
 std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of,
-                                      std::shared_ptr<TokenSource>& data) {
+                                      DataSources& data) {
   std::vector<std::string> problems = output_problems(cfg);  // every output writable: now, not after the run
   if (problems.empty() && !cfg.eval.empty()) {  // read after training: a missing one or a FIFO is named now
     try {
@@ -186,9 +186,10 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
     if (auto p = memory_problem(cfg, launch, plan_of); !p.empty()) problems.push_back(p);
   if (problems.empty()) {
     try {
-      data = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
+      data.train = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
+      if (!cfg.val_data.empty()) data.val = open_data(cfg.val_data, cfg.llama.vocab_size, cfg.seq_len);
     } catch (const std::exception& e) {
-      problems.push_back(e.what());
+      problems.push_back((cfg.val_data.empty() || data.train == nullptr ? "" : "--val-data ") + std::string(e.what()));
     }
   }
   return problems;

@@ -22,10 +22,13 @@ namespace picotron {
 // validate() against the launch's world size (--dry-run: the mesh's). Pure.
 std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& launch);
 // What a real run also needs, checked in order until one fails: every output writable,
-// this machine (GPU, kernels), the memory this rank will need, and the --data files
-// (opened into `data`). One line per problem.
+// this machine (GPU, kernels), the memory this rank will need, and the --data and
+// --val-data files (opened into `data`). One line per problem.
+struct DataSources {
+  std::shared_ptr<TokenSource> train, val;  // val: --val-data, or null
+};
 std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of,
-                                      std::shared_ptr<TokenSource>& data);
+                                      DataSources& data);
 
 // The device of this rank (--device auto: its GPU if there is one), the compute dtype when
 // --dtype was not given (bf16 on a GPU, fp32 on the CPU), written back into `cfg`; and

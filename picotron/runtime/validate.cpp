@@ -45,6 +45,10 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
              (overflow ? std::string("more than 2^63") : str(tokens)) + ")");
   }
   need(c.eval_logits.empty() || !c.eval.empty(), "--eval-logits needs --eval");
+  need(c.eval_every == 0 || !c.val_data.empty(), "--eval-every needs --val-data (the held-out tokens to evaluate)");
+  need(c.eval_batches == TrainConfig{}.eval_batches || !c.val_data.empty(), "--eval-batches needs --val-data");
+  need(c.val_data.empty() || (c.val_data != "synthetic" && c.val_data != "arithmetic"),
+       "--val-data must be held-out tokens (a token file, a directory of them, or a text file), got '" + c.val_data + "'");
   for (int64_t id : c.prompt_ids)
     need(id < m.vocab_size, "--prompt-ids: token " + str(id) + " is not below --vocab-size " + str(m.vocab_size));
   need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + str(c.save_every) + " needs --save-dir");
