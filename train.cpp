@@ -267,7 +267,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
       print0(rank, "exported a Hugging Face folder to " + cfg.export_hf + " (config.json, model.safetensors)");
     }
   }
-  const bool uses_whole_model = prints_samples(cfg) || !cfg.eval.empty() || !cfg.prompt_ids.empty();
+  const bool uses_whole_model = prints_samples(cfg) || !cfg.eval.empty() || !cfg.prompt_ids.empty() || !cfg.prompt.empty();
   if (uses_whole_model) {  // a whole model on rank 0, whatever the mesh trained
     const auto full = gather_full_tensors(optimizer->weights_by_name(), cfg.llama, shape, plan_of, dtype, world);
     if (rank == 0) {
@@ -275,6 +275,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
       load_parameters(*whole, full);
       if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
       if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
+      else if (!cfg.prompt.empty()) print_text_continuation(whole, cfg.tokenizer, cfg.prompt, cfg.generate);
       else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
     }
   }

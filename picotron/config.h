@@ -105,6 +105,8 @@ struct TrainConfig {
   std::string eval;                    // a JSON file {"input_ids": [[...], ...]}: print the loss on it at the end
   std::string eval_logits;             // with --eval: write {"loss", "logits"} to this JSON file
   std::vector<int64_t> prompt_ids;     // continue these token ids by --generate tokens (greedy) at the end
+  std::string tokenizer;               // a folder holding tokenizer.json (or the file): samples and --prompt as text
+  std::string prompt;                  // --tokenizer: continue this text by --generate tokens (greedy) at the end
   // --- checkpoints (picotron/runtime/resume.h) ---
   std::string save_dir;                // write checkpoints here, D/step-000120/ (empty: none)
   int64_t save_every = 0;              // a checkpoint every N steps (0: only at the end of the run)

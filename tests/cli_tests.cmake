@@ -274,6 +274,19 @@ if(NO_TRANSFORMERS EQUAL 0)
 else()
   message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip is not registered (scripts/setup.sh installs it)")
 endif()
+# The C++ tokenizer (picotron/tokenizer.h) against the tokenizers library: three byte-level
+# BPE styles (GPT-2, Llama-3, SmolLM) trained on the project's docs, the same ids on every
+# paragraph and on hard cases, and decoding back to the text.
+add_executable(tokenizer_check tokenizer_check.cpp)
+target_link_libraries(tokenizer_check PRIVATE picotron_core)
+target_link_options(tokenizer_check PRIVATE ${PICOTRON_LINK_FLAGS})
+if(NO_TRANSFORMERS EQUAL 0)
+  add_test(NAME data.tokenizer_vs_library COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer_cases.py
+    ${CMAKE_CURRENT_BINARY_DIR}/tokenizers $<TARGET_FILE:tokenizer_check> ${CMAKE_SOURCE_DIR}/README.md
+    ${CMAKE_SOURCE_DIR}/docs/testing.md ${CMAKE_SOURCE_DIR}/pipeline_parallel/README.md)
+  set_tests_properties(data.tokenizer_vs_library PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "tokenizers ok"
+    FAIL_REGULAR_EXPRESSION "FAILED")
+endif()
 picotron_cli_test(hf.bad_init_from ${EXPECT_FAIL} "error: --init-from /nonexistent/llama: .*config.json: no such file" --
   ${TRAIN} --init-from /nonexistent/llama)
 set(HF_DIR ${CMAKE_CURRENT_BINARY_DIR}/hf_export_flags)

@@ -292,6 +292,8 @@ const std::vector<Flag>& flag_table() {
     t.push_back(text("export-hf", "Output", "write the final weights as a Hugging Face folder (config.json + model.safetensors) that transformers' LlamaForCausalLM.from_pretrained loads", of(&TrainConfig::export_hf)));
     t.push_back(text("eval", "Output", "a JSON file {\"input_ids\": [[ids...], ...]}: after training (or with --steps 0), print the next-token loss on it", of(&TrainConfig::eval)));
     t.push_back(text("eval-logits", "Output", "with --eval: write {\"loss\": ..., \"logits\": [B][S][V]} to this JSON file", of(&TrainConfig::eval_logits)));
+    t.push_back(text("tokenizer", "Output", "a folder holding tokenizer.json (scripts/prepare_data.py's output, a Hugging Face model folder) or the file: samples and --prompt as text; --vocab-size follows it", of(&TrainConfig::tokenizer)));
+    t.push_back(text("prompt", "Output", "with --tokenizer: at the end, print this text and its greedy continuation by --generate tokens", of(&TrainConfig::prompt)));
     Flag prompt{"prompt-ids", "Output", "comma-separated token ids: at the end, print their greedy continuation by --generate tokens (ids in, ids out; no tokenizer needed)"};
     prompt.set = [](TrainConfig& c, const std::string& text) {
       if (text.back() == ',' || text.find(",,") != std::string::npos)

@@ -1,6 +1,8 @@
 // picotron/runtime/generate.cpp — see generate.h.
 #include "picotron/runtime/generate.h"
 
+#include "picotron/tokenizer.h"
+
 #include <fstream>
 #include <sstream>
 
@@ -68,8 +70,16 @@ ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num
   return report;
 }
 
+namespace {
+std::string one_line(std::string text) {  // a sample on one line: newlines and tabs shown
+  std::string out;
+  for (char c : text) out += c == '\n' ? std::string("\\n") : c == '\t' ? std::string("\\t") : std::string(1, c);
+  return out;
+}
+}  // namespace
+
 bool prints_samples(const TrainConfig& cfg) {
-  return cfg.generate > 0 && (cfg.data == "arithmetic" || cfg.llama.vocab_size <= 256);
+  return cfg.generate > 0 && (cfg.data == "arithmetic" || cfg.llama.vocab_size <= 256 || !cfg.tokenizer.empty());
 }
 
 void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader) {
@@ -80,6 +90,17 @@ void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchL
     for (const auto& e : report.examples) std::cout << "  " << e << "\n";
     std::cout << "arithmetic accuracy: " << report.correct << "/" << report.total << " problems answered exactly"
               << std::endl;
+  } else if (!cfg.tokenizer.empty()) {  // text through the tokenizer: [prompt] continuation
+    const Tokenizer tok = Tokenizer::load(cfg.tokenizer);
+    std::cout << "samples (temperature 0.8, " << cfg.tokenizer << "):\n";
+    for (int i = 0; i < cfg.generate; ++i) {
+      const int64_t n = std::min<int64_t>(8, cfg.seq_len);
+      const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
+      std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + n);
+      const auto out = continue_tokens(model, p, 48, -1, 0.8, cfg.seed + i);
+      std::cout << "  [" << one_line(tok.decode(p)) << "] " << one_line(tok.decode(out)) << "\n";
+    }
+    std::cout << std::flush;
   } else if (cfg.llama.vocab_size <= 256) {
     std::cout << "samples (temperature 0.8):\n";
     for (int i = 0; i < cfg.generate; ++i) {
@@ -103,6 +124,26 @@ void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& pro
   o << " ->";
   for (int64_t id : out) o << " " << id;
   if (model->config.vocab_size <= 256) o << "   [" << bytes_to_text(prompt) << "] " << bytes_to_text(out);
+  std::cout << o.str() << std::endl;
+}
+
+void print_text_continuation(LlamaForCausalLM& model, const std::string& tokenizer, const std::string& prompt,
+                             int64_t max_new) {
+  model->eval();
+  const Tokenizer tok = Tokenizer::load(tokenizer);
+  const auto ids = tok.encode(prompt);
+  if (ids.empty()) throw std::runtime_error("--prompt: the text encodes to no tokens");
+  for (int64_t id : ids)
+    if (id >= model->config.vocab_size)
+      throw std::runtime_error("--prompt: token " + std::to_string(id) + " is not below the model's vocab_size " +
+                               std::to_string(model->config.vocab_size) + " (another tokenizer?)");
+  const auto out = continue_tokens(model, ids, max_new, /*stop_token=*/-1, /*temperature=*/0.0, /*seed=*/0);
+  std::ostringstream o;
+  o << "prompt (" << ids.size() << " tokens) + greedy continuation (" << out.size() << "):\n" << prompt << tok.decode(out)
+    << "\nids:";
+  for (int64_t id : ids) o << " " << id;
+  o << " ->";
+  for (int64_t id : out) o << " " << id;
   std::cout << o.str() << std::endl;
 }
 

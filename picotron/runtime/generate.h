@@ -37,15 +37,20 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens);
 
 // What --generate N prints after training, from a whole (single-process) model:
 //   arithmetic data: N greedy answers and the exact-answer count over 100 problems;
+//   --tokenizer: N continuations of prompts from the data, as text (picotron/tokenizer.h);
 //   other byte-level data (V <= 256): N continuations of prompts from the data;
-//   larger vocabularies: nothing (no tokenizer to print with).
+//   larger vocabularies without a tokenizer: nothing.
 void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader);
 // Whether print_samples prints anything for this config (decided before gathering a
 // whole model onto rank 0 for it). Pure: every rank gets the same answer.
 bool prints_samples(const TrainConfig& cfg);
 // --prompt-ids: "prompt ids: 1 2 3 -> 4 5 6" (greedy, `max_new` tokens; and the bytes when
-// the vocabulary is bytes). Ids in, ids out: a tokenizer stays outside (docs/checkpoints.md, "Hugging Face weights").
+// the vocabulary is bytes). Ids in, ids out (--prompt with --tokenizer takes text).
 void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new);
+// --prompt TEXT --tokenizer DIR: the text, encoded, continued greedily by max_new tokens,
+// printed as text (the prompt included) and as ids.
+void print_text_continuation(LlamaForCausalLM& model, const std::string& tokenizer, const std::string& prompt,
+                             int64_t max_new);
 // --eval F: the next-token loss on F's {"input_ids": [[...], ...]} (each row predicts its
 // own next tokens: mean over B x (S-1)), printed; with `logits_path`, {"loss", "logits"
 // [B][S][V]} written there as JSON.

@@ -45,6 +45,8 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
              (overflow ? std::string("more than 2^63") : str(tokens)) + ")");
   }
   need(c.eval_logits.empty() || !c.eval.empty(), "--eval-logits needs --eval");
+  need(c.prompt.empty() || !c.tokenizer.empty(), "--prompt needs --tokenizer (the text becomes token ids through it; or give --prompt-ids)");
+  need(c.prompt.empty() || c.prompt_ids.empty(), "--prompt and --prompt-ids: give one of them");
   need(c.eval_every == 0 || !c.val_data.empty(), "--eval-every needs --val-data (the held-out tokens to evaluate)");
   need(c.eval_batches == TrainConfig{}.eval_batches || !c.val_data.empty(), "--eval-batches needs --val-data");
   need(c.val_data.empty() || (c.val_data != "synthetic" && c.val_data != "arithmetic"),
