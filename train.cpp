@@ -251,6 +251,11 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
       save_checkpoint(cfg, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()}, owned, world);
   }
   log.finish();
+  if (val && start_step == end_step) {  // no step to log it with (--steps 0: an imported model, say)
+    const double v = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
+    print0(rank, "validation loss " + std::to_string(v) + " (perplexity " + std::to_string(std::exp(v)) + ") over " +
+                     std::to_string(cfg.eval_batches) + " global batches");
+  }
   if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) pipeline->write_trace(cfg.pp_trace, world, cfg.steps);
 

@@ -1,9 +1,11 @@
 """Plot the loss, tokens/s and peak memory per step of one or more --metrics-file runs.
 
 `train --metrics-file FILE` writes one JSON object per step (step, loss, lr,
-grad_norm, tokens_per_s, mfu, peak_mem_bytes, skipped). This script draws three
-panels, one line per file, labelled by file name, to compare runs (a mesh against
-one process, recompute modes, ZeRO stages...).
+grad_norm, tokens_per_s, mfu, peak_mem_bytes, skipped; and val_loss on the steps that
+evaluate, with --val-data). This script draws three panels, one line per file, labelled
+by file name, to compare runs (a mesh against one process, recompute modes, ZeRO
+stages...); a run with a validation loss gets its validation curve (dashed, with
+markers) beside its training loss.
 
 Usage:
     python scripts/plot_metrics.py RUN.jsonl [RUN2.jsonl ...] -o OUT.png [--title T]
@@ -33,7 +35,12 @@ def main():
         steps = [r["step"] for r in rows]
         for ax, (key, label, scale) in zip(axes, panels):
             values = [r[key] * scale if r[key] is not None else float("nan") for r in rows]  # null: diverged
-            ax.plot(steps, values, label=os.path.basename(path))
+            line, = ax.plot(steps, values, label=os.path.basename(path) + (" (train)" if key == "loss" else ""))
+            if key == "loss":
+                val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
+                if val:
+                    ax.plot(*zip(*val), "--o", color=line.get_color(), markersize=4,
+                            label=os.path.basename(path) + " (validation)")
             ax.set_xlabel("step")
             ax.set_ylabel(label)
     axes[0].legend(fontsize=8)

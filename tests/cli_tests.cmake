@@ -350,3 +350,13 @@ picotron_mpi_cli_test(cli.mpi_diverged 2 "error: the run diverged" ${TRAIN} ${DI
 add_test(NAME cli.diverged_samples COMMAND ${TRAIN} ${DIVERGE} --micro-batch-size 2 --data synthetic --max-bad-steps 100 --generate 2)
 set_tests_properties(cli.diverged_samples PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "samples .*step +8/8|step +8/8.*samples")
 picotron_cli_test(cli.bad_max_bad_steps ${EXPECT_FAIL} "error: --max-bad-steps must be >= 1, got 0" -- ${TRAIN} --max-bad-steps 0)
+
+# Real text end to end (tests/text_data_check.py): scripts/prepare_data.py's round trip
+# text -> ids -> text by document, training with --val-data --tokenizer --prompt, and the
+# bad inputs (one line each, nothing left behind).
+if(NO_TRANSFORMERS EQUAL 0)
+  add_test(NAME data.text_end_to_end COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/text_data_check.py
+    ${CMAKE_CURRENT_BINARY_DIR}/text_data ${TRAIN})
+  set_tests_properties(data.text_end_to_end PROPERTIES LABELS cli TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "text data ok" FAIL_REGULAR_EXPRESSION "FAILED")
+endif()

@@ -236,7 +236,9 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
       data.train = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
       if (!cfg.val_data.empty()) data.val = open_data(cfg.val_data, cfg.llama.vocab_size, cfg.seq_len);
     } catch (const std::exception& e) {
-      problems.push_back((cfg.val_data.empty() || data.train == nullptr ? "" : "--val-data ") + std::string(e.what()));
+      std::string message = e.what();  // open_data names "--data"; the validation tokens are --val-data's
+      if (data.train && message.rfind("--data ", 0) == 0) message.replace(0, 6, "--val-data");
+      problems.push_back(message);
     }
   }
   return problems;
