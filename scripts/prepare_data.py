@@ -211,6 +211,7 @@ def main():
         tok = train_tokenizer(tqdm(documents(files), total=n, desc="training the tokenizer", unit="doc",
                                    disable=not sys.stderr.isatty()), a.vocab_size)
         source = f"trained here: byte-level BPE, {tok.get_vocab_size()} entries"
+    tok.encode_special_tokens = True  # a document that quotes "<|endoftext|>" gets its characters, not the token
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eos = next((tok.token_to_id(t) for t in END_OF_TEXT if tok.token_to_id(t) is not None), None)
     width = 2 if vocab <= 1 << 16 else 4
@@ -234,6 +235,7 @@ def main():
         flush()
         for w in writers.values():
             w.commit()
+        tok.encode_special_tokens = False  # (the saved tokenizer behaves as the library's default)
         tok.save(str(out / "tokenizer.json"))
         manifest = {
             "format": "PICOTOK1 (picotron/data.h)", "tokenizer": "tokenizer.json", "tokenizer_source": source,

@@ -10,7 +10,8 @@
      are the library's; exported as a Hugging Face folder, the model's loss on a text is
      what transformers computes on the same ids;
   3. bad input, one line each and a non-zero exit, nothing left behind: an empty file, a
-     binary file, a tokenizer folder without tokenizer.json, an output folder in use,
+     binary file, a tokenizer folder without tokenizer.json, an output folder in use, a
+     manifest whose vocabulary is smaller than its shards' ids,
      a validation set smaller than one sequence, --prompt without --tokenizer, a tokenizer
      larger than --vocab-size, an unsupported tokenizer model.
 Prints "text data ok" when every check holds.
@@ -141,6 +142,13 @@ def main():
     one_line_error(run([train, "--data", out / "train", "--val-data", work / "small.txt", "--seq-len", "32", "--steps", "1"]),
                    f"--val-data {work / 'small.txt'}: has 12 tokens, fewer than --seq-len + 1 = 33",
                    "a validation set smaller than one sequence")
+    bad = work / "bad_manifest"
+    shutil.copytree(out, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["vocab_size"] = 300  # smaller than the ids the shards hold
+    (bad / "manifest.json").write_text(json.dumps(m))
+    one_line_error(run([train, "--data", bad / "train", "--steps", "1", "--seq-len", "32"]),
+                   "but --vocab-size is 320", "a manifest that disagrees with its shards (ids beyond the vocabulary)")
     one_line_error(run([train, "--prompt", "hi", "--steps", "1"]), "--prompt needs --tokenizer", "--prompt without --tokenizer")
     one_line_error(run([train, "--tokenizer", out, "--vocab-size", "256", "--steps", "1"]),
                    "the tokenizer has 1024 entries but the model's vocab_size is 256", "a tokenizer larger than --vocab-size")
