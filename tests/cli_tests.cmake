@@ -274,7 +274,7 @@ if(NO_TRANSFORMERS EQUAL 0)
 else()
   message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip is not registered (scripts/setup.sh installs it)")
 endif()
-# The C++ tokenizer (picotron/tokenizer.h) against the tokenizers library: three byte-level
+# The C++ tokenizer (picotron/runtime/tokenizer.h) against the tokenizers library: three byte-level
 # BPE styles (GPT-2, Llama-3, SmolLM) trained on the project's docs, the same ids on every
 # paragraph and on hard cases, and decoding back to the text.
 add_executable(tokenizer_check tokenizer_check.cpp)

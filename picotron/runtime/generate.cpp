@@ -1,7 +1,7 @@
 // picotron/runtime/generate.cpp — see generate.h.
 #include "picotron/runtime/generate.h"
 
-#include "picotron/tokenizer.h"
+#include "picotron/runtime/tokenizer.h"
 
 #include <fstream>
 #include <sstream>

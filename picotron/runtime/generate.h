@@ -37,7 +37,7 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens);
 
 // What --generate N prints after training, from a whole (single-process) model:
 //   arithmetic data: N greedy answers and the exact-answer count over 100 problems;
-//   --tokenizer: N continuations of prompts from the data, as text (picotron/tokenizer.h);
+//   --tokenizer: N continuations of prompts from the data, as text (picotron/runtime/tokenizer.h);
 //   other byte-level data (V <= 256): N continuations of prompts from the data;
 //   larger vocabularies without a tokenizer: nothing.
 void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader);

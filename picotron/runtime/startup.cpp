@@ -18,7 +18,7 @@
 #include "picotron/runtime/memory_estimate.h"
 #include "picotron/runtime/output_file.h"
 #include "picotron/runtime/safetensors.h"
-#include "picotron/tokenizer.h"
+#include "picotron/runtime/tokenizer.h"
 #include "picotron/utils.h"
 
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
-// picotron/tokenizer.cpp — see tokenizer.h for the pipeline and what is supported.
-#include "picotron/tokenizer.h"
+// picotron/runtime/tokenizer.cpp — see tokenizer.h for the pipeline and what is supported.
+#include "picotron/runtime/tokenizer.h"
 
 #include <algorithm>
 #include <climits>

@@ -1,4 +1,4 @@
-// picotron/tokenizer.h — text <-> token ids for byte-level BPE tokenizers, read from a
+// picotron/runtime/tokenizer.h — text <-> token ids for byte-level BPE tokenizers, read from a
 // Hugging Face tokenizer.json: GPT-2's, Llama-3's, SmolLM's, and the one that
 // scripts/prepare_data.py trains. Why here: no C++ tokenizer library is reachable from
 // this project's machines, and this family is small enough to read whole:
