@@ -141,7 +141,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
   if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (picotron/runtime/hf.h)
-    load_hf_weights(cfg.init_from, *model, plan);
+    load_hf_weights(cfg.init_from, *model, plan, cfg.llama);
     print0(rank, "initialised from " + cfg.init_from + " (Hugging Face weights)");
   }
 

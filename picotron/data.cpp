@@ -10,6 +10,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <csignal>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -77,6 +79,45 @@ MappedSource::File describe_file(const fs::path& path, bool token_file) {
   return {name, 0, 2, size / 2};  // nanoGPT: headerless little-endian uint16
 }
 
+// A file shortened while it is mapped: reading a page past its new end raises SIGBUS,
+// which would end the rank with no word. rows() checks the files' sizes before every
+// batch (one line naming the file, on every rank that reads it); for the instant between
+// that check and the read, this handler names the file and exits. The table is the one
+// piece of global state here: a signal handler can reach nothing else.
+struct MappedRange {
+  const char* begin = nullptr;
+  size_t bytes = 0;
+  char path[512] = {};
+};
+MappedRange g_mapped[1024];
+volatile sig_atomic_t g_mapped_count = 0;
+
+void on_sigbus(int, siginfo_t* info, void*) {
+  const char* at = static_cast<const char*>(info->si_addr);
+  const char* name = "a memory-mapped --data file";
+  for (int i = 0; i < g_mapped_count; ++i)
+    if (at >= g_mapped[i].begin && at < g_mapped[i].begin + g_mapped[i].bytes) name = g_mapped[i].path;
+  const char* parts[] = {"error: --data ", name, ": the file changed under the run (shortened?): reading its memory map failed\n"};
+  for (const char* part : parts)
+    if (::write(2, part, std::strlen(part)) < 0) break;  // (async-signal-safe: write, strlen, _exit)
+  ::_exit(1);
+}
+
+void watch_mapping(const void* base, size_t bytes, const std::string& path) {
+  static const bool installed = [] {
+    struct sigaction action = {};
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    return ::sigaction(SIGBUS, &action, nullptr) == 0;
+  }();
+  if (!installed || g_mapped_count >= int(sizeof(g_mapped) / sizeof(g_mapped[0]))) return;
+  MappedRange& r = g_mapped[g_mapped_count];
+  r.begin = static_cast<const char*>(base), r.bytes = bytes;
+  std::strncpy(r.path, path.c_str(), sizeof(r.path) - 1);
+  g_mapped_count = g_mapped_count + 1;
+}
+
 }  // namespace
 
 // ---- sources ------------------------------------------------------------------------
@@ -105,6 +146,7 @@ MappedSource::MappedSource(const std::vector<File>& files, int64_t vocab_size, s
     ::close(fd);  // the mapping stays
     if (base == MAP_FAILED) throw data_error(f.path + ": cannot map it into memory (" + std::strerror(error) + ")");
     ::madvise(base, bytes, MADV_RANDOM);  // windows at random offsets: no read-ahead
+    watch_mapping(base, bytes, f.path);
     maps_.push_back({f, base, bytes});
     first_token_.push_back(total_);
     total_ += f.count;
@@ -140,6 +182,19 @@ torch::Tensor MappedSource::rows(uint64_t seed, int64_t step, int64_t global_row
   auto out = torch::empty({num_rows, row_len}, torch::kInt64);           // [rows, S+1]
   auto o = out.accessor<int64_t, 2>();
   auto s = starts.accessor<int64_t, 1>();
+  // The files these windows read must still be as long as when they were mapped.
+  std::vector<bool> checked(maps_.size(), false);
+  for (int64_t r = 0; r < num_rows; ++r)
+    for (int64_t i : {s[first_row + r], s[first_row + r] + row_len - 1}) {
+      const size_t k = size_t(std::upper_bound(first_token_.begin(), first_token_.end(), i) - first_token_.begin()) - 1;
+      if (checked[k]) continue;
+      checked[k] = true;
+      struct stat now {};
+      if (::stat(maps_[k].file.path.c_str(), &now) != 0 || size_t(now.st_size) < maps_[k].bytes)
+        throw data_error(maps_[k].file.path + ": the file changed under the run (now " +
+                         (::stat(maps_[k].file.path.c_str(), &now) == 0 ? std::to_string(now.st_size) + " bytes" : "gone") +
+                         ", mapped " + std::to_string(maps_[k].bytes) + "): give it back or restart");
+    }
   for (int64_t r = 0; r < num_rows; ++r)
     for (int64_t j = 0; j < row_len; ++j) o[r][j] = token(s[first_row + r] + j);
   return out;

@@ -68,8 +68,14 @@ picotron_bad_checkpoint(missing_file "error: .*rank-00000.safetensors: no such f
 picotron_bad_checkpoint(truncated "error: .*rank-00000.safetensors: tensor .*truncated: its data ends at byte" "truncate -s 100000 ${FILE0}")
 picotron_bad_checkpoint(checksum "error: .*rank-00000.safetensors: checksum mismatch in tensor"
   "printf 'XXXXXXXX' | dd of=${FILE0} bs=1 seek=20000 conv=notrunc 2>/dev/null")
-picotron_bad_checkpoint(manifest_lacks_tensor "error: checkpoint .* the manifest lists no tensor 'model.norm.weight/exp_avg'"
+# The manifest carries its own checksum (manifest_fnv1a64): a tensor dropped from it, a
+# dtype edited (F32 -> I32 resumed with losses of 1e11 before) or a counter changed is refused.
+picotron_bad_checkpoint(manifest_lacks_tensor "error: .*manifest.json: corrupt: checksum mismatch: the manifest was edited"
   "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); del m['tensors']['model.norm.weight/exp_avg']; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
+picotron_bad_checkpoint(manifest_dtype_edited "error: .*manifest.json: corrupt: checksum mismatch: the manifest was edited"
+  "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); t=m['tensors']['model.norm.weight/exp_avg']; t['dtype']='I32'; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
+picotron_bad_checkpoint(manifest_step_edited "error: .*manifest.json: corrupt: checksum mismatch: the manifest was edited"
+  "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); m['adam_steps']=1; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
 picotron_bad_checkpoint(corrupt_manifest "error: .*manifest.json: corrupt" "echo '{not json' > $B/step-000002/manifest.json")
 picotron_bad_checkpoint(model_shape "error: checkpoint .* has hidden_size 64, the flags ask for 32" "true" --hidden-size 32)
 picotron_bad_checkpoint(vocab "error: checkpoint .* has vocab_size 256, the flags ask for 300" "true" --vocab-size 300)

@@ -271,6 +271,11 @@ if(NO_TRANSFORMERS EQUAL 0)
     ${CMAKE_CURRENT_BINARY_DIR}/hf ${TRAIN} ${PICOTRON_MPIRUN})
   set_tests_properties(hf.roundtrip PROPERTIES LABELS "cli;mpi;hf" TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
     PROCESSORS 2 PASS_REGULAR_EXPRESSION "hf ok" FAIL_REGULAR_EXPRESSION "FAILED")
+  # Untrusted folders: a shard outside the folder, an extra tensor, NaN weights, overlapping bytes.
+  add_test(NAME hf.untrusted_folders COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_untrusted.py
+    ${CMAKE_CURRENT_BINARY_DIR}/hf_untrusted ${TRAIN})
+  set_tests_properties(hf.untrusted_folders PROPERTIES LABELS "cli;reliability;hf" TIMEOUT 120
+    ENVIRONMENT "OMP_NUM_THREADS=1" PASS_REGULAR_EXPRESSION "hf untrusted ok" FAIL_REGULAR_EXPRESSION "FAILED")
 else()
   message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip is not registered (scripts/setup.sh installs it)")
 endif()

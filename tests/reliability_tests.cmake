@@ -103,3 +103,33 @@ picotron_reliability(hf_config_float_size "error: .*hf_float/config.json: vocab_
 # (PMIX_MCA_gds=hash: Open MPI's own shared-memory store would otherwise hit the limit in MPI_Init.)
 picotron_reliability(file_size_limit "error: --save-params .*limit.safetensors: write failed: File too large" sh -c
   "mkdir -p ${RD} && ulimit -f 1 && PMIX_MCA_gds=hash $<TARGET_FILE:train> ${R_FLAGS_LINE} --save-params ${RD}/limit.safetensors")
+
+# Outputs checked where the paths really lead (picotron/runtime/startup.cpp, output_problems):
+# through a symlink, "dir/." and into an input folder; and a planted <output>.tmp symlink
+# is removed, not followed (picotron/runtime/output_file.cpp).
+set(RL ${CMAKE_CURRENT_BINARY_DIR}/reliability_links)
+picotron_reliability(output_symlink_to_input "error: --metrics-file .*link.jsonl: is the --eval input, which it would overwrite" sh -c
+  "rm -rf ${RL} && mkdir -p ${RL} && echo '{\"input_ids\": [[1, 2, 3]]}' > ${RL}/batch.json && ln -s batch.json ${RL}/link.jsonl && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RL}/batch.json --metrics-file ${RL}/link.jsonl")
+picotron_reliability(output_dot_is_input "error: --export-hf .*hf/\\.: is the --init-from input, which it would overwrite" sh -c
+  "rm -rf ${RL}_hf && mkdir -p ${RL}_hf && $<TARGET_FILE:train> ${R_FLAGS_LINE} --export-hf ${RL}_hf/hf >/dev/null && $<TARGET_FILE:train> --device cpu --steps 1 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --init-from ${RL}_hf/hf --export-hf ${RL}_hf/hf/.")
+picotron_reliability(output_file_of_input_folder "error: --save-params .*config.json: is a file of the --init-from folder" sh -c
+  "rm -rf ${RL}_in && mkdir -p ${RL}_in && $<TARGET_FILE:train> ${R_FLAGS_LINE} --export-hf ${RL}_in/hf >/dev/null && $<TARGET_FILE:train> --device cpu --steps 1 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --init-from ${RL}_in/hf --save-params ${RL}_in/hf/config.json")
+add_test(NAME reliability.tmp_symlink_not_followed COMMAND sh -c
+  "rm -rf ${RL}_tmp && mkdir -p ${RL}_tmp && echo precious > ${RL}_tmp/victim && ln -s victim ${RL}_tmp/m.jsonl.tmp && $<TARGET_FILE:train> ${R_FLAGS_LINE} --metrics-file ${RL}_tmp/m.jsonl >/dev/null && grep -qx precious ${RL}_tmp/victim && test ! -L ${RL}_tmp/m.jsonl && grep -q '\"step\":3' ${RL}_tmp/m.jsonl && echo 'tmp symlink ok'")
+set_tests_properties(reliability.tmp_symlink_not_followed PROPERTIES LABELS "reliability;cli" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "tmp symlink ok")
+# Checkpoints: --resume D --save-dir D goes on in place, bit-exact with the run that did
+# not stop (steps past 999,999: unit_tests "checkpoint names*").
+add_test(NAME checkpoint.resume_in_place COMMAND sh -c
+  "rm -rf ${RL}_ck && mkdir -p ${RL}_ck && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 4 --save-params ${RL}_ck/straight.safetensors >/dev/null && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 4 --stop-at-step 2 --save-dir ${RL}_ck/d >/dev/null && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 4 --resume ${RL}_ck/d --save-dir ${RL}_ck/d --save-params ${RL}_ck/resumed.safetensors >/dev/null && test -f ${RL}_ck/d/step-000004/manifest.json && cmp ${RL}_ck/straight.safetensors ${RL}_ck/resumed.safetensors && echo 'resume in place ok'")
+set_tests_properties(checkpoint.resume_in_place PROPERTIES LABELS "checkpoint;cli" TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "resume in place ok")
+# JSON nested a million deep (config.json, an --eval batch): refused while it is read, one
+# line, instead of a stack overflow when the bad value is printed or freed.
+picotron_reliability(json_nested_deep "error: --eval .*deep.json: JSON nested deeper than 64 levels" sh -c
+  "mkdir -p ${RL} && python3 -c \"print('[' * 1000000 + ']' * 1000000)\" > ${RL}/deep.json && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RL}/deep.json")
+# A --data file shortened while training (tests/data_changed.sh): one line naming it, no SIGBUS.
+add_test(NAME reliability.data_changed_under_the_run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/data_changed.sh ${TRAIN}
+  ${CMAKE_CURRENT_BINARY_DIR}/data_changed)
+set_tests_properties(reliability.data_changed_under_the_run PROPERTIES LABELS "reliability;cli" TIMEOUT 120
+  ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "changed data ok" FAIL_REGULAR_EXPRESSION "FAILED")

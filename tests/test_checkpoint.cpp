@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "picotron/runtime/checkpoint.h"
+#include "picotron/runtime/checkpoint_format.h"
 #include "picotron/runtime/safetensors.h"
 #include "picotron/utils.h"
 
@@ -105,4 +108,24 @@ TEST_CASE("safetensors: layout on disk, metadata, and every broken file named", 
   CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains("truncated"));
   std::ofstream(path, std::ios::binary) << std::string("\x10\0\0\0\0\0\0\0{not json at all", 24);
   CHECK_THROWS_WITH(SafetensorsFile(path), Catch::Contains(path) && Catch::Contains("corrupt header"));
+}
+
+TEST_CASE("checkpoint names: steps past 999,999 are found and ordered as numbers", "[checkpoint]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("picotron_names_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (int64_t step : {999999, 1000000, 2, 10000000}) {
+    fs::create_directories(dir / checkpoint_format::step_name(step));
+    std::ofstream(dir / checkpoint_format::step_name(step) / "manifest.json") << "{}";
+  }
+  fs::create_directories(dir / "step-1000001");  // unfinished: no manifest
+  fs::create_directories(dir / "step-12x4567");  // not a step
+  CHECK(checkpoint_format::step_name(1000000) == "step-1000000");
+  CHECK(checkpoint_format::finished_steps(dir) == std::vector<int64_t>{2, 999999, 1000000, 10000000});
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir)) {  // (no remove_all: see resume.cpp, remove_tree)
+    for (const auto& f : fs::directory_iterator(entry.path())) fs::remove(f.path(), ec);
+    fs::remove(entry.path(), ec);
+  }
+  fs::remove(dir, ec);
 }

@@ -49,7 +49,8 @@ inline std::vector<int64_t> finished_steps(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() == 11 && name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos &&
+    // step-NNNNNN, six digits or more (step 1,000,000 is step-1000000), compared as numbers
+    if (name.size() >= 11 && name.rfind("step-", 0) == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos &&
         fs::exists(entry.path() / "manifest.json"))
       steps.push_back(std::stoll(name.substr(5)));
   }

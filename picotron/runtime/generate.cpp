@@ -152,7 +152,7 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
   nlohmann::json j;
   std::vector<std::vector<int64_t>> rows;
   try {
-    j = nlohmann::json::parse(in);
+    j = parse_json(in, "--eval " + path);
     for (const auto& row : j.at("input_ids"))  // integers only: get<int64_t> would truncate 2.5 to 2
       for (const auto& id : row)
         if (!id.is_number_integer()) throw std::runtime_error("token " + id.dump() + " is not an integer");

@@ -25,7 +25,7 @@ namespace {
 json read_json(const fs::path& path) {
   std::ifstream in = open_input_file(path.string(), path.string());
   try {
-    return json::parse(in);
+    return parse_json(in, path.string());
   } catch (const std::exception& e) {
     throw std::runtime_error(path.string() + ": corrupt JSON: " + std::string(e.what()).substr(0, 120));
   }
@@ -38,7 +38,15 @@ std::map<std::string, std::string> weight_files(const fs::path& dir) {
   if (fs::exists(index)) {
     const json j = read_json(index);
     if (!j.contains("weight_map")) throw std::runtime_error(index.string() + ": no weight_map");
-    for (const auto& [name, file] : j.at("weight_map").items()) where[name] = (dir / file.get<std::string>()).string();
+    for (const auto& [name, file] : j.at("weight_map").items()) {
+      // A shard is a file of this folder: a path that leads elsewhere ("../x", "/etc/x",
+      // "sub/x") is refused, not followed.
+      const std::string f = file.is_string() ? file.get<std::string>() : "";
+      if (f.empty() || f == "." || f == ".." || fs::path(f).filename().string() != f)
+        throw std::runtime_error(index.string() + ": tensor '" + name + "' is in '" + (file.is_string() ? f : file.dump()) +
+                                 "', not a file of the folder (paths that lead out of it are refused)");
+      where[name] = (dir / f).string();
+    }
     return where;
   }
   const fs::path single = dir / "model.safetensors";
@@ -127,9 +135,19 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
   return problems;
 }
 
-void load_hf_weights(const std::string& dir, torch::nn::Module& model, const ShardPlan& plan) {
+void load_hf_weights(const std::string& dir, torch::nn::Module& model, const ShardPlan& plan, const LlamaConfig& c) {
   torch::NoGradGuard no_grad;
   const auto where = weight_files(dir);
+  // The folder holds the model its config.json describes, no more: an extra tensor (a
+  // layer past num_hidden_layers, an lm_head under tied embeddings) means the two disagree.
+  const ShardPlan whole = replicated_plan(c);
+  for (const auto& [name, file] : where) {
+    const bool rotary_cache = name.size() >= 19 && name.compare(name.size() - 19, 19, "rotary_emb.inv_freq") == 0;
+    if (!whole.count(name) && !rotary_cache)
+      throw std::runtime_error("--init-from " + dir + ": tensor '" + name + "' (in " + fs::path(file).filename().string() +
+                               ") is not part of the model config.json describes (" + std::to_string(c.num_hidden_layers) +
+                               " layers, tie_word_embeddings " + (c.tie_word_embeddings ? "true" : "false") + ")");
+  }
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files;
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
@@ -142,6 +160,8 @@ void load_hf_weights(const std::string& dir, torch::nn::Module& model, const Sha
     if (full.sizes() != torch::IntArrayRef(record.full_shape))
       throw std::runtime_error(it->second + ": tensor '" + name + "' is " + c10::str(full.sizes()) + ", the config says " +
                                c10::str(torch::IntArrayRef(record.full_shape)));
+    if (full.is_floating_point() && !torch::isfinite(full).all().item<bool>())
+      throw std::runtime_error(it->second + ": tensor '" + name + "' holds non-finite values (NaN or Inf): the weights are damaged");
     item.value().copy_(local_slice(full, record));  // my slice, in the run's dtype and device
   }
 }

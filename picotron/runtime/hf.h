@@ -31,8 +31,10 @@ namespace picotron {
 std::vector<std::string> apply_hf_config(TrainConfig& cfg);
 
 // Copies every parameter of `plan` (its slice of the full tensor) from DIR's safetensors
-// into `model`, converting the dtype. Throws one line naming the file and tensor.
-void load_hf_weights(const std::string& dir, torch::nn::Module& model, const ShardPlan& plan);
+// into `model`, converting the dtype. Throws one line naming the file and tensor: a
+// tensor missing, misshapen, non-finite, or not part of the model `c` (config.json); an
+// index that names a file outside DIR; tensors whose bytes overlap (safetensors.h).
+void load_hf_weights(const std::string& dir, torch::nn::Module& model, const ShardPlan& plan, const LlamaConfig& c);
 
 // Writes DIR/config.json and DIR/model.safetensors from full tensors (rank 0).
 void export_hf(const std::string& dir, const LlamaConfig& config, const NamedTensors& full);

@@ -43,7 +43,11 @@ std::string output_path_problem(const std::string& flag, const std::string& path
 
 OutputFile::OutputFile(std::string flag, std::string path) : flag_(std::move(flag)), path_(std::move(path)) {
   const std::string tmp = path_ + ".tmp";
-  fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A stale (or planted) <path>.tmp goes first; unlink removes a symlink itself, never
+  // what it points to. Then the file is created fresh and exclusively, not through a
+  // symlink: a link planted in between fails the open instead of redirecting the write.
+  ::unlink(tmp.c_str());
+  fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error(flag_ + " " + path_ + ": cannot create " + tmp + ": " + std::strerror(errno));
 }
 
@@ -106,5 +110,20 @@ std::ifstream open_input_file(const std::string& name, const std::string& path) 
   if (!in) throw std::runtime_error(name + ": cannot open for reading: " + std::strerror(errno));
   return in;
 }
+
+namespace {
+template <typename Input>
+nlohmann::json parse_bounded(Input&& input, const std::string& name) {
+  const auto no_deeper = [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+    if (depth > kMaxJsonDepth)
+      throw std::runtime_error(name + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (refused)");
+    return true;
+  };
+  return nlohmann::json::parse(std::forward<Input>(input), no_deeper);
+}
+}  // namespace
+
+nlohmann::json parse_json(std::istream& in, const std::string& name) { return parse_bounded(in, name); }
+nlohmann::json parse_json(const std::string& text, const std::string& name) { return parse_bounded(text, name); }
 
 }  // namespace picotron

@@ -18,6 +18,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace picotron {
 
 // One line naming the flag and the problem; empty when `path` can be written.
@@ -54,5 +56,13 @@ void write_file(const std::string& flag, const std::string& path, const std::str
 // missing file, or one that is not a regular file, throws one line starting with `name`:
 // opening a FIFO would block until some writer appears, past every timeout.
 std::ifstream open_input_file(const std::string& name, const std::string& path);
+
+// JSON from a file nobody checked (a config, index, manifest, tokenizer, --eval batch):
+// nested at most kMaxJsonDepth deep. A deeper document throws one line starting with
+// `name` while it is being read, before it is built: printing or freeing a value nested
+// a million deep recurses off the stack. Syntax errors throw nlohmann's own exception.
+constexpr int kMaxJsonDepth = 64;
+nlohmann::json parse_json(std::istream& in, const std::string& name);
+nlohmann::json parse_json(const std::string& text, const std::string& name);
 
 }  // namespace picotron

@@ -116,7 +116,7 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
       for (int r = 0; r < world.size(); ++r) {
         const SafetensorsFile file((tmp / rank_file(r)).string());
         manifest["files"].push_back(rank_file(r));
-        for (auto piece : json::parse(file.metadata().at("pieces"))) {
+        for (auto piece : parse_json(file.metadata().at("pieces"), "checkpoint metadata")) {
           auto& tensor = manifest["tensors"][piece.at("key").get<std::string>()];
           tensor["full_shape"] = piece.at("full_shape");
           tensor["dtype"] = piece.at("dtype");
@@ -126,6 +126,9 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
           tensor["pieces"].push_back(piece);
         }
       }
+      // The manifest's own checksum: an edited counter, dtype or shape is refused at resume.
+      const std::string body = manifest.dump();
+      manifest["manifest_fnv1a64"] = hex(fnv1a64(body.data(), body.size()));
       write_file("--save-dir", (tmp / "manifest.json").string(), manifest.dump(1) + "\n");
       remove_tree(final_dir);
       fs::rename(tmp, final_dir);
@@ -136,7 +139,8 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
       std::vector<fs::path> unfinished;  // (collected first: removing while iterating is undefined)
       for (const auto& entry : fs::directory_iterator(dir)) {
         const std::string name = entry.path().filename().string();
-        if (name.size() == 15 && name.rfind("step-", 0) == 0 && name.substr(11) == ".tmp") unfinished.push_back(entry.path());
+        const bool digits = name.size() >= 15 && name.find_first_not_of("0123456789", 5) == name.size() - 4;
+        if (name.rfind("step-", 0) == 0 && digits && name.substr(name.size() - 4) == ".tmp") unfinished.push_back(entry.path());
       }
       for (const auto& path : unfinished) remove_tree(path);
     } catch (const std::exception& e) {

@@ -35,7 +35,7 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
     throw std::runtime_error("checkpoint " + dir + ": no manifest.json (not a checkpoint, or its save did not finish)");
   std::ifstream in = open_input_file("checkpoint " + dir + ": manifest.json", path.string());
   try {
-    manifest_ = json::parse(in);
+    manifest_ = parse_json(in, "checkpoint " + dir + ": manifest.json");
     if (manifest_.value("format", "") != kFormat)
       throw std::runtime_error("format is '" + manifest_.value("format", "") + "', not " + kFormat);
     for (const char* field : {"step", "adam_steps", "loss_scale", "config", "tensors", "files"})
@@ -45,6 +45,23 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
         throw std::runtime_error(std::string(field) + " must be an integer >= 0, got " + manifest_.at(field).dump());
     if (!manifest_.at("loss_scale").is_number() || !(manifest_.at("loss_scale").get<double>() > 0))
       throw std::runtime_error("loss_scale must be a number > 0, got " + manifest_.at("loss_scale").dump());
+    // Its own checksum (resume.cpp): the tensors' bytes have theirs; this covers the rest
+    // (counters, dtypes, shapes, the config), which an edit would otherwise slip past.
+    if (!manifest_.contains("manifest_fnv1a64") || !manifest_.at("manifest_fnv1a64").is_string())
+      throw std::runtime_error("no manifest checksum (manifest_fnv1a64): edited, or saved by an older picotron");
+    json body = manifest_;
+    body.erase("manifest_fnv1a64");
+    const std::string text = body.dump();
+    if (hex(fnv1a64(text.data(), text.size())) != manifest_.at("manifest_fnv1a64").get<std::string>())
+      throw std::runtime_error("checksum mismatch: the manifest was edited or damaged after the save");
+    // The counters agree with each other and with the directory's name (step-NNNNNN).
+    const int64_t step = manifest_.at("step").get<int64_t>();
+    if (manifest_.at("adam_steps").get<int64_t>() > step)
+      throw std::runtime_error("adam_steps " + manifest_.at("adam_steps").dump() + " exceeds step " + std::to_string(step));
+    const std::string leaf = fs::path(dir).lexically_normal().filename().string();
+    if (leaf.rfind("step-", 0) == 0 && leaf.find_first_not_of("0123456789", 5) == std::string::npos && leaf.size() > 5 &&
+        std::stoll(leaf.substr(5)) != step)
+      throw std::runtime_error("step " + std::to_string(step) + " is not the directory's (" + leaf + ")");
     // Files are named inside the checkpoint directory: no paths that lead out of it.
     for (const auto& name : manifest_.at("files"))
       if (!name.is_string() || name.get<std::string>().find('/') != std::string::npos ||

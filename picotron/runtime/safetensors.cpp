@@ -1,6 +1,7 @@
 // picotron/runtime/safetensors.cpp — see safetensors.h.
 #include "picotron/runtime/safetensors.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -93,7 +94,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   data_start_ = 8 + int64_t(n);
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text);
+    header = parse_json(text, path_ + ": the safetensors header");
   } catch (const std::exception& e) {
     throw std::runtime_error(path + ": corrupt header (not JSON): " + std::string(e.what()).substr(0, 120));
   }
@@ -126,6 +127,18 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw std::runtime_error(path + ": tensor '" + name + "': corrupt header entry (" +
                                std::string(err.what()).substr(0, 100) + ")");
     }
+  }
+  // Each tensor has bytes of its own: two that share bytes would load as each other.
+  std::vector<std::pair<int64_t, const std::string*>> starts;  // (begin, name) of tensors with bytes
+  for (const auto& [name, e] : entries_)
+    if (e.end > e.begin) starts.emplace_back(e.begin, &name);
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const Entry& before = entries_.at(*starts[i - 1].second);
+    if (starts[i].first < before.end)
+      throw std::runtime_error(path + ": tensors '" + *starts[i - 1].second + "' and '" + *starts[i].second +
+                               "' overlap (bytes " + std::to_string(starts[i].first) + " to " + std::to_string(before.end) +
+                               " of the data): corrupt or crafted header");
   }
 }
 

@@ -54,16 +54,34 @@ double gpu_free_bytes(int local_rank) {
 
 }  // namespace
 
+namespace {
+namespace fs = std::filesystem;
+// Where a path really leads: absolute, with symlinks, "." and ".." resolved as far as it
+// exists (an output need not exist yet; a symlink to an input is that input).
+fs::path real_path(const std::string& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p), ec);
+  r = (ec ? fs::absolute(p) : r).lexically_normal();
+  return r.filename().empty() ? r.parent_path() : r;  // "dir/" and "dir/." are "dir"
+}
+bool within(const fs::path& inner, const fs::path& outer) {  // inner is outer, or under it
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i)
+    if (i == inner.end() || *i != *o) return false;
+  return true;
+}
+}  // namespace
+
 std::vector<std::string> output_problems(const TrainConfig& cfg) {
   std::vector<std::string> problems;
-  // Paths compared as written, made absolute and normalised ("a/../b" = "b"); the files
-  // need not exist yet. Two outputs on one path would overwrite each other, and an output
-  // on an input file would destroy it.
-  const auto same = [](const std::string& a, const std::string& b) {
-    return !a.empty() && !b.empty() &&
-           std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
-  };
-  std::vector<std::pair<std::string, std::string>> seen;  // (flag, path) of the outputs so far
+  // Paths compared where they really lead (real_path: through symlinks and "dir/."). Two
+  // outputs on one path would overwrite each other; an output on an input, or on a file
+  // inside an input folder, would destroy it. --save-dir may be the --resume folder: a
+  // run goes on in place.
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"--eval", cfg.eval},       {"--init-from", cfg.init_from}, {"--resume", cfg.resume},
+      {"--data", cfg.data},       {"--val-data", cfg.val_data},   {"--tokenizer", cfg.tokenizer}};
+  std::vector<std::pair<std::string, fs::path>> seen;  // (flag, real path) of the outputs so far
   for (const auto& [flag, path, directory] :
        {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
         {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
@@ -74,15 +92,22 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
       problems.push_back(p);
       continue;
     }
-    for (const auto& [input_flag, input] : {std::pair{"--eval", cfg.eval}, {"--init-from", cfg.init_from},
-                                            {"--resume", cfg.resume}, {"--val-data", cfg.val_data}})
-      if (same(path, input))
+    const fs::path out = real_path(path);
+    std::error_code ec;
+    for (const auto& [input_flag, input] : inputs) {
+      if (input.empty() || !fs::exists(input, ec) || (std::string(flag) == "--save-dir" && input_flag == "--resume")) continue;
+      const fs::path in = real_path(input);
+      if (out == in)
         problems.push_back(std::string(flag) + " " + path + ": is the " + input_flag + " input, which it would overwrite");
+      else if (fs::is_directory(in, ec) && within(out, in) && fs::exists(out, ec))
+        problems.push_back(std::string(flag) + " " + path + ": is a file of the " + input_flag + " folder " + input +
+                           ", which it would overwrite");
+    }
     for (const auto& [other_flag, other] : seen)
-      if (same(path, other))
+      if (out == other)
         problems.push_back(std::string(flag) + " " + path + ": is also the " + other_flag +
                            " path; give each output its own file");
-    seen.emplace_back(flag, path);
+    seen.emplace_back(flag, out);
   }
   return problems;
 }
@@ -190,7 +215,7 @@ std::vector<std::string> apply_tokenizer(TrainConfig& cfg) {
       entries = Tokenizer::load(cfg.tokenizer).vocab_size();
     } else if (source = find_manifest(cfg.data); !source.empty()) {
       std::ifstream in = open_input_file("manifest " + source, source);
-      const auto manifest = nlohmann::json::parse(in);
+      const auto manifest = parse_json(in, source);
       if (!manifest.contains("vocab_size") || !manifest["vocab_size"].is_number_integer() || manifest["vocab_size"] <= 0)
         return {source + ": no positive integer vocab_size (a manifest of scripts/prepare_data.py has one)"};
       entries = manifest["vocab_size"].get<int64_t>();

@@ -141,7 +141,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   json j;
   try {
     std::ifstream in = open_input_file("--tokenizer " + file, file);
-    j = json::parse(in);
+    j = parse_json(in, file);
   } catch (const json::exception& e) {
     throw std::runtime_error(file + ": not valid JSON (" + std::string(e.what()) + ")");
   }
