@@ -176,6 +176,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
 
   // ---- checkpoints (picotron/runtime/resume.h): resume on any mesh, save what this rank owns --
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
+  if (!cfg.save_dir.empty() && rank == 0) lock_save_dir(cfg.save_dir);  // one run per --save-dir at a time
   int64_t start_step = 0;
   if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, *optimizer, scaler, world, dist);
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());

@@ -50,6 +50,8 @@ MappedSource::File describe_file(const fs::path& path, bool token_file) {
   const std::string name = path.string();
   std::error_code ec;
   const auto status = fs::status(path, ec);
+  if (fs::is_symlink(fs::symlink_status(path, ec)) && !fs::exists(status))
+    throw data_error(name + ": a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist");
   if (fs::is_directory(status)) throw data_error(name + ": is a directory, not a token file");
   if (!fs::is_regular_file(status)) throw data_error(name + ": not a regular file (a FIFO, device or socket)");
   const auto size = int64_t(fs::file_size(path, ec));
@@ -262,6 +264,8 @@ std::shared_ptr<TokenSource> open_data(const std::string& spec, int64_t vocab_si
       std::sort(paths.begin(), paths.end());
       for (const auto& p : paths) files.push_back(describe_file(p, /*token_file=*/true));
       description = spec + ": " + std::to_string(files.size()) + " token files";
+    } else if (!fs::exists(status) && fs::is_symlink(fs::symlink_status(spec, ec))) {
+      throw data_error(spec + ": a symbolic link to " + fs::read_symlink(spec, ec).string() + ", which does not exist");
     } else if (!fs::exists(status)) {
       throw data_error(spec + ": no such file or directory (or use arithmetic | synthetic)");
     } else {

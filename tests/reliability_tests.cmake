@@ -133,3 +133,13 @@ add_test(NAME reliability.data_changed_under_the_run COMMAND ${CMAKE_CURRENT_SOU
   ${CMAKE_CURRENT_BINARY_DIR}/data_changed)
 set_tests_properties(reliability.data_changed_under_the_run PROPERTIES LABELS "reliability;cli" TIMEOUT 120
   ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "changed data ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# Two runs saving into one --save-dir at once (tests/save_dir_lock.sh): the second is one line.
+add_test(NAME checkpoint.two_runs_one_save_dir COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/save_dir_lock.sh ${TRAIN}
+  ${CMAKE_CURRENT_BINARY_DIR}/save_dir_lock)
+set_tests_properties(checkpoint.two_runs_one_save_dir PROPERTIES LABELS "checkpoint;cli" TIMEOUT 120
+  ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "save dir lock ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# A dangling symlink as --data, and config.json values named as config.json's.
+picotron_reliability(data_dangling_symlink "error: --data .*dangling.txt: a symbolic link to nowhere.txt, which does not exist" sh -c
+  "mkdir -p ${RL} && ln -sfn nowhere.txt ${RL}/dangling.txt && $<TARGET_FILE:train> ${R_FLAGS_LINE} --data ${RL}/dangling.txt")
+picotron_reliability(hf_config_bad_real "error: .*config.json: rope_theta must be a positive number, got 0" sh -c
+  "rm -rf ${RL}_cfg && mkdir -p ${RL}_cfg && $<TARGET_FILE:train> ${R_FLAGS_LINE} --export-hf ${RL}_cfg/hf >/dev/null && sed -i 's/\"rope_theta\": [0-9.e+]*/\"rope_theta\": 0/' ${RL}_cfg/hf/config.json && $<TARGET_FILE:train> --device cpu --steps 0 --init-from ${RL}_cfg/hf")

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -96,9 +97,17 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
     m.num_attention_heads = size("num_attention_heads");
     m.num_key_value_heads = size("num_key_value_heads", m.num_attention_heads);
     m.vocab_size = size("vocab_size");
-    m.rope_theta = j.value("rope_theta", 10000.0);
+    // Reals: positive and finite, named as config.json's (not blamed on a flag nobody gave).
+    const auto positive = [&](const char* field, double fallback) -> double {
+      if (!j.contains(field) || j.at(field).is_null()) return fallback;
+      const json& v = j.at(field);
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
+        throw std::runtime_error(std::string(field) + " must be a positive number, got " + v.dump());
+      return v.get<double>();
+    };
+    m.rope_theta = positive("rope_theta", 10000.0);
     m.max_position_embeddings = size("max_position_embeddings", int64_t(2048));
-    m.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
+    m.rms_norm_eps = positive("rms_norm_eps", 1e-6);
     m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' LlamaConfig default
     if (j.contains("head_dim") && !j.at("head_dim").is_null() &&
         j.at("head_dim").get<int64_t>() * m.num_attention_heads != m.hidden_size)

@@ -104,6 +104,8 @@ void write_file(const std::string& flag, const std::string& path, const std::str
 std::ifstream open_input_file(const std::string& name, const std::string& path) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);  // follows symlinks
+  if (!fs::exists(status) && fs::is_symlink(fs::symlink_status(path, ec)))
+    throw std::runtime_error(name + ": a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist");
   if (!fs::exists(status)) throw std::runtime_error(name + ": no such file");
   if (!fs::is_regular_file(status)) throw std::runtime_error(name + ": not a regular file (a FIFO, device, socket or directory)");
   std::ifstream in(path);

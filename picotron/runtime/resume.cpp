@@ -12,6 +12,9 @@
 #include <sstream>
 
 #include <ftw.h>
+#include <unistd.h>
+#include <sys/file.h>
+#include <fcntl.h>
 #include <cerrno>
 #include <cstring>
 
@@ -159,6 +162,25 @@ int64_t directory_bytes(const std::string& dir) {
   return total;
 }
 
+
+int lock_save_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("--save-dir " + dir + ": cannot create it: " + ec.message());
+  const std::string path = (fs::path(dir) / ".picotron-lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) throw std::runtime_error("--save-dir " + dir + ": cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    ::close(fd);
+    throw std::runtime_error("--save-dir " + dir + ": another run is saving checkpoints there (pid " +
+                             (n > 0 ? std::string(pid, size_t(n)) : std::string("?")) + "): give another folder, or wait for it");
+  }
+  const std::string mine = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mine.data(), mine.size(), 0) < 0) {}  // the pid is for the message only
+  return fd;
+}
 
 bool checkpoint_due(const TrainConfig& cfg, int64_t step_done, int64_t end_step) {
   if (cfg.save_dir.empty()) return false;

@@ -59,6 +59,11 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
 // --save-dir: whether the step just done (1-based) is saved: every --save-every steps,
 // and the run's last.
 bool checkpoint_due(const TrainConfig& cfg, int64_t step_done, int64_t end_step);
+// --save-dir D: rank 0 holds an exclusive lock on D/.picotron-lock (flock) for the whole
+// run, so a second run saving into D at the same time stops at start with one line
+// naming the first one's pid, instead of the two pruning each other's checkpoints.
+// Returns the lock's file descriptor (kept open until the process ends).
+int lock_save_dir(const std::string& dir);
 // save_checkpoint into --save-dir, then rank 0 prints where, its size and the time taken.
 void save_checkpoint(const TrainConfig& cfg, const TrainingCounters& counters, const std::vector<StatePiece>& owned,
                      Comm& world);
