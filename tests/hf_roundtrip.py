@@ -10,7 +10,7 @@ Then the round trip: train 3 steps from it, --export-hf, and transformers' from_
 of the export must give our logits. And the same import on tp 2 under mpirun.
 Prints "hf ok" or "FAILED: ...".
 """
-import json, os, subprocess, sys
+import json, os, shutil, subprocess, sys
 
 import torch
 import transformers
@@ -113,6 +113,7 @@ for name in ("gqa_untied_theta", "tied"):
 # Our own files are safetensors too: Python reads a checkpoint's rank file and --save-params.
 import safetensors.torch
 ckpt, params = os.path.join(work, "ckpt"), os.path.join(work, "params.safetensors")
+shutil.rmtree(ckpt, ignore_errors=True)  # a fresh run: a --save-dir holding an earlier run's checkpoints is refused
 subprocess.run([train, "--device", "cpu", "--steps", "2", "--seq-len", "32", "--micro-batch-size", "2", "--generate", "0",
                 "--save-dir", ckpt, "--save-params", params, "--threads", "1"], check=True, capture_output=True)
 pieces = safetensors.torch.load_file(os.path.join(ckpt, "step-000002", "rank-00000.safetensors"))

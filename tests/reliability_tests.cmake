@@ -127,7 +127,7 @@ set_tests_properties(checkpoint.resume_in_place PROPERTIES LABELS "checkpoint;cl
 # JSON nested a million deep (config.json, an --eval batch): refused while it is read, one
 # line, instead of a stack overflow when the bad value is printed or freed.
 picotron_reliability(json_nested_deep "error: --eval .*deep.json: JSON nested deeper than 64 levels" sh -c
-  "mkdir -p ${RL} && python3 -c \"print('[' * 1000000 + ']' * 1000000)\" > ${RL}/deep.json && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RL}/deep.json")
+  "mkdir -p ${RL}_deep && python3 -c \"print('[' * 1000000 + ']' * 1000000)\" > ${RL}_deep/deep.json && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RL}_deep/deep.json")
 # A --data file shortened while training (tests/data_changed.sh): one line naming it, no SIGBUS.
 add_test(NAME reliability.data_changed_under_the_run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/data_changed.sh ${TRAIN}
   ${CMAKE_CURRENT_BINARY_DIR}/data_changed)
@@ -140,6 +140,9 @@ set_tests_properties(checkpoint.two_runs_one_save_dir PROPERTIES LABELS "checkpo
   ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "save dir lock ok" FAIL_REGULAR_EXPRESSION "FAILED")
 # A dangling symlink as --data, and config.json values named as config.json's.
 picotron_reliability(data_dangling_symlink "error: --data .*dangling.txt: a symbolic link to nowhere.txt, which does not exist" sh -c
-  "mkdir -p ${RL} && ln -sfn nowhere.txt ${RL}/dangling.txt && $<TARGET_FILE:train> ${R_FLAGS_LINE} --data ${RL}/dangling.txt")
+  "mkdir -p ${RL}_dangling && ln -sfn nowhere.txt ${RL}_dangling/dangling.txt && $<TARGET_FILE:train> ${R_FLAGS_LINE} --data ${RL}_dangling/dangling.txt")
 picotron_reliability(hf_config_bad_real "error: .*config.json: rope_theta must be a positive number, got 0" sh -c
   "rm -rf ${RL}_cfg && mkdir -p ${RL}_cfg && $<TARGET_FILE:train> ${R_FLAGS_LINE} --export-hf ${RL}_cfg/hf >/dev/null && sed -i 's/\"rope_theta\": [0-9.e+]*/\"rope_theta\": 0/' ${RL}_cfg/hf/config.json && $<TARGET_FILE:train> --device cpu --steps 0 --init-from ${RL}_cfg/hf")
+# A --save-dir that holds another run's checkpoints: refused unless this run resumes from it.
+picotron_reliability(save_dir_of_another_run "error: --save-dir .*other: holds the checkpoints of another run \\(newest step-000002\\)" sh -c
+  "rm -rf ${RL}_other && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 2 --save-dir ${RL}_other >/dev/null && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 2 --save-dir ${RL}_other")

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <tuple>
 
+#include "picotron/runtime/checkpoint_format.h"
 #include "picotron/runtime/memory_estimate.h"
 #include "picotron/runtime/output_file.h"
 #include "picotron/runtime/safetensors.h"
@@ -102,6 +103,16 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
       else if (fs::is_directory(in, ec) && within(out, in) && fs::exists(out, ec))
         problems.push_back(std::string(flag) + " " + path + ": is a file of the " + input_flag + " folder " + input +
                            ", which it would overwrite");
+    }
+    // A --save-dir that holds finished checkpoints belongs to the run they came from: only
+    // that run, resumed from one of them, goes on saving there (else pruning would delete
+    // this run's checkpoints in favour of the other's, and --resume D would continue the other).
+    if (std::string(flag) == "--save-dir" && fs::is_directory(out, ec)) {
+      const auto steps = checkpoint_format::finished_steps(out);
+      if (!steps.empty() && (cfg.resume.empty() || !within(real_path(cfg.resume), out)))
+        problems.push_back("--save-dir " + path + ": holds the checkpoints of another run (newest " +
+                           checkpoint_format::step_name(steps.back()) + "): give another folder, or --resume " + path +
+                           " to continue that run");
     }
     for (const auto& [other_flag, other] : seen)
       if (out == other)
