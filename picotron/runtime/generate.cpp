@@ -151,8 +151,8 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
   std::ifstream in = open_input_file("--eval " + path, path);
   nlohmann::json j;
   std::vector<std::vector<int64_t>> rows;
+  j = parse_json(in, "--eval " + path);  // (too deeply nested: its own line)
   try {
-    j = parse_json(in, "--eval " + path);
     for (const auto& row : j.at("input_ids"))  // integers only: get<int64_t> would truncate 2.5 to 2
       for (const auto& id : row)
         if (!id.is_number_integer()) throw std::runtime_error("token " + id.dump() + " is not an integer");

@@ -27,7 +27,7 @@ json read_json(const fs::path& path) {
   std::ifstream in = open_input_file(path.string(), path.string());
   try {
     return parse_json(in, path.string());
-  } catch (const std::exception& e) {
+  } catch (const nlohmann::json::exception& e) {  // (parse_json's own refusals name the file already)
     throw std::runtime_error(path.string() + ": corrupt JSON: " + std::string(e.what()).substr(0, 120));
   }
 }
