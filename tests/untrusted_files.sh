@@ -67,6 +67,8 @@ add json_deep_manifest fail "manifest.json.*JSON nested deeper than 64" \
   "copy_ck c3 && deep >c3/step-000002/manifest.json && $T $B --steps 4 --resume c3"
 add json_deep_tokenizer fail "tokenizer.json.*JSON nested deeper than 64" \
   "mkdir -p tk && deep >tk/tokenizer.json && $T $B --steps 1 --tokenizer tk"
+add json_huge_eval fail "--eval huge.json: [0-9]+ MiB, more than the 1 GiB a JSON input may have" \
+  "truncate -s 2G huge.json && $T $B --steps 1 --eval huge.json; rc=\$?; rm -f huge.json; exit \$rc"
 add json_fifo_config fail "config.json: not a regular file" "copy_hf h4 && rm h4/config.json && mkfifo h4/config.json && $T $B --steps 0 --init-from h4"
 add json_fifo_eval fail "--eval fifo.json.*not a regular file" "mkfifo fifo.json && $T $B --steps 1 --eval fifo.json"
 add json_dangling_eval fail "--eval .*a symbolic link to nowhere.json, which does not exist" \

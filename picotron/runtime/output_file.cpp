@@ -108,6 +108,10 @@ std::ifstream open_input_file(const std::string& name, const std::string& path) 
     throw std::runtime_error(name + ": a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist");
   if (!fs::exists(status)) throw std::runtime_error(name + ": no such file");
   if (!fs::is_regular_file(status)) throw std::runtime_error(name + ": not a regular file (a FIFO, device, socket or directory)");
+  // The JSON inputs are configs, manifests, tokenizers and small batches: one past 1 GiB
+  // is not one of them, and parsing it would take the memory of the run.
+  if (fs::file_size(path, ec) > (uintmax_t(1) << 30))
+    throw std::runtime_error(name + ": " + std::to_string(fs::file_size(path, ec) >> 20) + " MiB, more than the 1 GiB a JSON input may have");
   std::ifstream in(path);
   if (!in) throw std::runtime_error(name + ": cannot open for reading: " + std::strerror(errno));
   return in;

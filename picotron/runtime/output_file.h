@@ -54,7 +54,8 @@ void write_file(const std::string& flag, const std::string& path, const std::str
 
 // An input file (a JSON config, index, manifest or --eval batch) opened for reading. A
 // missing file, or one that is not a regular file, throws one line starting with `name`:
-// opening a FIFO would block until some writer appears, past every timeout.
+// opening a FIFO would block until some writer appears, past every timeout. So does a
+// file over 1 GiB (these are JSON inputs: parsing one that size would take the run's memory).
 std::ifstream open_input_file(const std::string& name, const std::string& path);
 
 // JSON from a file nobody checked (a config, index, manifest, tokenizer, --eval batch):
