@@ -163,13 +163,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   if (cfg.cp > 1)  // this cp rank's tokens of every sequence (their targets and RoPE positions follow)
     loader.keep_positions(my_tokens);
   print0(rank, data_summary(cfg, loader));
-  std::optional<BatchLoader> val;  // --val-data: the same global batches each evaluation (validation.h)
-  if (sources.val) {
-    val.emplace(sources.val, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp, mesh.coords().dp);
-    if (cfg.cp > 1) val->keep_positions(my_tokens);
-    print0(rank, "validation: " + sources.val->describe() + "; " + std::to_string(cfg.eval_batches) + " global batches, " +
-                     (cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) + " steps and " : "") + "after the last step");
-  }
+  const std::optional<BatchLoader> val = validation_batches(sources.val, cfg, mesh, my_tokens);  // --val-data (validation.h)
   RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
@@ -252,11 +246,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
       save_checkpoint(cfg, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()}, owned, world);
   }
   log.finish();
-  if (val && start_step == end_step) {  // no step to log it with (--steps 0: an imported model, say)
-    const double v = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
-    print0(rank, "validation loss " + std::to_string(v) + " (perplexity " + std::to_string(std::exp(v)) + ") over " +
-                     std::to_string(cfg.eval_batches) + " global batches");
-  }
+  if (val && start_step == end_step)  // no step to log it with (--steps 0: an imported model, say)
+    print0(rank, validation_line(
+                     validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device), cfg));
   if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) pipeline->write_trace(cfg.pp_trace, world, cfg.steps);
 

@@ -10,21 +10,12 @@
 #include <fstream>
 #include <stdexcept>
 
-#include <csignal>
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace picotron {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr char kMagic[8] = {'P', 'I', 'C', 'O', 'T', 'O', 'K', '1'};
-constexpr int64_t kHeaderBytes = 24;
 
 // splitmix64 of a combined key: independent streams for (seed, step[, row]).
 uint64_t mix(uint64_t a, uint64_t b) {
@@ -36,93 +27,15 @@ uint64_t mix(uint64_t a, uint64_t b) {
 
 std::runtime_error data_error(const std::string& what) { return std::runtime_error("--data " + what); }
 
-// The window starts of every row of a step's global batch, from one generator seeded by
-// (seed, step): a row's window does not depend on which rank asks for it.
+}  // namespace
+
 torch::Tensor window_starts(uint64_t seed, int64_t step, int64_t tokens, int64_t row_len, int64_t global_rows) {
   auto gen = at::detail::createCPUGenerator(mix(seed, uint64_t(step)));
   const int64_t max_start = tokens - row_len;  // inclusive
   return torch::randint(0, max_start + 1, {global_rows}, gen, torch::kInt64);  // [G]
 }
 
-// What a file of --data holds, from its size and first bytes (nothing else is read):
-// PICOTOK1 token files, nanoGPT's raw uint16 .bin, or text (a byte per token).
-MappedSource::File describe_file(const fs::path& path, bool token_file) {
-  const std::string name = path.string();
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (fs::is_symlink(fs::symlink_status(path, ec)) && !fs::exists(status))
-    throw data_error(name + ": a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist");
-  if (fs::is_directory(status)) throw data_error(name + ": is a directory, not a token file");
-  if (!fs::is_regular_file(status)) throw data_error(name + ": not a regular file (a FIFO, device or socket)");
-  const auto size = int64_t(fs::file_size(path, ec));
-  if (ec) throw data_error(name + ": cannot read its size: " + ec.message());
-  if (size == 0) throw data_error(name + ": file is empty");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw data_error(name + ": cannot open (" + std::strerror(errno) + ")");
-  MappedSource::File f{name, 0, 1, size};
-  if (!token_file) return f;  // text
-  char head[24] = {};
-  in.read(head, std::min<int64_t>(size, 24));
-  if (size >= int64_t(sizeof(kMagic)) && std::memcmp(head, kMagic, sizeof(kMagic)) == 0) {
-    if (size < kHeaderBytes) throw data_error(name + ": truncated header (" + std::to_string(size) + " bytes)");
-    uint32_t width = 0;
-    uint64_t count = 0;
-    std::memcpy(&width, head + 8, 4);
-    std::memcpy(&count, head + 16, 8);
-    if (width != 2 && width != 4) throw data_error(name + ": bytes per token is " + std::to_string(width) + ", expected 2 or 4");
-    const uint64_t data_bytes = uint64_t(size - kHeaderBytes);
-    if (count > data_bytes / width || count * width != data_bytes)  // (no overflow: count is checked first)
-      throw data_error(name + ": truncated or corrupt: header says " + std::to_string(count) + " tokens of " +
-                       std::to_string(width) + " bytes but the file has " + std::to_string(size) + " bytes");
-    if (count == 0) throw data_error(name + ": holds no tokens");
-    return {name, kHeaderBytes, int(width), int64_t(count)};
-  }
-  if (size % 2 != 0) throw data_error(name + ": truncated: raw uint16 file has an odd size (" + std::to_string(size) + " bytes)");
-  return {name, 0, 2, size / 2};  // nanoGPT: headerless little-endian uint16
-}
-
-// A file shortened while it is mapped: reading a page past its new end raises SIGBUS,
-// which would end the rank with no word. rows() checks the files' sizes before every
-// batch (one line naming the file, on every rank that reads it); for the instant between
-// that check and the read, this handler names the file and exits. The table is the one
-// piece of global state here: a signal handler can reach nothing else.
-struct MappedRange {
-  const char* begin = nullptr;
-  size_t bytes = 0;
-  char path[512] = {};
-};
-MappedRange g_mapped[1024];
-volatile sig_atomic_t g_mapped_count = 0;
-
-void on_sigbus(int, siginfo_t* info, void*) {
-  const char* at = static_cast<const char*>(info->si_addr);
-  const char* name = "a memory-mapped --data file";
-  for (int i = 0; i < g_mapped_count; ++i)
-    if (at >= g_mapped[i].begin && at < g_mapped[i].begin + g_mapped[i].bytes) name = g_mapped[i].path;
-  const char* parts[] = {"error: --data ", name, ": the file changed under the run (shortened?): reading its memory map failed\n"};
-  for (const char* part : parts)
-    if (::write(2, part, std::strlen(part)) < 0) break;  // (async-signal-safe: write, strlen, _exit)
-  ::_exit(1);
-}
-
-void watch_mapping(const void* base, size_t bytes, const std::string& path) {
-  static const bool installed = [] {
-    struct sigaction action = {};
-    action.sa_sigaction = on_sigbus;
-    action.sa_flags = SA_SIGINFO;
-    sigemptyset(&action.sa_mask);
-    return ::sigaction(SIGBUS, &action, nullptr) == 0;
-  }();
-  if (!installed || g_mapped_count >= int(sizeof(g_mapped) / sizeof(g_mapped[0]))) return;
-  MappedRange& r = g_mapped[g_mapped_count];
-  r.begin = static_cast<const char*>(base), r.bytes = bytes;
-  std::strncpy(r.path, path.c_str(), sizeof(r.path) - 1);
-  g_mapped_count = g_mapped_count + 1;
-}
-
-}  // namespace
-
-// ---- sources ------------------------------------------------------------------------
+// ---- sources (memory-mapped files: data_mapped.cpp) -----------------------------------
 MemorySource::MemorySource(std::vector<int32_t> tokens, std::string description)
     : tokens_(std::move(tokens)), description_(std::move(description)) {}
 
@@ -134,71 +47,6 @@ torch::Tensor MemorySource::rows(uint64_t seed, int64_t step, int64_t global_row
   auto s = starts.accessor<int64_t, 1>();
   for (int64_t r = 0; r < num_rows; ++r)
     for (int64_t j = 0; j < row_len; ++j) o[r][j] = tokens_[s[first_row + r] + j];
-  return out;
-}
-
-MappedSource::MappedSource(const std::vector<File>& files, int64_t vocab_size, std::string description)
-    : vocab_size_(vocab_size), description_(std::move(description)) {
-  for (const auto& f : files) {
-    const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw data_error(f.path + ": cannot open (" + std::strerror(errno) + ")");
-    const size_t bytes = size_t(f.header_bytes + f.count * f.width);
-    void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int error = errno;
-    ::close(fd);  // the mapping stays
-    if (base == MAP_FAILED) throw data_error(f.path + ": cannot map it into memory (" + std::strerror(error) + ")");
-    ::madvise(base, bytes, MADV_RANDOM);  // windows at random offsets: no read-ahead
-    watch_mapping(base, bytes, f.path);
-    maps_.push_back({f, base, bytes});
-    first_token_.push_back(total_);
-    total_ += f.count;
-  }
-  // A corpus small enough is checked whole now (every token below the vocabulary); a
-  // larger one token by token as windows are read, so that opening it reads nothing.
-  if (total_ <= (int64_t(1) << 26))
-    for (int64_t i = 0; i < total_; ++i) token(i);
-  description_ += " (" + std::to_string(total_) + " tokens, memory-mapped)";
-}
-
-MappedSource::~MappedSource() {
-  for (const auto& m : maps_) ::munmap(m.base, m.bytes);
-}
-
-int64_t MappedSource::token(int64_t i) const {
-  const size_t k = size_t(std::upper_bound(first_token_.begin(), first_token_.end(), i) - first_token_.begin()) - 1;
-  const Mapped& m = maps_[k];
-  const auto* p = static_cast<const unsigned char*>(m.base) + m.file.header_bytes + (i - first_token_[k]) * m.file.width;
-  int64_t t = 0;
-  if (m.file.width == 1) t = p[0];
-  else if (m.file.width == 2) { uint16_t v; std::memcpy(&v, p, 2); t = v; }
-  else { uint32_t v; std::memcpy(&v, p, 4); t = v; }
-  if (t >= vocab_size_)
-    throw data_error(m.file.path + ": holds token " + std::to_string(t) + " (token " + std::to_string(i - first_token_[k]) +
-                     " of the file) but --vocab-size is " + std::to_string(vocab_size_));
-  return t;
-}
-
-torch::Tensor MappedSource::rows(uint64_t seed, int64_t step, int64_t global_rows, int64_t first_row,
-                                 int64_t num_rows, int64_t row_len) const {
-  auto starts = window_starts(seed, step, total_, row_len, global_rows);  // [G]
-  auto out = torch::empty({num_rows, row_len}, torch::kInt64);           // [rows, S+1]
-  auto o = out.accessor<int64_t, 2>();
-  auto s = starts.accessor<int64_t, 1>();
-  // The files these windows read must still be as long as when they were mapped.
-  std::vector<bool> checked(maps_.size(), false);
-  for (int64_t r = 0; r < num_rows; ++r)
-    for (int64_t i : {s[first_row + r], s[first_row + r] + row_len - 1}) {
-      const size_t k = size_t(std::upper_bound(first_token_.begin(), first_token_.end(), i) - first_token_.begin()) - 1;
-      if (checked[k]) continue;
-      checked[k] = true;
-      struct stat now {};
-      if (::stat(maps_[k].file.path.c_str(), &now) != 0 || size_t(now.st_size) < maps_[k].bytes)
-        throw data_error(maps_[k].file.path + ": the file changed under the run (now " +
-                         (::stat(maps_[k].file.path.c_str(), &now) == 0 ? std::to_string(now.st_size) + " bytes" : "gone") +
-                         ", mapped " + std::to_string(maps_[k].bytes) + "): give it back or restart");
-    }
-  for (int64_t r = 0; r < num_rows; ++r)
-    for (int64_t j = 0; j < row_len; ++j) o[r][j] = token(s[first_row + r] + j);
   return out;
 }
 
@@ -262,7 +110,7 @@ std::shared_ptr<TokenSource> open_data(const std::string& spec, int64_t vocab_si
       }
       if (paths.empty()) throw data_error(spec + ": directory holds no .bin token files");
       std::sort(paths.begin(), paths.end());
-      for (const auto& p : paths) files.push_back(describe_file(p, /*token_file=*/true));
+      for (const auto& p : paths) files.push_back(MappedSource::describe_file(p.string(), /*token_file=*/true));
       description = spec + ": " + std::to_string(files.size()) + " token files";
     } else if (!fs::exists(status) && fs::is_symlink(fs::symlink_status(spec, ec))) {
       throw data_error(spec + ": a symbolic link to " + fs::read_symlink(spec, ec).string() + ", which does not exist");
@@ -270,7 +118,7 @@ std::shared_ptr<TokenSource> open_data(const std::string& spec, int64_t vocab_si
       throw data_error(spec + ": no such file or directory (or use arithmetic | synthetic)");
     } else {
       const bool token_file = fs::path(spec).extension() == ".bin";
-      files.push_back(describe_file(spec, token_file));
+      files.push_back(MappedSource::describe_file(spec, token_file));
       description = spec + (token_file ? ": token file" : ": text, byte tokens");
     }
     auto mapped = std::make_shared<MappedSource>(files, vocab_size, description);
@@ -289,7 +137,7 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
   TORCH_CHECK(out, "cannot write ", path);
   const uint32_t width = uint32_t(bytes_per_token), reserved = 0;
   const uint64_t count = tokens.size();
-  out.write(kMagic, sizeof(kMagic));
+  out.write(kTokenFileMagic, sizeof(kTokenFileMagic));
   out.write(reinterpret_cast<const char*>(&width), 4);
   out.write(reinterpret_cast<const char*>(&reserved), 4);
   out.write(reinterpret_cast<const char*>(&count), 8);

@@ -38,6 +38,14 @@
 
 namespace picotron {
 
+// picotron token files (.bin): the magic and the header's size (the layout above).
+inline constexpr char kTokenFileMagic[8] = {'P', 'I', 'C', 'O', 'T', 'O', 'K', '1'};
+inline constexpr int64_t kTokenFileHeaderBytes = 24;
+
+// The window starts [G] of every row of a step's global batch, from one generator seeded
+// by (seed, step): a row's window does not depend on which rank asks for it. Pure.
+torch::Tensor window_starts(uint64_t seed, int64_t step, int64_t tokens, int64_t row_len, int64_t global_rows);
+
 // A finite stream of tokens read by random windows.
 class TokenSource {
  public:
@@ -74,6 +82,10 @@ class MappedSource : public TokenSource {
     int width = 1;             // bytes per token
     int64_t count = 0;         // tokens
   };
+  // What a file of --data holds, from its size and first bytes (nothing else is read):
+  // PICOTOK1 token files, nanoGPT's raw uint16 .bin, or text (a byte per token). Throws
+  // one line naming the file.
+  static File describe_file(const std::string& path, bool token_file);
   MappedSource(const std::vector<File>& files, int64_t vocab_size, std::string description);
   ~MappedSource() override;
   MappedSource(const MappedSource&) = delete;
@@ -91,6 +103,7 @@ class MappedSource : public TokenSource {
     void* base = nullptr;
     size_t bytes = 0;
   };
+  size_t file_of(int64_t i) const;  // which mapped file holds token i of the concatenation
   std::vector<Mapped> maps_;
   std::vector<int64_t> first_token_;  // where each file starts in the concatenation
   int64_t total_ = 0, vocab_size_ = 0;

@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "picotron/config.h"
+
 namespace picotron {
 
 class Tokenizer {
@@ -64,6 +66,12 @@ inline int64_t padded_vocab(int64_t entries, int tp) {
   while (multiple % tp != 0) multiple += 64;  // the least common multiple of 64 and tp
   return (entries + multiple - 1) / multiple * multiple;
 }
+
+// --tokenizer DIR, or a manifest.json (scripts/prepare_data.py) in or just above the
+// --data folder: the vocabulary follows the data. Without --vocab-size or --init-from,
+// cfg's vocab_size becomes padded_vocab(the tokenizer's entries, tp); with them, a
+// tokenizer larger than the model's vocabulary is a problem. One line each.
+std::vector<std::string> apply_tokenizer(TrainConfig& cfg);
 
 // GPT-2's map from a byte to a printable character (as UTF-8), and back.
 const std::vector<std::string>& byte_to_char();

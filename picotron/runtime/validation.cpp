@@ -1,7 +1,29 @@
 // picotron/runtime/validation.cpp — see validation.h.
 #include "picotron/runtime/validation.h"
 
+#include <cmath>
+
+#include "picotron/utils.h"
+
 namespace picotron {
+
+std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source, const TrainConfig& cfg,
+                                              Mesh& mesh, const std::vector<int64_t>& cp_positions) {
+  if (!source) return std::nullopt;
+  std::optional<BatchLoader> val;
+  val.emplace(source, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp, mesh.coords().dp);
+  if (cfg.cp > 1) val->keep_positions(cp_positions);
+  print0(mesh.world().rank(), "validation: " + source->describe() + "; " + std::to_string(cfg.eval_batches) +
+                                  " global batches, " +
+                                  (cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) + " steps and " : "") +
+                                  "after the last step");
+  return val;
+}
+
+std::string validation_line(double loss, const TrainConfig& cfg) {
+  return "validation loss " + std::to_string(loss) + " (perplexity " + std::to_string(std::exp(loss)) + ") over " +
+         std::to_string(cfg.eval_batches) + " global batches";
+}
 
 double validation_loss(LlamaForCausalLM& model, Pipeline* pipeline, Mesh& mesh, const BatchLoader& val,
                        int64_t batches, int64_t grad_acc_steps, torch::Device device) {

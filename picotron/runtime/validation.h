@@ -10,9 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
+#include "picotron/config.h"
 #include "picotron/data.h"
 #include "picotron/mesh.h"
 #include "picotron/model.h"
@@ -20,6 +25,13 @@
 
 namespace picotron {
 
+// The validation batches of this rank: --val-data's global batches cut as the training
+// batches are (dp rank, micro-batches; cp: this rank's positions `cp_positions`), or
+// nothing without --val-data. Rank 0 says what and how often.
+std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source, const TrainConfig& cfg,
+                                              Mesh& mesh, const std::vector<int64_t>& cp_positions);
+// "validation loss 4.7 (perplexity 110) over K global batches": --steps 0's report.
+std::string validation_line(double loss, const TrainConfig& cfg);
 // `pipeline`: null unless pp > 1. Collective over the world.
 double validation_loss(LlamaForCausalLM& model, Pipeline* pipeline, Mesh& mesh, const BatchLoader& val,
                        int64_t batches, int64_t grad_acc_steps, torch::Device device);
