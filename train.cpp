@@ -46,6 +46,7 @@
 #include "picotron/runtime/generate.h"
 #include "picotron/runtime/hf.h"
 #include "picotron/runtime/memory_estimate.h"
+#include "picotron/runtime/plan.h"
 #include "picotron/runtime/report.h"
 #include "picotron/runtime/resume.h"
 #include "picotron/runtime/startup.h"
@@ -320,6 +321,10 @@ int main(int argc, char** argv) {
                                                    args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
   const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(*config, c); };
   if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, plan_of);
+  if (problems.empty() && config->plan) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
+    if (launch.rank == 0) std::cout << plan_text(*config, plan_for) << std::endl;
+    return 0;
+  }
   DataSources data;  // --data and --val-data, opened (and checked) before the launch
   if (problems.empty()) problems = run_problems(*config, launch, plan_of, data);
   for (const auto& p : problems) report_error(launch.rank, p);

@@ -13,6 +13,9 @@ TEST_CASE("presets have the published models' exact parameter counts", "[config]
   CHECK(count_parameters(preset("smollm-1.7b")) == 1711376384);
   CHECK(count_parameters(preset("llama2-7b")) == 6738415616);
   CHECK(count_parameters(preset("llama3-8b")) == 8030261248);
+  CHECK(count_parameters(preset("llama3-70b")) == 70553706496);
+  CHECK(count_parameters(preset("llama3.2-1b")) == 1235814400);
+  CHECK(count_parameters(preset("llama3.2-3b")) == 3212749824);
   // tiny, by hand: embedding 256*128, 4 layers of (q,o 128*128; k,v 128*64; mlp 3*128*384; 2 norms), final norm
   CHECK(count_parameters(preset("tiny")) == 256 * 128 + 4 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 384 + 2 * 128) + 128);
 }

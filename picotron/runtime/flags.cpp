@@ -173,6 +173,22 @@ Flag preset_override(Flag f) {  // a model-shape flag: its default is the preset
   return f;
 }
 
+// The planner's group (--plan: picotron/runtime/plan.h). The defaults describe one H100
+// SXM node: NVLink 4 moves 450 GB/s per direction per GPU (NCCL's bus bandwidth on a node
+// comes close to it), InfiniBand NDR one 400 Gb/s = 50 GB/s port per GPU.
+void add_planner_flags(std::vector<Flag>& t) {
+  const std::string g = "Planner";
+  t.push_back(on_off("plan", g, "search the layouts (dp, tp, pp, cp, sp, ZeRO, recompute, schedule, micro-batch) for --gpus GPUs: print how many were considered and fit, the best --plan-top by predicted tokens/s per GPU with their command lines, and exit (nothing launched or allocated)", of(&TrainConfig::plan)));
+  t.push_back(integer("gpus", g, "GPUs to plan for", of(&TrainConfig::gpus), {">=", 1, double(1 << 16)}));
+  t.push_back(integer("gpus-per-node", g, "GPUs per node (joined by the intra-node links)", of(&TrainConfig::gpus_per_node), {">=", 1, double(1 << 10)}));
+  t.push_back(real("gpu-memory", g, "memory per GPU in GB (10^9 bytes); leave room for the CUDA context and NCCL (an H100 has 85.5 GB)", of(&TrainConfig::gpu_memory_gb), {">", 0, 1e6}));
+  t.push_back(integer("global-batch-tokens", g, "tokens per optimizer step to reach: micro-batch x grad-acc x dp x seq-len (the smallest not below)", of(&TrainConfig::global_batch_tokens), {">", 0, double(int64_t(1) << 40)}));
+  t.push_back(real("intra-node-gbps", g, "GB/s per GPU per direction inside a node (H100 NVLink 4: 450)", of(&TrainConfig::intra_node_gbps), {">", 0, 1e6}));
+  t.push_back(real("inter-node-gbps", g, "GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s: 50)", of(&TrainConfig::inter_node_gbps), {">", 0, 1e6}));
+  t.push_back(real("peak-tflops", g, "dense peak TFLOP/s of one GPU in the compute dtype (H100 SXM bf16: 989)", of(&TrainConfig::peak_tflops), {">", 0, 1e6}));
+  t.push_back(integer("plan-top", g, "layouts --plan prints, best first", of(&TrainConfig::plan_top), {">=", 1, 1000}));
+}
+
 const std::vector<Flag>& flag_table() {
   const int64_t k = 1;
   static const std::vector<Flag> table = [&] {
@@ -319,6 +335,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(text("wait-for-debugger", "Output", "none | all | RANK: that rank (or every rank) prints its pid and waits until a debugger attaches (gdb -p PID, VS Code: scripts/vscode/launch.json)", of(&TrainConfig::wait_for_debugger)));
     t.push_back(on_off("explain", "Output", "narrate the first step, rank by rank: what each rank holds, every communication with its group, shapes and line of code", of(&TrainConfig::explain)));
     t.push_back(integer("generate", "Output", "samples printed after training (0: none)", of(&TrainConfig::generate), {">=", 0, double(k << 20)}));
+    add_planner_flags(t);
     return t;
   }();
   return table;
@@ -333,7 +350,7 @@ const Flag* find_flag(const std::string& name) {
 std::string help_text() {
   const TrainConfig d;  // the defaults
   cxxopts::Options opts("train", "picotron: train a LLaMA-like model with 4D parallelism");
-  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Output"};
+  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Output", "Planner"};
   for (const Flag& f : flag_table()) {
     auto value = f.is_switch ? cxxopts::value<bool>() : cxxopts::value<std::string>();
     if (f.shows_default && !f.is_switch && !f.show(d).empty()) value->default_value(f.show(d));

@@ -1,0 +1,174 @@
+// picotron/runtime/plan.cpp — the search of plan.h: enumerate, validate(), estimate_memory()
+// for every pipeline stage, predict_step(), rank. The text, the rules and the command lines:
+// plan_report.cpp.
+#include "picotron/runtime/plan.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "picotron/runtime/flags.h"
+#include "picotron/runtime/memory_estimate.h"
+
+namespace picotron {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int k = 1; k <= n; ++k)
+    if (n % k == 0) d.push_back(k);
+  return d;
+}
+
+struct Schedule {
+  const char* name;
+  int v;
+};
+std::vector<Schedule> schedules_for(int pp) {
+  if (pp == 1) return {{"1f1b", 1}};
+  return {{"afab", 1}, {"1f1b", 1}, {"interleaved", 2}, {"interleaved", 4}, {"zb-h1", 1}};
+}
+
+// Micro-batches per step that reach `rows` sequences with B per micro-batch on dp ranks:
+// the smallest not below, then what the schedule needs (interleaved m % P == 0, zb-h1 m >= P).
+int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedule, int pp) {
+  int64_t m = std::max<int64_t>(1, (rows + B * dp - 1) / (B * dp));
+  if (schedule == "interleaved") m = (m + pp - 1) / pp * pp;
+  if (schedule == "zb-h1") m = std::max<int64_t>(m, pp);
+  return m;
+}
+
+// Shard plans by (tp, pp, v, stage): every layout with those sizes holds the same shares.
+class PlanCache {
+ public:
+  explicit PlanCache(const PlanFor& plan_for) : plan_for_(plan_for) {}
+  const ShardPlan& at(const TrainConfig& c, int stage) {
+    const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, stage);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
+    return it->second;
+  }
+
+ private:
+  const PlanFor& plan_for_;
+  std::map<std::tuple<int, int, int, int>, ShardPlan> plans_;
+};
+
+// Same layout but for the micro-batch, --sp (whose saving the estimate does not model) and
+// how the cp x dp group is split (CP's ring hides behind attention: the model predicts the
+// same for cp 4 x dp 2 as for dp 8): the top list shows each once, its best (or simplest).
+auto layout_key(const TrainConfig& c) {
+  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.zero, c.recompute, c.pp_schedule, c.pp_virtual_stages);
+}
+
+}  // namespace
+
+int complexity(const TrainConfig& c) {
+  // PP for big models, CP for long sequences: each weighs more than a ZeRO stage and recompute
+  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1);
+  const int recompute = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;
+  const int schedule = c.pp > 1 && c.pp_schedule != "1f1b" ? 1 : 0;
+  return axes + c.zero + recompute + schedule + c.sp;
+}
+
+PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan_for, int top) {
+  const Hardware hw = hardware_of(base);
+  PlanResult result;
+  result.gpus = gpus;
+  PlanCache plans(plan_for);
+  const int64_t rows = std::max<int64_t>(1, (base.global_batch_tokens + base.seq_len - 1) / base.seq_len);
+  std::vector<Candidate> fits;
+  for (int tp : divisors(gpus))
+    for (int pp : divisors(gpus / tp))
+      for (int cp : divisors(gpus / tp / pp))
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;
+          for (int zero = 0; zero <= (gpus / tp / pp > 1 ? 3 : 0); ++zero)  // ZeRO needs a cp x dp group
+            for (const char* recompute : {"none", "selective", "full"})
+              for (const Schedule& s : schedules_for(pp)) {
+                TrainConfig c = base;
+                c.plan = false;
+                c.device = "cuda";
+                c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp;
+                c.zero = zero, c.recompute = recompute;
+                c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                // Micro-batches of 1, 2, 4, ... sequences, while one step's rows do not overshoot.
+                // Memory grows with the micro-batch: past one that does not fit, none is estimated.
+                bool too_big = false;
+                for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
+                  c.micro_batch_size = B;
+                  c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, pp);
+                  ++result.considered;
+                  if (!validate(c, gpus).empty()) continue;
+                  ++result.valid;
+                  if (too_big) continue;
+                  Candidate cand;
+                  double params = 0;
+                  // Every role (pipeline stage); stop once it neither fits nor can be the least.
+                  const double& least = result.least_peak_bytes;
+                  bool exact = true;
+                  for (int stage = 0; stage < pp; ++stage) {
+                    if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
+                      exact = false;
+                      break;
+                    }
+                    const ShardPlan& plan = plans.at(c, stage);
+                    const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+                    if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+                    params = std::max(params, double(local_parameter_count(plan)));
+                  }
+                  if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
+                  if (cand.peak_bytes > hw.memory_bytes) {
+                    too_big = true;
+                    continue;
+                  }
+                  ++result.fit;
+                  cand.cfg = c;
+                  cand.time = predict_step(c, hw, params);
+                  const double per_gpu = tokens_per_step(c) / cand.time.total() / gpus;
+                  cand.tokens_per_s_per_gpu = per_gpu;
+                  cand.mfu = model_flops_per_token(c) * per_gpu / hw.peak_flops;
+                  fits.push_back(std::move(cand));
+                }
+              }
+        }
+  // Best first, in bands of kTieBand below the best (the cost model is not more accurate
+  // than that): within a band the simpler layout first (the cheatsheet's order), then speed.
+  double fastest = 0;
+  for (const auto& cand : fits) fastest = std::max(fastest, cand.tokens_per_s_per_gpu);
+  for (auto& cand : fits) cand.band = int((1 - cand.tokens_per_s_per_gpu / fastest) / kTieBand);
+  std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.band != b.band) return a.band < b.band;
+    if (complexity(a.cfg) != complexity(b.cfg)) return complexity(a.cfg) < complexity(b.cfg);
+    if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+    return a.peak_bytes < b.peak_bytes;
+  });
+  std::vector<decltype(layout_key(base))> shown;
+  for (auto& cand : fits) {
+    if (int(result.best.size()) >= top) break;
+    const auto key = layout_key(cand.cfg);
+    if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
+    shown.push_back(key);
+    result.best.push_back(std::move(cand));
+  }
+  return result;
+}
+
+WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const PlanFor& plan_for) {
+  WhatWouldFit w;
+  w.memory_bytes = at_n.least_peak_bytes;
+  for (int64_t n = int64_t(at_n.gpus) * 2; n <= 4096; n *= 2)  // more GPUs: the same search at 2N, 4N, ...
+    if (search_layouts(base, int(n), plan_for, 1).fit > 0) {
+      w.gpus = int(n);
+      break;
+    }
+  TrainConfig shorter = base;  // a shorter sequence: halved until a layout fits (down to 64 tokens)
+  for (shorter.seq_len = base.seq_len / 2; shorter.seq_len >= 64; shorter.seq_len /= 2)
+    if (search_layouts(shorter, at_n.gpus, plan_for, 1).fit > 0) {
+      w.seq_len = shorter.seq_len;
+      break;
+    }
+  return w;
+}
+
+}  // namespace picotron

@@ -1,0 +1,174 @@
+// The planner (picotron/runtime/plan.h): the Playbook cheatsheet's cases as searches, and
+// the cost model's pieces (plan_cost.h) one by one. Pure: nothing allocated, no ranks.
+//
+// Test: build/tests/unit_tests "[plan]"
+#include <catch2/catch.hpp>
+
+#include "picotron/config.h"
+#include "picotron/runtime/flags.h"
+#include "picotron/runtime/plan.h"
+#include "pipeline_parallel/pipeline_parallel.h"
+#include "tensor_parallel/tensor_parallel.h"
+
+using namespace picotron;
+
+namespace {
+
+// As train.cpp's plan_for: tensor parallelism cuts the projections, pipeline parallelism
+// keeps a stage's layers.
+ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
+  ShardPlan plan = replicated_plan(cfg.llama);
+  if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);
+  if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);
+  return plan;
+}
+
+TrainConfig planning(const std::string& model, int gpus, int64_t seq_len) {
+  TrainConfig c;
+  c.model = model;
+  c.llama = preset(model);
+  c.dtype = Precision::kBF16;
+  c.seq_len = seq_len;
+  c.gpus = gpus;
+  c.global_batch_tokens = 1 << 20;
+  return c;
+}
+
+int axes_used(const TrainConfig& c) { return (c.dp > 1) + (c.tp > 1) + (c.pp > 1) + (c.cp > 1); }
+
+}  // namespace
+
+TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]") {
+  const TrainConfig base = planning("llama3-8b", 8, 4096);
+  const PlanResult r = search_layouts(base, 8, plan_for, 5);
+  REQUIRE(r.fit > 0);
+  REQUIRE(!r.best.empty());
+  CHECK(r.considered >= r.valid);
+  CHECK(r.valid >= r.fit);
+  const TrainConfig& top = r.best[0].cfg;
+  INFO(command_line(r.best[0]));
+  CHECK(axes_used(top) == 1);                              // TP alone, or DP / ZeRO alone
+  CHECK((top.tp == 8 || (top.dp == 8 && top.zero >= 1)));  // plain DP does not fit 8B's 144 GB of state
+  CHECK(r.best[0].peak_bytes <= 80e9);
+}
+
+TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[plan]") {
+  // TP in the node with PP or with ZeRO-3, or ZeRO-3 alone; no CP for a 4096-token sequence.
+  const TrainConfig base = planning("llama3-70b", 64, 4096);
+  const PlanResult r = search_layouts(base, 64, plan_for, 5);
+  REQUIRE(!r.best.empty());
+  const TrainConfig& top = r.best[0].cfg;
+  INFO(command_line(r.best[0]));
+  const bool tp_with_pp_or_zero3 = top.tp > 1 && top.tp <= 8 && (top.pp > 1 || top.zero == 3);
+  const bool zero3_alone = top.dp == 64 && top.zero == 3;
+  CHECK((tp_with_pp_or_zero3 || zero3_alone));
+  CHECK(top.cp == 1);
+  // DP alone without ZeRO-3 cannot fit 70B: 16 bytes a parameter is 1.1 TB.
+  for (const Candidate& c : r.best) CHECK((c.cfg.dp < 64 || c.cfg.zero == 3));
+}
+
+TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and accumulation", "[plan]") {
+  TrainConfig base = planning("llama3.2-1b", 1, 1024);  // at 2048 nothing fits in 24 GB
+  base.gpu_memory_gb = 24;
+  const PlanResult r = search_layouts(base, 1, plan_for, 3);
+  REQUIRE(!r.best.empty());
+  const TrainConfig& top = r.best[0].cfg;
+  INFO(command_line(r.best[0]));
+  CHECK(top.recompute == "full");
+  CHECK(top.grad_acc_steps > 1);
+  CHECK(tokens_per_step(top) >= double(base.global_batch_tokens));
+  CHECK(cheatsheet_rule(r.best[0], hardware_of(base)).find("GPU-poor") != std::string::npos);
+}
+
+TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would", "[plan]") {
+  const TrainConfig base = planning("llama3-70b", 1, 4096);
+  const PlanResult r = search_layouts(base, 1, plan_for, 5);
+  CHECK(r.fit == 0);
+  CHECK(r.best.empty());
+  CHECK(r.least_peak_bytes > 70e9 * 16);  // weights, fp32 gradients, master and moments alone
+  const WhatWouldFit w = what_would_fit(base, r, plan_for);
+  CHECK(w.gpus >= 16);  // 70B x 16 bytes / 80 GB: at least 15 GPUs' worth of state
+  CHECK(w.memory_bytes == r.least_peak_bytes);
+  CHECK(w.seq_len == 0);  // no sequence is short enough: the state alone is 1.1 TB
+  // The smallest: half of it does not fit.
+  CHECK(search_layouts(base, w.gpus / 2, plan_for, 1).fit == 0);
+  CHECK(search_layouts(base, w.gpus, plan_for, 1).fit > 0);
+  const std::string text = plan_text(base, plan_for);
+  CHECK_THAT(text, Catch::Contains("nothing fits") && Catch::Contains("more GPUs: --gpus " + std::to_string(w.gpus)) &&
+                       Catch::Contains("more memory: a GPU of"));
+}
+
+TEST_CASE("plan: every layout returned passes validate() and reaches the batch", "[plan]") {
+  for (auto [model, gpus] : {std::pair{"llama3-8b", 8}, {"llama3-8b", 16}, {"smollm-360m", 4}}) {
+    const TrainConfig base = planning(model, gpus, 2048);
+    const PlanResult r = search_layouts(base, gpus, plan_for, 10);
+    REQUIRE(!r.best.empty());
+    for (const Candidate& c : r.best) {
+      INFO(command_line(c));
+      CHECK(validate(c.cfg, gpus).empty());
+      CHECK(c.cfg.dp * c.cfg.tp * c.cfg.pp * c.cfg.cp == gpus);
+      CHECK(tokens_per_step(c.cfg) >= double(base.global_batch_tokens));
+      CHECK(c.time.total() > 0);
+    }
+    for (size_t i = 1; i < r.best.size(); ++i) {  // best first: by band, then the simpler, then the faster
+      const Candidate &a = r.best[i - 1], &b = r.best[i];
+      CHECK(a.band <= b.band);
+      if (a.band == b.band) CHECK(complexity(a.cfg) <= complexity(b.cfg));
+      CHECK(b.tokens_per_s_per_gpu <= r.best[0].tokens_per_s_per_gpu / (1 - kTieBand));
+    }
+  }
+}
+
+TEST_CASE("plan cost: the pipeline bubble is the schedule's formula times the compute", "[plan]") {
+  TrainConfig c = planning("llama3-8b", 4, 4096);
+  c.pp = 4, c.micro_batch_size = 1, c.grad_acc_steps = 8;
+  const Hardware hw = hardware_of(c);
+  for (auto [schedule, v, fraction] : {std::tuple{"afab", 1, 3.0 / 8}, {"1f1b", 1, 3.0 / 8},
+                                       {"interleaved", 2, 3.0 / 16}, {"zb-h1", 1, 3.0 / 24}}) {
+    c.pp_schedule = schedule, c.pp_virtual_stages = v;
+    const StepTime t = predict_step(c, hw, 2e9);
+    INFO(schedule);
+    CHECK(t.bubble == Approx(fraction * t.compute));
+  }
+}
+
+TEST_CASE("plan cost: full recompute costs one more forward, selective less", "[plan]") {
+  TrainConfig c = planning("llama3-8b", 1, 4096);
+  const Hardware hw = hardware_of(c);
+  const double none = predict_step(c, hw, 8e9).compute;
+  c.recompute = "full";
+  CHECK(predict_step(c, hw, 8e9).compute == Approx(none * 4 / 3));
+  c.recompute = "selective";
+  const double selective = predict_step(c, hw, 8e9).compute;
+  CHECK(selective > none);
+  CHECK(selective < none * 4 / 3);
+}
+
+TEST_CASE("plan cost: tensor parallelism across nodes is slower than inside one", "[plan]") {
+  TrainConfig c = planning("llama3-70b", 16, 4096);
+  c.tp = 8, c.dp = 2;  // rank order [dp][pp][cp][tp]: tp groups are 8 consecutive ranks
+  Hardware node8 = hardware_of(c), node4 = node8;
+  node4.gpus_per_node = 4;
+  CHECK_FALSE(tp_crosses_nodes(c, node8));
+  CHECK(tp_crosses_nodes(c, node4));
+  CHECK(dp_crosses_nodes(c, node8));  // the dp pairs are 8 ranks apart
+  CHECK(predict_step(c, node4, 9e9).tp == Approx(predict_step(c, node8, 9e9).tp * 450.0 / 50.0));
+  CHECK(predict_step(c, node4, 9e9).total() > predict_step(c, node8, 9e9).total());
+  // pp groups span tp x cp x pp ranks
+  c.tp = 2, c.pp = 4, c.dp = 2;
+  CHECK_FALSE(pp_crosses_nodes(c, node8));
+  CHECK(pp_crosses_nodes(c, node4));
+}
+
+TEST_CASE("plan cost: data parallelism's all-reduce hides behind the last backward", "[plan]") {
+  TrainConfig c = planning("llama3-8b", 8, 4096);
+  c.dp = 8, c.micro_batch_size = 1, c.grad_acc_steps = 32;
+  Hardware hw = hardware_of(c);
+  const double params = 1e9;  // a small model's gradients: hidden but for the last bucket
+  const StepTime hidden = predict_step(c, hw, params);
+  CHECK(hidden.dp == Approx(c.dp_bucket_mb * 1024 * 1024 * 7 / 8 / 450e9));
+  hw.intra_bytes_per_s = 1e9;  // a slow link: most of it is exposed
+  CHECK(predict_step(c, hw, params).dp > 0.5 * 2 * 7.0 / 8 * params * 4 / 1e9);
+  c.zero = 1;  // ZeRO-1: reduce-scatter after backward + all-gather, not overlapped
+  CHECK(predict_step(c, hardware_of(c), params).dp == Approx(7.0 / 8 * params * (4 + 2) / 450e9));
+}
