@@ -263,11 +263,14 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const t
   return part_runner ? part_runner("head", run) : run();
 }
 
-torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
-                                         const torch::Tensor& positions) {
-  const auto hidden = run_layers(embed(tokens), positions_of(tokens, positions));  // [B, S, H]
+torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
   const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
   return part_runner ? part_runner("head", run) : run();
+}
+
+torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                         const torch::Tensor& positions) {
+  return head_loss(run_layers(embed(tokens), positions_of(tokens, positions)), targets);  // [B, S, H] -> scalar
 }
 
 const RopeTables& LlamaForCausalLMImpl::rope_for(const torch::Tensor& positions, int64_t seq_len,

@@ -28,8 +28,8 @@
 //   block entry   Attention::enter / MLP::enter     the input before the projections
 //   block exit    Attention::exit / MLP::exit       the output after o_proj / down_proj
 //   layer wrappers LlamaForCausalLM::layer_wrappers every decoder layer runs inside them, in order
-//   part runner   LlamaForCausalLM::part_runner     the embedding ("embed") and, in forward() and
-//                                                   loss(), final norm + head + loss ("head")
+//   part runner   LlamaForCausalLM::part_runner     the embedding ("embed") and, in forward(),
+//                                                   loss() and head_loss(), final norm + head + loss ("head")
 //   positions     run_layers(x, positions)          RoPE angles from any positions tensor
 // Local head counts come from the projections' output sizes, never from the config.
 //
@@ -216,6 +216,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   torch::Tensor logits(const torch::Tensor& hidden);                                // head slot: -> [B, S, V]
   // Mean next-token cross-entropy over the B*S tokens (fp32 softmax for bf16/fp16).
   torch::Tensor loss_from_hidden(const torch::Tensor& hidden, const torch::Tensor& targets);  // loss slot
+  // final_norm + loss_from_hidden through the part runner ("head"): a pipeline's last stage.
+  torch::Tensor head_loss(const torch::Tensor& hidden, const torch::Tensor& targets);  // [B, S, H] -> scalar
 
   // The whole model on one rank: tokens [B, S] -> logits [B, S, V] / mean loss.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {});

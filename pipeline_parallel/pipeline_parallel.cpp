@@ -138,7 +138,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   auto h = model_->run_layers(x, positions_, layers.first, layers.count);      // [B, S, H]
   if (vs == P_ * v - 1) {
     // The single process's loss: each micro-batch's mean divided by m, summed over m.
-    auto loss = model_->loss_from_hidden(model_->final_norm(h), batch.targets.to(act_opts_.device())) /
+    auto loss = model_->head_loss(h, batch.targets.to(act_opts_.device())) /
                 double(opts_.grad_acc_steps);
     loss_sum_ += loss.detach().to(torch::kFloat64);
     f.output = loss * loss_scale;

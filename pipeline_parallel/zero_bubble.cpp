@@ -43,7 +43,8 @@ struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
     // No dW now. Autograd still runs the weight's AccumulateGrad node (and any post-hook
     // on it, e.g. data parallelism's "gradient ready"): such hooks must not launch a
     // reduction under zb-h1. train.cpp syncs after the whole step (prepare_backward(false)
-    // for every B), and ZeRO-2, whose hooks move gradients, refuses --pp.
+    // for every B), and ZeRO-2/3, whose hooks move gradients, pick dW up after W
+    // (Zero2Optimizer::accumulate_grads).
     return {dx, torch::Tensor(), torch::Tensor()};
   }
 };

@@ -130,8 +130,7 @@ picotron_equivalence(zero2_dp2_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --zero 2 --dp
 picotron_equivalence(zero2_dp2_tp2 NP 4 ARGS --zero 2 --dp 2 --tp 2 --dp-bucket-mb 0.05)
 # ZeRO-3: dp 2 and 4 x grad-acc 1 and 4; dp 3 with a vocabulary of 257 (every unit padded
 # to a multiple of 3); float32; untied (the head is its own unit, not the embedding);
-# with tp2. (With --pp or --sp it is refused: cli.zero3_with_pp.) Skipping the gather
-# before backward fails them (tried).
+# with tp2. Skipping the gather before backward fails them (tried).
 foreach(stage 1 3)  # ZeRO-1's and ZeRO-3's dp x grad-acc grid (ZeRO-2's has buckets: above)
   foreach(dp 2 4)
     foreach(acc 1 4)
@@ -143,6 +142,33 @@ picotron_equivalence(zero3_dp3_uneven NP 3 ARGS --zero 3 --dp 3 --vocab-size 257
 picotron_equivalence(zero3_dp2_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --zero 3 --dp 2 --grad-acc-steps 2)
 picotron_equivalence(zero3_dp2_untied NP 2 ARGS --zero 3 --dp 2 --tie-word-embeddings=false --grad-acc-steps 2)
 picotron_equivalence(zero3_dp2_tp2 NP 4 ARGS --zero 3 --dp 2 --tp 2)
+# ZeRO-2 and ZeRO-3 with sequence parallelism (the norm gains summed over tp on my slice)
+# and with a pipeline (the tied embedding, a bucket of its own, summed over the two ends
+# on my slice; zb-h1's deferred weight gradients picked up after W; stage 3 gathering a
+# stage's layers per micro-batch). Skipping the slice sums, or leaving zb-h1's dW behind,
+# fails them (tried: 0.013 and 0.26 parameter error).
+picotron_equivalence(zero2_dp2_tp2_sp NP 4 ARGS --zero 2 --dp 2 --tp 2 --sp --dp-bucket-mb 0.05 --grad-acc-steps 2)
+picotron_equivalence(zero3_dp2_tp2_sp NP 4 ARGS --zero 3 --dp 2 --tp 2 --sp --grad-acc-steps 2)
+picotron_equivalence(zero2_dp2_pp2 NP 4 ARGS ${PP_LAYERS} --zero 2 --dp 2 --pp 2 --grad-acc-steps 4 --dp-bucket-mb 0.05)
+picotron_equivalence(zero2_dp2_pp2_zb NP 4 ARGS ${PP_LAYERS} --zero 2 --dp 2 --pp 2 --pp-schedule zb-h1 --grad-acc-steps 4
+  --dp-bucket-mb 0.05)
+picotron_equivalence(zero3_dp2_pp2 NP 4 ARGS ${PP_LAYERS} --zero 3 --dp 2 --pp 2 --grad-acc-steps 4)
+picotron_equivalence(zero3_dp2_pp2_zb NP 4 ARGS ${PP_LAYERS} --zero 3 --dp 2 --pp 2 --pp-schedule zb-h1 --grad-acc-steps 4)
+picotron_equivalence(zero3_dp2_pp2_interleaved NP 4 ARGS ${PP_LAYERS} --zero 3 --dp 2 --pp 2 --pp-schedule interleaved
+  --pp-virtual-stages 2 --grad-acc-steps 4)
+
+# The 4D mesh on 8 ranks (4 layers, grad-acc 2; each about 4 s here): every pair of axes
+# meets in at least one case, with sp and each ZeRO stage; one float32 case.
+set(MESH8 NP 8 ARGS --num-hidden-layers 4 --grad-acc-steps 2)
+picotron_equivalence(mesh8_dp2_tp2_pp2_sp_zero1 ${MESH8} --dp 2 --tp 2 --pp 2 --sp --zero 1)
+picotron_equivalence(mesh8_tp2_pp2_cp2 ${MESH8} --tp 2 --pp 2 --cp 2)
+picotron_equivalence(mesh8_dp2_cp2_tp2_sp ${MESH8} --dp 2 --cp 2 --tp 2 --sp)
+picotron_equivalence(mesh8_dp2_pp2_cp2_interleaved ${MESH8} --dp 2 --pp 2 --cp 2 --pp-schedule interleaved --pp-virtual-stages 2)
+picotron_equivalence(mesh8_dp2_tp2_pp2_sp_zero3 ${MESH8} --dp 2 --tp 2 --pp 2 --sp --zero 3)
+picotron_equivalence(mesh8_dp2_tp2_pp2_sp_zero2_zb ${MESH8} --dp 2 --tp 2 --pp 2 --sp --zero 2 --pp-schedule zb-h1 --dp-bucket-mb 0.05)
+picotron_equivalence(mesh8_dp2_cp2_pp2_zero3 ${MESH8} --dp 2 --cp 2 --pp 2 --zero 3)
+picotron_equivalence(mesh8_dp2_tp2_pp2_sp_fp32 NP 8 RTOL 1e-5 DTYPE fp32 ARGS --num-hidden-layers 4 --grad-acc-steps 2
+  --dp 2 --tp 2 --pp 2 --sp --zero 1 --adam-eps 1e-6)
 
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)

@@ -22,7 +22,7 @@ Zero1Optimizer::Zero1Optimizer(Comm& group, const std::vector<std::pair<std::str
   for (const auto& [name, p] : named_params) numels.push_back(p.numel());
   // Buckets bound every temporary buffer (and, in stage 2, what is in flight). Stage 3:
   // one bucket per unit, whatever its size (a unit is gathered whole).
-  const int64_t capacity = !units.empty() ? INT64_MAX
+  const int64_t capacity = stage == 3 ? INT64_MAX
       : std::max<int64_t>(1, int64_t(bucket_mb * 1024 * 1024) / int64_t(c10::elementSize(state_dtype)));
   layout_ = zero_layout(numels, group.size(), capacity, units);
 

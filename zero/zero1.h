@@ -99,7 +99,8 @@ class Zero1Optimizer : public Optimizer {
 
  protected:
   // For the stages above: `full_gradient` false keeps no full gradient (stages 2, 3);
-  // `units` (stage 3: one id per parameter) starts a bucket wherever the id changes.
+  // `units` (one id per parameter) starts a bucket wherever the id changes: stage 3's
+  // units (one bucket each, whatever the size), stage 2's embedding alone in a pipeline.
   Zero1Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb, bool offload,
                  int stage, const std::vector<int>& units);

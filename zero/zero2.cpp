@@ -18,6 +18,19 @@ Zero2Optimizer::Zero2Optimizer(Comm& group, const std::vector<std::pair<std::str
   rearm();
 }
 
+std::vector<int> Zero2Optimizer::embedding_alone(const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+                                                 const ShardPlan& plan, const MeshCoords& here) {
+  const std::string embedding = "model.embed_tokens.weight";
+  const auto e = plan.find(embedding);
+  // A pipeline's end: the first stage (it has the lookup but not the final norm) or the
+  // last stage's copy of a tied embedding (owned by stage 0).
+  const bool pipeline_end = e != plan.end() && (!plan.count("model.norm.weight") || e->second.stage != here.pp);
+  if (!pipeline_end) return {};
+  std::vector<int> units;
+  for (const auto& [name, p] : named_params) units.push_back(name == embedding ? 0 : 1);
+  return units;
+}
+
 void Zero2Optimizer::rearm() {
   for (size_t b = 0; b < inflight_.size(); ++b)
     inflight_[b].pending = int(layout_.buckets[b].end_param - layout_.buckets[b].first_param);
@@ -73,6 +86,19 @@ void Zero2Optimizer::finish_oldest() {
 void Zero2Optimizer::accumulate_grads() {
   torch::NoGradGuard no_grad;
   record("backward end");
+  // Gradients written after their hook ran (zb-h1's W): into their buckets, not yet sent.
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& g = params_[i].param.mutable_grad();
+    if (!g.defined()) continue;
+    const size_t b = bucket_of_[i];
+    TORCH_CHECK(int(b) <= next_to_launch_, "zero-2: the gradient of ", params_[i].name,
+                " arrived after its bucket was sent");
+    const auto& bucket = layout_.buckets[b];
+    auto& f = inflight_[b];
+    if (!f.full.defined()) f.full = torch::zeros({bucket.padded}, grad_.options());  // [bucket padded]
+    f.full.narrow(0, layout_.offsets[i] - bucket.offset, g.numel()).add_(g.reshape({-1}));
+    g = torch::Tensor();
+  }
   for (auto& f : inflight_) f.pending = 0;  // a parameter without a gradient: send its bucket anyway
   launch_ready_buckets();
   while (!launched_.empty()) finish_oldest();
@@ -80,7 +106,16 @@ void Zero2Optimizer::accumulate_grads() {
 }
 
 void Zero2Optimizer::sync_grads(const std::function<void()>& fix_ups) {
-  if (fix_ups) fix_ups();  // (none under --zero 2: validate() refuses --sp and --pp with it)
+  if (!fix_ups) return;
+  // Sums over tp (sp's norm gains) or over a pipeline's two ends (the tied embedding)
+  // commute with the cp×dp average: they run on my pieces, which the ranks they sum over
+  // own alike (zero2.h). Each parameter's main_grad is my piece while they run.
+  const auto none = torch::empty({0}, grad_.options());  // [0]: I own no piece of it
+  for (auto& p : params_) p.main_grad = none;
+  for (const auto& piece : layout_.pieces(group_.rank()))
+    params_[piece.param].main_grad = grad_.narrow(0, piece.slice_offset, piece.length);  // [piece]
+  fix_ups();
+  for (auto& p : params_) p.main_grad = torch::Tensor();  // no full gradient, as before
 }
 
 }  // namespace picotron

@@ -14,6 +14,17 @@
 // The full gradient never exists. The price: with grad accumulation the gradients travel
 // every micro-batch (m reduce-scatters instead of one).
 //
+// The sums other techniques make over their own axes (sequence parallelism's norm gains
+// over tp, a pipeline's tied embedding over its first and last stage) commute with the
+// cp×dp average, so they run on my slice instead of a full gradient (sync_grads):
+//
+//   tp rank 0, dp rank r:  my piece of gamma's averaged gradient ─┐ all-reduce(sum) over tp
+//   tp rank 1, dp rank r:  the same piece (same layout)          ─┘ = the full batch's piece
+//
+// That needs the ranks of such a group to own the same piece: tp shards are equal, so
+// their layouts are; in a pipeline the embedding gets a bucket of its own, which the
+// first and last stage then cut alike.
+//
 // Test: ctest -R "zero|data_parallel.overlap"
 #pragma once
 
@@ -30,14 +41,19 @@ class Zero2Optimizer : public Zero1Optimizer {
   Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
                  bool offload = false)
-      : Zero2Optimizer(group, named_params, opts, plan, here, bucket_mb, offload, /*stage=*/2, /*units=*/{}) {}
+      : Zero2Optimizer(group, named_params, opts, plan, here, bucket_mb, offload, /*stage=*/2,
+                       embedding_alone(named_params, plan, here)) {}
 
-  // Stage 2 keeps no full gradient: params()' main_grad is undefined.
+  // Stage 2 keeps no full gradient: params()' main_grad is undefined (but in sync_grads).
   void prepare_backward(bool last_micro_batch) override { rearm(); }
-  // Wait for this micro-batch's bucket reduce-scatters and add them into my slice.
+  // Wait for this micro-batch's bucket reduce-scatters and add them into my slice. A
+  // gradient written after its hook ran (zb-h1's deferred weight gradients, which W
+  // computes after B: pipeline_parallel/zero_bubble.h) goes into its bucket here, and the
+  // buckets travel again: under zb-h1 after every B and every W.
   void accumulate_grads() override;
-  // Nothing left to reduce (done during backward); fix_ups must be none (--zero 2 refuses
-  // --sp and --pp, whose fix-ups need the full gradient).
+  // Nothing left to reduce (done during backward). fix_ups run on my slice: while they
+  // run, each parameter's main_grad is my piece of its averaged gradient, flattened
+  // ([piece], empty when I own none of it).
   void sync_grads(const std::function<void()>& fix_ups) override;
 
  protected:
@@ -48,6 +64,10 @@ class Zero2Optimizer : public Zero1Optimizer {
   void rearm();
   // A bucket's gradients all arrived (stage 3 releases its parameters here).
   virtual void on_bucket_complete(size_t bucket) {}
+  // Unit ids that give the embedding a bucket of its own when this rank is in a pipeline
+  // (its first stage, or the last one's copy of a tied embedding); otherwise none.
+  static std::vector<int> embedding_alone(const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+                                          const ShardPlan& plan, const MeshCoords& here);
 
  private:
   void on_grad_ready(size_t param);   // the hook: the gradient into its bucket

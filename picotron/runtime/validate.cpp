@@ -97,11 +97,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
   need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
   need(c.pp > 1 || c.pp_schedule == TrainConfig{}.pp_schedule, "--pp-schedule needs --pp > 1");
-  // Stages 2 and 3 keep no full gradient, but --sp's norm gains and a pipeline's tied
-  // embedding are summed from full gradients before the sync; stage 3 would also gather
-  // every layer of every micro-batch of a pipeline schedule (see zero/README.md).
-  need(c.zero < 2 || (c.pp == 1 && !c.sp),
-       "--zero " + str(c.zero) + " does not combine with --pp or --sp (use --zero 1)");
   need(!c.zero_offload || c.zero >= 1, "--zero-offload needs --zero 1, 2 or 3 (it offloads ZeRO's optimizer slice)");
   need(!c.zero_offload || c.device != "cpu",
        "--zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda (on --device cpu everything "
