@@ -41,6 +41,13 @@ picotron_checkpoint(zero1_dp2_to_1    1e-9 2 "${DP2} --zero 1"                  
 picotron_checkpoint(zero3_dp2_to_1    1e-9 2 "${DP2} --zero 3"                    1 "${ONE}" --dtype fp64)
 picotron_checkpoint(1_to_zero3_dp2    1e-9 1 "${ONE}"                             2 "${DP2} --zero 3" --dtype fp64)
 picotron_checkpoint(tp2_to_pp2        1e-9 2 "--tp 2 --micro-batch-size 4"        2 "--pp 2 --micro-batch-size 2 --grad-acc-steps 2" --dtype fp64)
+# The 4D mesh: saved on dp2 x tp2 x pp2 (sp, ZeRO-1; ZeRO-3), resumed on the same layout
+# (bit-exact), on tp2 x cp2 and on one rank (4 layers: a pipeline stage holds 2).
+set(MESH8 "--dp 2 --tp 2 --pp 2 --sp --micro-batch-size 1 --grad-acc-steps 2")
+picotron_checkpoint(bitexact_dp2_tp2_pp2  exact 8 "${MESH8} --zero 1"              8 "${MESH8} --zero 1" --dtype fp64 --num-hidden-layers 4)
+picotron_checkpoint(dp2_tp2_pp2_to_tp2_cp2 1e-9 8 "${MESH8} --zero 1"              4 "--tp 2 --cp 2 --micro-batch-size 4" --dtype fp64 --num-hidden-layers 4)
+picotron_checkpoint(dp2_tp2_pp2_to_1      1e-9 8 "${MESH8} --zero 1"              1 "${ONE}" --dtype fp64 --num-hidden-layers 4)
+picotron_checkpoint(zero3_dp2_tp2_pp2_to_1 1e-9 8 "${MESH8} --zero 3"             1 "${ONE}" --dtype fp64 --num-hidden-layers 4)
 
 # A fixture checkpoint (1 rank, 2 steps), then broken copies of it.
 set(CKPT ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/fixture)
