@@ -130,6 +130,7 @@ struct TrainConfig {
   double inter_node_gbps = 50;         // GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s)
   double peak_tflops = 989;            // dense peak of one GPU in the compute dtype (H100 SXM bf16: 989)
   int plan_top = 5;                    // layouts printed, best first
+  bool plan_layout = false;            // predict only this run's own layout (--dp, --tp, ...; implies --plan)
 };
 
 }  // namespace picotron

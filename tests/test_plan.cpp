@@ -172,3 +172,28 @@ TEST_CASE("plan cost: data parallelism's all-reduce hides behind the last backwa
   c.zero = 1;  // ZeRO-1: reduce-scatter after backward + all-gather, not overlapped
   CHECK(predict_step(c, hardware_of(c), params).dp == Approx(7.0 / 8 * params * (4 + 2) / 450e9));
 }
+
+TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs it", "[plan]") {
+  const TrainConfig base = planning("llama3-8b", 8, 4096);
+  const PlanResult r = search_layouts(base, 8, plan_for, 5);
+  REQUIRE(!r.best.empty());
+  for (const Candidate& found : r.best) {
+    INFO(command_line(found));
+    const Candidate again = evaluate_layout(found.cfg, plan_for);
+    CHECK(again.peak_bytes == found.peak_bytes);
+    CHECK(again.time.total() == Approx(found.time.total()));
+    CHECK(again.tokens_per_s_per_gpu == Approx(found.tokens_per_s_per_gpu));
+    CHECK(int(again.stage_peak_bytes.size()) == found.cfg.pp);
+  }
+  // A pipeline: one peak per stage, the worst one is the layout's.
+  TrainConfig c = base;
+  c.pp = 4, c.dp = 2, c.micro_batch_size = 1, c.grad_acc_steps = 8;
+  const Candidate p = evaluate_layout(c, plan_for);
+  REQUIRE(p.stage_peak_bytes.size() == 4);
+  CHECK(p.peak_bytes == p.stage_peak_bytes[p.worst_stage]);
+  for (double stage : p.stage_peak_bytes) CHECK(stage <= p.peak_bytes);
+  c.plan_layout = true;
+  CHECK_THAT(plan_text(c, plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
+                                         Catch::Contains("memory of stage 3 at its peak: ") &&
+                                         Catch::Contains(" tokens/s per GPU | MFU "));
+}

@@ -187,6 +187,14 @@ void add_planner_flags(std::vector<Flag>& t) {
   t.push_back(real("inter-node-gbps", g, "GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s: 50)", of(&TrainConfig::inter_node_gbps), {">", 0, 1e6}));
   t.push_back(real("peak-tflops", g, "dense peak TFLOP/s of one GPU in the compute dtype (H100 SXM bf16: 989)", of(&TrainConfig::peak_tflops), {">", 0, 1e6}));
   t.push_back(integer("plan-top", g, "layouts --plan prints, best first", of(&TrainConfig::plan_top), {">=", 1, 1000}));
+  // The run's own layout instead of a search: the flags are checked as the run's, so launch
+  // it as the run (mpirun -np dp x tp x pp x cp); nothing is allocated or sent.
+  Flag layout = on_off("plan-layout", g, "print --plan's prediction for this run's own layout (--dp, --tp, --pp, --cp, --sp, --zero, --recompute, --pp-schedule, --micro-batch-size, --grad-acc-steps): each pipeline stage's peak memory and the step time split, and exit (launch it as the run: the mesh is checked against the ranks)", of(&TrainConfig::plan_layout));
+  layout.set = [](TrainConfig& c, const std::string& t) {
+    c.plan_layout = to_bool("plan-layout", t);
+    c.plan = c.plan || c.plan_layout;
+  };
+  t.push_back(layout);
 }
 
 const std::vector<Flag>& flag_table() {

@@ -61,6 +61,14 @@ auto layout_key(const TrainConfig& c) {
   return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.zero, c.recompute, c.pp_schedule, c.pp_virtual_stages);
 }
 
+// The step time and what follows from it, for a layout whose memory is known.
+void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu) {
+  const TrainConfig& c = cand.cfg;
+  cand.time = predict_step(c, hw, params_per_gpu);
+  cand.tokens_per_s_per_gpu = tokens_per_step(c) / cand.time.total() / (c.dp * c.tp * c.pp * c.cp);
+  cand.mfu = model_flops_per_token(c) * cand.tokens_per_s_per_gpu / hw.peak_flops;
+}
+
 }  // namespace
 
 int complexity(const TrainConfig& c) {
@@ -124,10 +132,7 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
                   }
                   ++result.fit;
                   cand.cfg = c;
-                  cand.time = predict_step(c, hw, params);
-                  const double per_gpu = tokens_per_step(c) / cand.time.total() / gpus;
-                  cand.tokens_per_s_per_gpu = per_gpu;
-                  cand.mfu = model_flops_per_token(c) * per_gpu / hw.peak_flops;
+                  predict_time(cand, hw, params);
                   fits.push_back(std::move(cand));
                 }
               }
@@ -152,6 +157,21 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
     result.best.push_back(std::move(cand));
   }
   return result;
+}
+
+Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for) {
+  Candidate cand;
+  cand.cfg = c;
+  double params = 0;
+  for (int stage = 0; stage < c.pp; ++stage) {  // every role: tp, cp and dp ranks of a stage hold equal shares
+    const ShardPlan plan = plan_for(c, MeshCoords{0, stage, 0, 0});
+    const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+    cand.stage_peak_bytes.push_back(peak);
+    if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+    params = std::max(params, double(local_parameter_count(plan)));
+  }
+  predict_time(cand, hardware_of(c), params);
+  return cand;
 }
 
 WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const PlanFor& plan_for) {

@@ -42,6 +42,7 @@ struct Candidate {
   TrainConfig cfg;         // the layout: mesh, sp, zero, recompute, schedule, micro-batch, grad-acc
   double peak_bytes = 0;   // predicted peak of the worst pipeline stage
   int worst_stage = 0;
+  std::vector<double> stage_peak_bytes;  // every stage's predicted peak (evaluate_layout; the search stops early)
   StepTime time;
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;          // model FLOPs (no recompute) / peak, as the step line's
@@ -68,6 +69,11 @@ struct PlanResult {
 // The search for `gpus` GPUs, model and sequence of `base`, hardware of hardware_of(base).
 PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan_for, int top);
 
+// One given layout, as the search costs it (--plan-layout): the layout of `c` as it stands
+// (mesh, sp, ZeRO, recompute, schedule, micro-batch, grad-acc, dtype, device), every
+// pipeline stage's peak, the step time. No validate(), no --gpu-memory check: the caller's.
+Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for);
+
 // What would fit when nothing does, each found by the same search: the smallest power of
 // two times --gpus, the memory (least_peak_bytes), a shorter sequence.
 struct WhatWouldFit {
@@ -81,7 +87,8 @@ WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, con
 std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
 // `mpirun -np N build/train --device cuda ...` with every flag the layout needs.
 std::string command_line(const Candidate& c);
-// The --plan text: the search's counts, the top layouts, or what would fit.
+// The --plan text: the search's counts, the top layouts, or what would fit; under
+// --plan-layout the prediction of the given layout alone (evaluate_layout).
 std::string plan_text(const TrainConfig& base, const PlanFor& plan_for);
 
 }  // namespace picotron

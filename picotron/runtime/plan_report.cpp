@@ -1,6 +1,7 @@
 // picotron/runtime/plan_report.cpp — what `build/train --plan` prints (plan.h): the search's
 // counts, the best layouts with their memory, step time split, MFU, the cheatsheet rule
-// each follows and the command line that runs it; or, when nothing fits, what would.
+// each follows and the command line that runs it; or, when nothing fits, what would; or,
+// under --plan-layout, the prediction of the layout given.
 #include <cstdio>
 #include <sstream>
 
@@ -16,6 +17,11 @@ std::string fixed(double v, int digits) {
   std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
   return buf;
 }
+std::string general(double v) {  // 4 significant digits: 989, 0.02134
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4g", v);
+  return buf;
+}
 std::string gb(double bytes) { return fixed(bytes / 1e9, 1) + " GB"; }
 std::string ms(double s) { return fixed(s * 1e3, 0); }
 
@@ -27,6 +33,31 @@ std::string layout_text(const TrainConfig& c) {
   o << ", zero " << c.zero << ", recompute " << c.recompute;
   if (c.pp > 1) o << ", " << c.pp_schedule << (c.pp_virtual_stages > 1 ? " v" + std::to_string(c.pp_virtual_stages) : "");
   o << ", micro-batch " << c.micro_batch_size << " x grad-acc " << c.grad_acc_steps;
+  return o.str();
+}
+
+// --plan-layout: the given layout's prediction alone, with exact bytes for each pipeline
+// stage (a rank's --dry-run estimate) and the step in ms to 0.1 (CPU-sized runs).
+std::string layout_prediction_text(const TrainConfig& given, const PlanFor& plan_for) {
+  TrainConfig c = given;
+  if (!c.dtype_given) c.dtype = c.device == "cuda" ? Precision::kBF16 : Precision::kFP32;  // what the run picks
+  const Candidate p = evaluate_layout(c, plan_for);
+  const StepTime& t = p.time;
+  std::ostringstream o;
+  o << "plan-layout: " << c.model << " (" << with_commas(count_parameters(c.llama)) << " parameters), "
+    << precision_name(c.dtype) << ", --seq-len " << c.seq_len << ": " << layout_text(c) << " = "
+    << with_commas(int64_t(tokens_per_step(c))) << " tokens/step\n";
+  o << "  cost model: " << general(c.peak_tflops) << " TFLOP/s peak, this layout's GEMMs at "
+    << fixed(compute_efficiency(c) * 100, 1) << "% of it; links " << general(c.intra_node_gbps) << " GB/s in a node, "
+    << general(c.inter_node_gbps) << " GB/s between nodes, " << c.gpus_per_node << " per node\n";
+  for (size_t stage = 0; stage < p.stage_peak_bytes.size(); ++stage)
+    o << "  memory of stage " << stage << " at its peak: " << with_commas(int64_t(p.stage_peak_bytes[stage])) << " B ("
+      << human_bytes(p.stage_peak_bytes[stage]) << ")"
+      << (p.stage_peak_bytes[stage] > c.gpu_memory_gb * 1e9 ? ", above --gpu-memory" : "") << "\n";
+  o << "  step " << fixed(t.total() * 1e3, 1) << " ms = compute " << fixed(t.compute * 1e3, 1) << " + communication "
+    << fixed(t.exposed() * 1e3, 1) << " (tp " << fixed(t.tp * 1e3, 1) << ", cp " << fixed(t.cp * 1e3, 1) << ", pp "
+    << fixed(t.pp * 1e3, 1) << ", dp " << fixed(t.dp * 1e3, 1) << ") + bubble " << fixed(t.bubble * 1e3, 1) << " | "
+    << with_commas(int64_t(p.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU " << fixed(p.mfu * 100, 1) << "%";
   return o.str();
 }
 
@@ -79,6 +110,7 @@ std::string command_line(const Candidate& cand) {
 }
 
 std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
+  if (given.plan_layout) return layout_prediction_text(given, plan_for);
   TrainConfig base = given;
   if (!base.dtype_given) base.dtype = Precision::kBF16;  // the GPU default
   const Hardware hw = hardware_of(base);
