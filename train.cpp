@@ -47,6 +47,7 @@
 #include "picotron/runtime/hf.h"
 #include "picotron/runtime/memory_estimate.h"
 #include "picotron/runtime/plan.h"
+#include "picotron/runtime/holdings.h"
 #include "picotron/runtime/report.h"
 #include "picotron/runtime/resume.h"
 #include "picotron/runtime/startup.h"
@@ -110,6 +111,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
                    " process(es), device " + device.str() + ", " + precision_name(cfg.dtype));
   print0(rank, describe_mesh(shape));
   print0(rank, plan_summary(cfg, shape, plan_of));
+  print0(rank, holdings_summary(cfg, shape, plan_of));
   const PipelineSchedule schedule = parse_schedule(cfg.pp_schedule);
   if (cfg.pp > 1) print0(rank, pipeline_summary(cfg.llama, schedule, cfg.pp, cfg.pp_virtual_stages));
 
@@ -285,7 +287,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
 // --dry-run: no launch, no allocation; the summaries are pure arithmetic (rank 0 prints).
 int dry_run(const TrainConfig& cfg, int rank, const PlanOf& plan_of) {
   if (rank != 0) return 0;
-  std::cout << model_summary(cfg) << "\n" << plan_summary(cfg, {cfg.dp, cfg.pp, cfg.cp, cfg.tp}, plan_of) << std::endl;
+  const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
+  std::cout << model_summary(cfg) << "\n" << plan_summary(cfg, shape, plan_of) << "\n"
+            << holdings_summary(cfg, shape, plan_of) << std::endl;
   std::cout << memory_summary(cfg, plan_of) << std::endl;
   if (cfg.pp > 1) {
     const PipelineSchedule s = parse_schedule(cfg.pp_schedule);

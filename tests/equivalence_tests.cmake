@@ -190,7 +190,7 @@ foreach(np 2 4)
 endforeach()
 # Training: cp 2 and 4 x both layouts; cp2 x dp2 with grad-acc 2; float32 (--adam-eps 1e-6,
 # as tensor parallelism's float32 case explains); cp2 x tp2 with and without sp; cp2 x
-# pp2; ZeRO-1 and ZeRO-3 over cp x dp. Dropping a block's dK on its way round fails them (tried).
+# pp2; ZeRO-1, 2 and 3 over cp x dp. Dropping a block's dK on its way round fails them (tried).
 foreach(cp 2 4)
   foreach(layout contiguous zigzag)
     picotron_equivalence(cp${cp}_${layout} NP ${cp} ARGS --cp ${cp} --cp-layout ${layout})
@@ -202,6 +202,7 @@ picotron_equivalence(cp2_tp2 NP 4 ARGS --cp 2 --tp 2)
 picotron_equivalence(cp2_tp2_sp NP 4 ARGS --cp 2 --tp 2 --sp)
 picotron_equivalence(cp2_pp2 NP 4 ARGS --cp 2 --pp 2 --grad-acc-steps 2)
 picotron_equivalence(cp2_dp2_zero1 NP 4 ARGS --cp 2 --dp 2 --zero 1)
+picotron_equivalence(cp2_dp2_zero2 NP 4 ARGS --cp 2 --dp 2 --zero 2 --dp-bucket-mb 0.05)
 picotron_equivalence(cp2_dp2_zero3 NP 4 ARGS --cp 2 --dp 2 --zero 3)
 
 # Activation recomputation (picotron/recompute.h): --recompute selective and full give the

@@ -6,6 +6,7 @@
 
 #include "picotron/config.h"
 #include "picotron/runtime/flags.h"
+#include "picotron/runtime/holdings.h"
 #include "picotron/runtime/plan.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
@@ -196,4 +197,25 @@ TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs 
   CHECK_THAT(plan_text(c, plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
                                          Catch::Contains("memory of stage 3 at its peak: ") &&
                                          Catch::Contains(" tokens/s per GPU | MFU "));
+}
+
+// ---- what each rank holds (picotron/runtime/holdings.h), from the same plans -----------
+TEST_CASE("the start-up table says which layers, heads, vocabulary rows and tokens each rank holds", "[holdings]") {
+  CHECK(ranges_text({0, 1, 2, 5, 7, 8}) == "0-2, 5, 7-8");
+  CHECK(ranges_text({}).empty());
+  TrainConfig c;  // tiny: H 128, I 384, 4 layers, 4 heads, 2 kv heads, V 256
+  c.seq_len = 32;
+  c.tp = 2, c.pp = 2;
+  const auto plans = [&](const MeshCoords& h) { return plan_for(c, h); };
+  const std::string four = holdings_summary(c, {1, 2, 1, 2}, plans);  // 4 ranks: a line each
+  CHECK_THAT(four, Catch::Contains("rank 0 (dp 0 pp 0 cp 0 tp 0): embedding, layers 0-1 | heads 0-1 of 4, kv heads 0 of 2, "
+                                   "mlp columns 0-191 of 384, vocab rows 0-127 of 256 | tokens 0-31 of 32"));
+  CHECK_THAT(four, Catch::Contains("rank 3 (dp 0 pp 1 cp 0 tp 1): layers 2-3, final norm, head (a copy of the embedding) | "
+                                   "heads 2-3 of 4, kv heads 1 of 2, mlp columns 192-383 of 384, vocab rows 128-255 of 256"));
+  c.dp = 2, c.cp = 2;  // 16 ranks: a line per coordinate
+  const std::string sixteen = holdings_summary(c, {2, 2, 2, 2}, plans);
+  CHECK_THAT(sixteen, Catch::Contains("\n  pp 1: layers 2-3, final norm, head (a copy of the embedding)"));
+  CHECK_THAT(sixteen, Catch::Contains("\n  tp 1: heads 2-3 of 4"));
+  CHECK_THAT(sixteen, Catch::Contains("\n  cp 1: tokens 8-23 of 32 (zigzag)"));
+  CHECK(sixteen.find("rank 15") == std::string::npos);
 }
