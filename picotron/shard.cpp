@@ -98,4 +98,9 @@ int64_t local_parameter_count(const ShardPlan& plan) {
   return n;
 }
 
+bool is_pipeline_end(const ShardPlan& plan, const MeshCoords& here) {
+  const auto e = plan.find("model.embed_tokens.weight");
+  return e != plan.end() && (!plan.count("model.norm.weight") || e->second.stage != here.pp);
+}
+
 }  // namespace picotron

@@ -78,4 +78,8 @@ ShardPlan replicated_plan(const LlamaConfig& c);
 // Sum of local_numel over the plan: the parameters this rank allocates.
 int64_t local_parameter_count(const ShardPlan& plan);
 
+// Does this rank hold the embedding at one end of a pipeline: the first stage (the lookup,
+// but not the final norm) or the last stage's copy of a tied embedding (owned by stage 0)?
+bool is_pipeline_end(const ShardPlan& plan, const MeshCoords& here);
+
 }  // namespace picotron

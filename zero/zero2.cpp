@@ -20,15 +20,9 @@ Zero2Optimizer::Zero2Optimizer(Comm& group, const std::vector<std::pair<std::str
 
 std::vector<int> Zero2Optimizer::embedding_alone(const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                                                  const ShardPlan& plan, const MeshCoords& here) {
-  const std::string embedding = "model.embed_tokens.weight";
-  const auto e = plan.find(embedding);
-  // A pipeline's end: the first stage (it has the lookup but not the final norm) or the
-  // last stage's copy of a tied embedding (owned by stage 0).
-  const bool pipeline_end = e != plan.end() && (!plan.count("model.norm.weight") || e->second.stage != here.pp);
-  if (!pipeline_end) return {};
-  std::vector<int> units;
-  for (const auto& [name, p] : named_params) units.push_back(name == embedding ? 0 : 1);
-  return units;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : named_params) names.push_back(name);
+  return embedding_alone_units(names, is_pipeline_end(plan, here));
 }
 
 void Zero2Optimizer::rearm() {

@@ -46,6 +46,13 @@ std::string zero3_unit(const std::string& name) {
   return "head";  // model.norm.weight, lm_head.weight
 }
 
+std::vector<int> embedding_alone_units(const std::vector<std::string>& names, bool pipeline_end) {
+  if (!pipeline_end) return {};
+  std::vector<int> units;
+  for (const auto& name : names) units.push_back(zero3_unit(name) == "embedding" ? 0 : 1);
+  return units;
+}
+
 std::vector<ZeroLayout::Piece> ZeroLayout::pieces(int rank) const {
   std::vector<Piece> out;
   for (const auto& b : buckets) {

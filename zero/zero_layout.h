@@ -45,5 +45,9 @@ ZeroLayout zero_layout(const std::vector<int64_t>& numels, int N, int64_t bucket
                        const std::vector<int>& units = {});
 // ZeRO-3's unit of a parameter name: "embedding", "layer 3" or "head" (final norm, lm_head).
 std::string zero3_unit(const std::string& param_name);
+// Stage 2's unit ids (`names`: this rank's parameters in order): the embedding in a bucket
+// of its own when this rank is a pipeline's end, `pipeline_end` (its first stage, or the
+// last one's copy of a tied embedding), so both ends cut it alike (zero/zero2.h); else none.
+std::vector<int> embedding_alone_units(const std::vector<std::string>& names, bool pipeline_end);
 
 }  // namespace picotron

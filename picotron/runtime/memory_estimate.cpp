@@ -98,7 +98,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     units.push_back(i == 0 ? 0 : units.back() + int(zero3_unit(names[i]) != zero3_unit(names[i - 1])));
   const int N = c.dp * c.cp;
   const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
-  const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units : std::vector<int>{});
+  // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
+  const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
+                                        : c.zero == 2 ? embedding_alone_units(names, is_pipeline_end(plan, here))
+                                                      : std::vector<int>{});
   const double P = double(layout.numel), shard = double(layout.shard);
   MemoryEstimate est;
   const std::string Pn = n(P), Sn = n(shard);
@@ -157,9 +160,11 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
        << " micro-batch" << (in_flight > 1 ? "es" : "") << " in flight under " << c.pp_schedule
        << "; a stage's output H.e kept)";
   est.activations = {"activations kept", T * kept, af.str()};
-  // ZeRO-3 keeps the head unit (and a tied embedding) gathered from its forward to its backward.
+  // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
+  // tied embedding). (A pipeline stage without the head keeps its last layer: the layer
+  // the backward's peak below gathers anyway.)
   double gathered_kept = 0;
-  if (c.zero == 3)
+  if (c.zero == 3 && has_head)
     for (size_t b = 0; b < layout.buckets.size(); ++b) {
       const std::string u = zero3_unit(names[layout.buckets[b].first_param]);
       if (u == "head" || (u == "embedding" && tied_here)) gathered_kept += double(layout.buckets[b].padded) * e;
