@@ -25,3 +25,17 @@ picotron_plan_test(cli.plan_gpu_poor
 picotron_plan_test(cli.plan_nothing_fits
   "nothing fits: the least any layout needs is [0-9.]+ GB per GPU, above --gpu-memory 80\nwhat would fit .*more GPUs: --gpus [0-9]+ .*more memory: a GPU of [0-9.]+ GB.*a shorter sequence: none"
   --model llama3-70b --gpus 1 --seq-len 4096)
+
+# --plan-layout: one layout's prediction, launched as its run would be (the mesh is checked
+# against the ranks), as bench/plan_vs_measured.sh asks for it: stage 0's peak is the bytes
+# --dry-run estimates for rank 0, stage 1 has its own, and the step time is split.
+set(PLAN_LAYOUT --model tiny --seq-len 128 --device cpu --dtype fp32 --pp 2 --micro-batch-size 2 --grad-acc-steps 4)
+string(JOIN " " PLAN_LAYOUT_LINE ${PLAN_LAYOUT})
+string(JOIN " " PLAN_MPIRUN ${PICOTRON_MPIRUN})
+add_test(NAME cli.plan_layout_pp2 COMMAND sh -c "\
+dry=$(${PLAN_TRAIN} --dry-run ${PLAN_LAYOUT_LINE} | sed -n 's/^  total at the peak .* \\([0-9,]*\\) B$/\\1/p' | head -n 1) && \
+${PLAN_MPIRUN} -np 2 ${PLAN_TRAIN} --plan-layout ${PLAN_LAYOUT_LINE} > plan_layout_pp2.txt && cat plan_layout_pp2.txt && \
+grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2.txt && echo \"dry-run rank 0: $dry B: layout ok\"")
+set_tests_properties(cli.plan_layout_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "memory of stage 1 at its peak: [0-9,]+ B.*\n  step [0-9.]+ ms = compute [0-9.]+ \\+ communication [0-9.]+ \\(tp 0.0, cp 0.0, pp [0-9.]+, dp 0.0\\) \\+ bubble [0-9.]+ .*layout ok")
