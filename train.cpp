@@ -213,10 +213,13 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     // The cp x dp average of the gradients (ZeRO: of this rank's slice), with the sums the
     // techniques make over their own axes.
     explain.phase("gradient sync (what backward did not already send)");
-    optimizer->sync_grads([&] {
-      if (pipeline) pipeline->sync_tied_embedding(params);          // lookup + head parts of a tied embedding
-      if (cfg.sp) sync_sequence_parallel_grads(params, mesh.tp());  // norm gains saw S/tp tokens
-    });
+    std::function<void()> fix_ups;  // none when no technique sums over its own axis
+    if (pipeline || cfg.sp)
+      fix_ups = [&] {
+        if (pipeline) pipeline->sync_tied_embedding(params);          // lookup + head parts of a tied embedding
+        if (cfg.sp) sync_sequence_parallel_grads(params, mesh.tp());  // norm gains saw S/tp tokens
+      };
+    optimizer->sync_grads(fix_ups);
     log.memory(step + 1, "sync");
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
