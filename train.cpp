@@ -244,6 +244,13 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     stats.grad_norm = norm;
     stats.mfu = peak_flops > 0 ? flops_tok * stats.tokens_per_s / peak_flops : -1.0;
     stats.peak_mem_bytes = peak_memory_bytes(device);
+    if (model->routed_tokens.defined()) {  // a mixture of experts: the routing of the global batch
+      auto counts = model->routed_tokens.to(torch::kFloat64).contiguous();  // [E], this rank's micro-batches
+      mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
+      counts = counts.cpu();
+      stats.tokens_per_expert.assign(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
+      model->routed_tokens = torch::Tensor();
+    }
     stats.skipped = !finite;
     if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
       stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);

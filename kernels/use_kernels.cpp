@@ -20,7 +20,7 @@ std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype)
   for (auto& [index, layer] : model.model->layers->items) {
     layer->input_layernorm->fused = layer->post_attention_layernorm->fused = rms_norm;
     layer->self_attn->fused_rope = rope;
-    layer->mlp->fused_swiglu = swiglu;
+    if (layer->mlp) layer->mlp->fused_swiglu = swiglu;  // (a mixture of experts' experts: ATen)
     using Core = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
     const Core* core = layer->self_attn->core.target<Core>();
     if (flash_fits && core && *core == &causal_attention) {  // the default core: not a technique's

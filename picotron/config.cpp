@@ -48,6 +48,13 @@ LlamaConfig make(int64_t h, int64_t i, int64_t l, int64_t nh, int64_t nkv, int64
   return c;
 }
 
+LlamaConfig moe(LlamaConfig c, int64_t experts, int64_t top_k, double aux_coef) {
+  c.num_local_experts = experts;
+  c.num_experts_per_tok = top_k;
+  c.router_aux_loss_coef = aux_coef;
+  return c;
+}
+
 const std::vector<Preset>& presets() {
   //                      H     I      L   nH  nKV  V       theta     max_pos eps    tied
   static const std::vector<Preset> kPresets = {
@@ -60,6 +67,9 @@ const std::vector<Preset>& presets() {
       {"llama3-70b",  make(8192, 28672, 80, 64, 8,  128256, 500000.0, 8192,  1e-5,  false)},
       {"llama3.2-1b", make(2048, 8192,  16, 32, 8,  128256, 500000.0, 131072, 1e-5, true)},
       {"llama3.2-3b", make(3072, 8192,  28, 24, 8,  128256, 500000.0, 131072, 1e-5, true)},
+      // Mixture of experts (E experts per layer, top-k; router_aux_loss_coef as published)
+      {"tiny-moe",    moe(make(128,  192,   4,  4,  2,  256,    10000.0,  2048,  1e-5,  true), 4, 2, 0.02)},
+      {"mixtral-8x7b", moe(make(4096, 14336, 32, 32, 8,  32000,  1e6,      32768, 1e-5,  false), 8, 2, 0.02)},
   };
   return kPresets;
 }
@@ -83,7 +93,9 @@ LlamaConfig preset(const std::string& name) {
 int64_t count_parameters(const LlamaConfig& c) {
   const int64_t h = c.hidden_size, kv_dim = c.num_key_value_heads * c.head_dim();
   const int64_t attention = h * h /*q*/ + 2 * h * kv_dim /*k, v*/ + h * h /*o*/;
-  const int64_t mlp = 3 * h * c.intermediate_size;  // gate, up, down
+  // gate, up, down; MoE: E of them and the router [E, H]
+  const int64_t mlp = c.is_moe() ? c.num_local_experts * (3 * h * c.intermediate_size + h)
+                                 : 3 * h * c.intermediate_size;
   const int64_t norms = 2 * h;                        // input + post-attention RMSNorm
   const int64_t embedding = c.vocab_size * h;
   return embedding + c.num_hidden_layers * (attention + mlp + norms) + h /*final norm*/ +

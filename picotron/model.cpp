@@ -154,12 +154,18 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const ShardPlan& plan, 
   self_attn = register_module("self_attn", Attention(c, plan, prefix + "self_attn.", opts));
   post_attention_layernorm = register_module(
       "post_attention_layernorm", RMSNorm(norm_size("post_attention_layernorm"), c.rms_norm_eps, opts));
-  mlp = register_module("mlp", MLP(plan, prefix + "mlp.", opts));
+  if (c.is_moe()) {
+    const int64_t index = std::stoll(prefix.substr(std::string("model.layers.").size()));
+    moe = register_module("block_sparse_moe", MoE(c, plan, prefix + "block_sparse_moe.", index, opts));
+  } else {
+    mlp = register_module("mlp", MLP(plan, prefix + "mlp.", opts));
+  }
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   auto h = x + self_attn->forward(input_layernorm->forward(x), rope);  // [B, S, H]
-  return h + mlp->forward(post_attention_layernorm->forward(h));      // [B, S, H]
+  const auto x2 = post_attention_layernorm->forward(h);               // [B, S, H]
+  return h + (moe ? moe->forward(x2) : mlp->forward(x2));           // [B, S, H]
 }
 
 void DecoderStackImpl::add(int64_t global_index, DecoderLayer layer) {
@@ -186,6 +192,8 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const ShardPlan& plan, torc
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const ShardPlan& plan, torch::TensorOptions opts)
     : config(c) {
   model = register_module("model", LlamaModel(c, plan, opts));
+  for (auto& [index, layer] : model->layers->items)
+    if (layer->moe) layer->moe->log = router_log;  // the routers record into the model's log
   if (!c.tie_word_embeddings && plan.count("lm_head.weight")) {
     lm_head = make_linear(plan.at("lm_head.weight"), opts);  // [V(/tp), H]
     register_module("lm_head", lm_head.ptr());
@@ -265,11 +273,20 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const t
 
 torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
   const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
-  return part_runner ? part_runner("head", run) : run();
+  auto loss = part_runner ? part_runner("head", run) : run();
+  if (!router_log->layers.empty()) {  // a mixture of experts, training: + c x aux (picotron/moe.h)
+    const auto counts = router_log->counts();  // [E]
+    routed_tokens = routed_tokens.defined() ? routed_tokens + counts : counts;
+    if (config.router_aux_loss_coef > 0)
+      loss = loss + router_log->aux_loss(config.num_local_experts, config.router_aux_loss_coef).to(loss.scalar_type());
+    router_log->layers.clear();
+  }
+  return loss;
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
                                          const torch::Tensor& positions) {
+  router_log->layers.clear();  // this forward's routing only
   return head_loss(run_layers(embed(tokens), positions_of(tokens, positions)), targets);  // [B, S, H] -> scalar
 }
 

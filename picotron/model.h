@@ -49,6 +49,7 @@
 #include <torch/torch.h>
 
 #include "picotron/config.h"
+#include "picotron/moe.h"
 #include "picotron/shard.h"
 
 namespace picotron {
@@ -150,7 +151,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);  // [B, S, H] -> [B, S, H]
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};  // a dense layer's MLP; null in a mixture-of-experts model
+  MoE moe{nullptr};  // "block_sparse_moe": the experts (picotron/moe.h) when E > 0
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -226,6 +228,13 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // The lm_head matrix [V, H]: lm_head's weight, or (tied) the weight of whatever
   // module sits in the embedding slot.
   torch::Tensor head_weight();
+
+  // Mixture of experts: what the routers of the current forward saw. loss() starts it
+  // afresh and head_loss() adds router_aux_loss_coef x aux when training (picotron/moe.h).
+  std::shared_ptr<RouterLog> router_log = std::make_shared<RouterLog>();
+  // Tokens per expert over the step so far ([E] fp64; undefined in a dense model): each
+  // training forward adds its routing; the training loop reads it and clears it.
+  torch::Tensor routed_tokens;
 
   LlamaConfig config;
   LlamaModel model{nullptr};

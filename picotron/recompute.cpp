@@ -85,7 +85,7 @@ void apply_recompute(LlamaForCausalLM& model, Recompute mode) {
       };
       layer->input_layernorm->recompute = true;           // fp32 copies of x
       layer->post_attention_layernorm->recompute = true;
-      layer->mlp->recompute_activation = true;            // silu(gate) and the product: 2 x [B, S, I]
+      if (layer->mlp) layer->mlp->recompute_activation = true;  // silu(gate) and the product: 2 x [B, S, I]
     }
   }
 }

@@ -71,6 +71,17 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(const
     out.push_back({p + "self_attn.v_proj.weight", {kv, h}});  // [nKV*Hd, H]
     out.push_back({p + "self_attn.o_proj.weight", {h, q}});   // [H, nH*Hd]
     out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.is_moe()) {  // Mixtral's names: the router, then each expert's w1 (gate), w2 (down), w3 (up)
+      const std::string m = p + "block_sparse_moe.";
+      out.push_back({m + "gate.weight", {c.num_local_experts, h}});  // [E, H]
+      for (int64_t e = 0; e < c.num_local_experts; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        out.push_back({x + "w1.weight", {i, h}});  // [I, H]
+        out.push_back({x + "w2.weight", {h, i}});  // [H, I]
+        out.push_back({x + "w3.weight", {i, h}});  // [I, H]
+      }
+      continue;
+    }
     out.push_back({p + "mlp.gate_proj.weight", {i, h}});      // [I, H]
     out.push_back({p + "mlp.up_proj.weight", {i, h}});        // [I, H]
     out.push_back({p + "mlp.down_proj.weight", {h, i}});      // [H, I]

@@ -24,7 +24,11 @@ int64_t matmul_parameters(const LlamaConfig& c) {
   const int64_t table = c.vocab_size * c.hidden_size;  // [V, H]
   // Untied: the embedding is a lookup (subtract it), lm_head is counted in N already.
   // Tied: the one matrix is counted once in N, and it is used as the head: keep it.
-  return count_parameters(c) - (c.tie_word_embeddings ? 0 : table);
+  // MoE: a token goes through k of the E experts; the other E - k cost it nothing.
+  const int64_t idle = c.is_moe() ? c.num_hidden_layers * (c.num_local_experts - c.num_experts_per_tok) * 3 *
+                                        c.hidden_size * c.intermediate_size
+                                  : 0;
+  return count_parameters(c) - (c.tie_word_embeddings ? 0 : table) - idle;
 }
 
 double flops_per_token(const LlamaConfig& c, int64_t seq_len) {

@@ -62,11 +62,18 @@ std::string tensor_part_of(const ShardPlan& plan, const LlamaConfig& m) {
       break;
     }
   std::ostringstream o;
+  const bool moe = !layer.empty() && plan.count(layer + ".block_sparse_moe.gate.weight");
+  std::string mlp = "mlp columns " + rows_of(plan, layer + ".mlp.gate_proj.weight", 1) + " of " + std::to_string(m.intermediate_size);
+  if (moe) {  // the experts this rank holds
+    std::vector<int64_t> held;
+    for (int64_t e = 0; e < m.num_local_experts; ++e)
+      if (plan.count(layer + ".block_sparse_moe.experts." + std::to_string(e) + ".w1.weight")) held.push_back(e);
+    mlp = "experts " + ranges_text(held) + " of " + std::to_string(m.num_local_experts);
+  }
   if (!layer.empty())
     o << "heads " << rows_of(plan, layer + ".self_attn.q_proj.weight", m.head_dim()) << " of " << m.num_attention_heads
       << ", kv heads " << rows_of(plan, layer + ".self_attn.k_proj.weight", m.head_dim()) << " of "
-      << m.num_key_value_heads << ", mlp columns " << rows_of(plan, layer + ".mlp.gate_proj.weight", 1) << " of "
-      << m.intermediate_size;
+      << m.num_key_value_heads << ", " << mlp;
   const std::string vocab = plan.count("lm_head.weight") ? "lm_head.weight" : kEmbedding;
   if (plan.count(vocab))
     o << (layer.empty() ? "" : ", ") << "vocab rows " << rows_of(plan, vocab, 1) << " of " << m.vocab_size;

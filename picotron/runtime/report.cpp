@@ -17,7 +17,9 @@ namespace picotron {
 std::string model_summary(const TrainConfig& c) {
   const LlamaConfig& m = c.llama;
   const int64_t h = m.hidden_size, kv = m.num_key_value_heads * m.head_dim();
-  const int64_t attention = 2 * h * h + 2 * h * kv, mlp = 3 * h * m.intermediate_size, total = count_parameters(m);
+  const int64_t attention = 2 * h * h + 2 * h * kv, total = count_parameters(m);
+  const int64_t mlp = m.is_moe() ? m.num_local_experts * (3 * h * m.intermediate_size + h)  // E experts + the router
+                                 : 3 * h * m.intermediate_size;
   const int64_t layer = attention + mlp + 2 * h;
   std::ostringstream o;
   o << "model " << c.model << ": H=" << h << " I=" << m.intermediate_size << " L=" << m.num_hidden_layers
@@ -25,7 +27,12 @@ std::string model_summary(const TrainConfig& c) {
     << " V=" << m.vocab_size << " rope_theta=" << m.rope_theta << " tied=" << (m.tie_word_embeddings ? "yes" : "no") << "\n"
     << "  embedding          " << with_commas(m.vocab_size * h) << "\n"
     << "  per layer          " << with_commas(layer) << " (attention " << with_commas(attention) << ", mlp "
-    << with_commas(mlp) << ", norms " << with_commas(2 * h) << ")\n"
+    << with_commas(mlp) << (m.is_moe() ? " = " + std::to_string(m.num_local_experts) + " experts of " +
+                                             with_commas(3 * h * m.intermediate_size) + " + router " +
+                                             with_commas(m.num_local_experts * h) + ", top-" +
+                                             std::to_string(m.num_experts_per_tok)
+                                       : std::string())
+    << ", norms " << with_commas(2 * h) << ")\n"
     << "  " << m.num_hidden_layers << " layers" << std::string(13 - std::to_string(m.num_hidden_layers).size(), ' ')
     << with_commas(m.num_hidden_layers * layer) << "\n"
     << "  final norm         " << with_commas(h) << "\n"
@@ -78,14 +85,21 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
   return o.str();
 }
 
+double StepStats::expert_imbalance() const {
+  double sum = 0, most = 0;
+  for (double n : tokens_per_expert) sum += n, most = std::max(most, n);
+  return sum > 0 ? most / (sum / double(tokens_per_expert.size())) : 0.0;
+}
+
 std::string step_line(const StepStats& s) {
-  char mfu_text[16] = "n/a", val_text[32] = "", line[256];
+  char mfu_text[16] = "n/a", val_text[32] = "", moe_text[32] = "", line[320];
   if (s.mfu >= 0) std::snprintf(mfu_text, sizeof(mfu_text), "%.1f%%", s.mfu * 100);
   if (s.val_loss) std::snprintf(val_text, sizeof(val_text), " | val %#.6g", *s.val_loss);
-  std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g%s | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s",
+  if (!s.tokens_per_expert.empty()) std::snprintf(moe_text, sizeof(moe_text), " | experts max/mean %.2f", s.expert_imbalance());
+  std::snprintf(line, sizeof(line), "step %5lld/%lld | loss %#.6g%s | lr %.3e | grad norm %.4f | %s tok/s | mfu %s | mem %s%s%s",
                 (long long)s.step, (long long)s.steps, s.loss, val_text, s.lr, s.grad_norm,
                 with_commas(int64_t(s.tokens_per_s)).c_str(), mfu_text, human_bytes(double(s.peak_mem_bytes)).c_str(),
-                s.skipped ? " | non-finite grad norm: optimizer step skipped" : "");
+                moe_text, s.skipped ? " | non-finite grad norm: optimizer step skipped" : "");
   return line;
 }
 
@@ -107,6 +121,10 @@ void MetricsWriter::write(const StepStats& s) {
                       {"peak_mem_bytes", s.peak_mem_bytes}, {"skipped", s.skipped}};
   if (s.mfu >= 0) j["mfu"] = s.mfu;
   if (s.val_loss) j["val_loss"] = *s.val_loss;  // only on the steps that evaluate (--val-data)
+  if (!s.tokens_per_expert.empty()) {  // a mixture of experts: the routing of the step's global batch
+    j["tokens_per_expert"] = s.tokens_per_expert;
+    j["expert_imbalance"] = s.expert_imbalance();
+  }
   out_.write(j.dump() + "\n");
 }
 

@@ -41,6 +41,8 @@ struct StepStats {
   int64_t peak_mem_bytes = 0;
   bool skipped = false;         // fp16 overflow: the optimizer step was skipped
   std::optional<double> val_loss;  // --val-data: on the steps that evaluate
+  std::vector<double> tokens_per_expert;  // MoE: (token, slot) pairs per expert, summed over layers and the global batch
+  double expert_imbalance() const;        // max / mean of tokens_per_expert (1: perfectly balanced)
 };
 // "step    10/100 | loss 2.34567 | val 2.45678 | lr ... | grad norm ... | tok/s | mfu | mem"
 std::string step_line(const StepStats& s);

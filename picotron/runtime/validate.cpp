@@ -84,6 +84,19 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
              " (grouped-query attention: every tp rank needs whole key/value heads; use --tp <= " +
              str(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
   }
+  if (m.is_moe()) {  // a mixture of experts (picotron/moe.h)
+    need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + str(m.num_experts_per_tok) +
+                                                           " exceeds --num-local-experts " + str(m.num_local_experts));
+    // Not yet: each of these splits a micro-batch's tokens (cp, sp) or layers (pp) over
+    // ranks, so its load-balancing statistics would need summing across them first.
+    for (auto [flag, v] : {std::pair{"--tp", c.tp}, {"--pp", c.pp}, {"--cp", c.cp}})
+      need(v == 1, "--num-local-experts " + str(m.num_local_experts) + " (a mixture of experts) does not combine with " +
+                       std::string(flag) + " yet (it does with --dp and --zero)");
+    need(c.recompute != "full", "--recompute full does not combine with --num-local-experts yet (the recomputed "
+                                "routers would log the load-balancing statistics twice)");
+    need(c.init_from.empty() && c.export_hf.empty(),
+         "--init-from/--export-hf read and write LLaMA folders; a mixture of experts (Mixtral) is not supported yet");
+  }
   if (c.sp) {
     need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
     need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + str(c.seq_len) + " is not divisible by --tp " + str(c.tp) +

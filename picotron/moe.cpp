@@ -1,0 +1,101 @@
+// picotron/moe.cpp — router, top-k, the experts and the load-balancing loss. See moe.h.
+#include "picotron/moe.h"
+
+#include "picotron/utils.h"
+
+namespace picotron {
+
+namespace F = torch::nn::functional;
+
+static const ShardRecord& record_in(const ShardPlan& plan, const std::string& name) {
+  const auto it = plan.find(name);
+  TORCH_CHECK(it != plan.end(), "shard plan: no record for ", name);
+  return it->second;
+}
+
+// ---- the load-balancing loss ---------------------------------------------------------
+torch::Tensor RouterLog::counts() const {
+  torch::Tensor sum;
+  for (const auto& [index, l] : layers) sum = sum.defined() ? sum + l.counts : l.counts;
+  return sum;  // [E]
+}
+
+torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
+  if (layers.empty()) return {};
+  torch::Tensor probs;  // [E]: sum over every layer's rows of p
+  int64_t rows = 0;     // R = L x T
+  for (const auto& [index, l] : layers) {
+    probs = probs.defined() ? probs + l.probs : l.probs;
+    rows += l.rows;
+  }
+  const auto f = counts().to(probs.scalar_type()) / double(rows);  // [E] share of the (row, slot) pairs
+  const auto P = probs / double(rows);                              // [E] mean router probability
+  return coef * double(num_experts) * (f * P).sum();                // E · sum_e f_e P_e, weighted
+}
+
+// ---- routing ---------------------------------------------------------------------------
+Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype) {
+  auto [top, experts] = probs.topk(k, /*dim=*/-1);   // [T, k] each, largest first
+  top = top / top.sum(/*dim=*/-1, /*keepdim=*/true);  // Mixtral: the k weights sum to 1
+  return {experts, top.to(weight_dtype)};
+}
+
+// ---- the block ------------------------------------------------------------------------
+// A module "name" holding one parameter "weight" (the names Hugging Face gives them).
+static torch::Tensor weight_module(torch::nn::Module& owner, const std::string& name, torch::Tensor w) {
+  auto holder = owner.register_module(name, std::make_shared<torch::nn::Module>());
+  return holder->register_parameter("weight", std::move(w));
+}
+
+ExpertImpl::ExpertImpl(int64_t hidden, int64_t intermediate, torch::TensorOptions opts) {
+  w1 = weight_module(*this, "w1", torch::empty({intermediate, hidden}, opts));  // gate [I, H]
+  w2 = weight_module(*this, "w2", torch::empty({hidden, intermediate}, opts));  // down [H, I]
+  w3 = weight_module(*this, "w3", torch::empty({intermediate, hidden}, opts));  // up   [I, H]
+}
+
+torch::Tensor ExpertImpl::forward(const torch::Tensor& x) {
+  return torch::linear(F::silu(torch::linear(x, w1)) * torch::linear(x, w3), w2);  // [n, I] ... -> [n, H]
+}
+
+MoEImpl::MoEImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix, int64_t index,
+                 torch::TensorOptions opts)
+    : num_experts(c.num_local_experts), top_k(c.num_experts_per_tok), layer_index(index) {
+  const auto router = record_in(plan, prefix + "gate.weight").local_shape();  // [E, H]
+  gate = weight_module(*this, "gate", torch::empty(router, opts));
+  auto list = register_module("experts", std::make_shared<torch::nn::Module>());
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const std::string name = prefix + "experts." + std::to_string(e) + ".w1.weight";
+    if (!plan.count(name)) continue;  // another rank's expert (expert parallelism)
+    experts.emplace(e, list->register_module(std::to_string(e), Expert(c.hidden_size, c.intermediate_size, opts)));
+  }
+}
+
+torch::Tensor MoEImpl::run_experts(const torch::Tensor& x, const Routing& r) {
+  auto out = torch::zeros_like(x);  // [T, H]
+  for (auto& [e, expert] : experts) {
+    const auto hit = (r.experts == e).nonzero();  // [n, 2]: (token, slot) pairs routed to e
+    if (hit.size(0) == 0) continue;
+    const auto token = hit.select(1, 0), slot = hit.select(1, 1);  // [n] each
+    const auto w = r.weights.index({token, slot}).unsqueeze(-1);    // [n, 1]
+    out = out.index_add(0, token, expert->forward(x.index_select(0, token)) * w);  // [n, H] into their rows
+  }
+  return out;
+}
+
+torch::Tensor MoEImpl::forward(const torch::Tensor& x_in) {
+  const auto shape = x_in.sizes().vec();
+  const auto x = x_in.reshape({-1, shape.back()});                           // [T, H]
+  const auto logits = torch::linear(x, gate);                                // [T, E]
+  const auto probs = logits.to(accumulate_type(logits.scalar_type())).softmax(-1);  // [T, E] fp32 (fp64)
+  const Routing r = route(probs, top_k, x.scalar_type());                    // [T, k] experts, weights
+  if (log && torch::GradMode::is_enabled()) {  // training: the loss adds the balancing term
+    auto counts = torch::zeros({num_experts}, probs.options().dtype(torch::kFloat64));
+    counts.index_add_(0, r.experts.reshape({-1}).to(counts.device()),
+                      torch::ones({r.experts.numel()}, counts.options()));   // [E]
+    log->layers[layer_index] = {counts, probs.sum(0), x.size(0)};
+  }
+  const auto y = runner ? runner(x, r) : run_experts(x, r);                  // [T, H]
+  return y.reshape(shape);                                                   // [B, S, H]
+}
+
+}  // namespace picotron

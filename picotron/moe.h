@@ -1,0 +1,85 @@
+// picotron/moe.h — a mixture-of-experts block in place of the MLP (Mixtral, arXiv
+// 2401.04088; the load-balancing loss of the Switch Transformer, arXiv 2101.03961, as
+// Hugging Face transformers computes it for Mixtral).
+//
+//   x [T, H] ─► router: logits = x Wg^T [T, E] ─► p = softmax(logits) [T, E]
+//            ─► top-k of p per token: experts idx [T, k], weights w = p_idx / sum_k p_idx
+//   y_t = sum_{j<k} w_tj · expert_{idx_tj}(x_t),   expert(x) = W2 (silu(W1 x) * (W3 x))
+//
+// Dropless: every token reaches its k experts, however many pick the same one, so a
+// parallel run computes exactly what one process computes.
+//
+// Load balancing (per forward call, i.e. per micro-batch, over all its MoE layers: the
+// R = L·T router rows of this micro-batch):
+//
+//   f_e = (1/R) · #{(row, slot) routed to e}      P_e = (1/R) · sum_rows p_e
+//   aux = E · sum_e f_e · P_e                     loss = cross-entropy + c · aux
+//
+// f is a count (no gradient); the gradient reaches the router through P. With tokens
+// spread evenly (f_e = k/E, P_e = 1/E) aux = k: its minimum.
+//
+// Test: build/tests/unit_tests "[moe]"; ctest -R equivalence.moe
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "picotron/config.h"
+#include "picotron/shard.h"
+
+namespace picotron {
+
+// What the routers of one forward saw (one micro-batch), for the loss and the metrics.
+struct RouterLog {
+  struct Layer {
+    torch::Tensor counts;  // [E] fp64, no grad: (row, slot) pairs routed to each expert
+    torch::Tensor probs;   // [E] accumulation dtype, with grad: sum over rows of p
+    int64_t rows = 0;      // T: the tokens of this forward in this layer
+  };
+  std::map<int64_t, Layer> layers;  // by layer index: a recomputed forward overwrites, never adds
+  // c · aux over the layers logged (a 0-d tensor; undefined when none is).
+  torch::Tensor aux_loss(int64_t num_experts, double coef) const;
+  torch::Tensor counts() const;  // [E] fp64: the sum over the layers logged
+};
+
+// One expert: a SwiGLU MLP with Mixtral's names w1 (gate), w2 (down), w3 (up).
+class ExpertImpl : public torch::nn::Module {
+ public:
+  ExpertImpl(int64_t hidden, int64_t intermediate, torch::TensorOptions opts);
+  torch::Tensor forward(const torch::Tensor& x);  // [n, H] -> [n, H]
+  torch::Tensor w1, w2, w3;                       // the weights of w1 [I, H], w2 [H, I], w3 [I, H]
+};
+TORCH_MODULE(Expert);
+
+// Routing of T tokens: the k experts of each and their normalised weights.
+struct Routing {
+  torch::Tensor experts;  // [T, k] int64
+  torch::Tensor weights;  // [T, k] compute dtype
+};
+// Runs the experts on the routed tokens and combines: [T, H] -> [T, H]. The default runs
+// every expert here; expert parallelism replaces it.
+using ExpertRunner = std::function<torch::Tensor(const torch::Tensor& x, const Routing& r)>;
+
+class MoEImpl : public torch::nn::Module {
+ public:
+  // `prefix`: "model.layers.3.block_sparse_moe." (the plan holds the router and the experts).
+  MoEImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix, int64_t layer_index,
+          torch::TensorOptions opts);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
+  // Every expert's tokens through it, weighted and summed back (the dropless combine).
+  torch::Tensor run_experts(const torch::Tensor& x, const Routing& r);  // [T, H] -> [T, H]
+
+  torch::Tensor gate;                 // the router's weight [E, H] (module "gate")
+  std::map<int64_t, Expert> experts;  // by global expert index: those this rank holds
+  int64_t num_experts, top_k, layer_index;
+  ExpertRunner runner;                // empty: run_experts
+  std::shared_ptr<RouterLog> log;     // set by the model: where forward() records its routing
+};
+TORCH_MODULE(MoE);
+
+// The routing of a router's probabilities p [T, E]: top-k, weights normalised to sum 1.
+Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype);
+
+}  // namespace picotron
