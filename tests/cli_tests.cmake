@@ -279,13 +279,19 @@ if(NO_TRANSFORMERS EQUAL 0)
     ${CMAKE_CURRENT_BINARY_DIR}/hf ${TRAIN} ${PICOTRON_MPIRUN})
   set_tests_properties(hf.roundtrip PROPERTIES LABELS "cli;mpi;hf" TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
     PROCESSORS 2 PASS_REGULAR_EXPRESSION "hf ok" FAIL_REGULAR_EXPRESSION "FAILED")
+  # Mixtral folders (a mixture of experts) in and out: logits, the loss with the
+  # load-balancing term and one AdamW step against MixtralForCausalLM (tests/hf_mixtral.py).
+  add_test(NAME hf.mixtral COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_mixtral.py
+    ${CMAKE_CURRENT_BINARY_DIR}/hf_mixtral ${TRAIN})
+  set_tests_properties(hf.mixtral PROPERTIES LABELS "cli;hf" TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+    PASS_REGULAR_EXPRESSION "hf mixtral ok" FAIL_REGULAR_EXPRESSION "FAILED")
   # Untrusted folders: a shard outside the folder, an extra tensor, NaN weights, overlapping bytes.
   add_test(NAME hf.untrusted_folders COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_untrusted.py
     ${CMAKE_CURRENT_BINARY_DIR}/hf_untrusted ${TRAIN})
   set_tests_properties(hf.untrusted_folders PROPERTIES LABELS "cli;reliability;hf" TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1" PASS_REGULAR_EXPRESSION "hf untrusted ok" FAIL_REGULAR_EXPRESSION "FAILED")
 else()
-  message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip is not registered (scripts/setup.sh installs it)")
+  message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip, hf.mixtral and hf.untrusted_folders are not registered (scripts/setup.sh installs it)")
 endif()
 # The C++ tokenizer (picotron/runtime/tokenizer.h) against the tokenizers library: three byte-level
 # BPE styles (GPT-2, Llama-3, SmolLM) trained on the project's docs, the same ids on every

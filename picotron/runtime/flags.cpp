@@ -223,7 +223,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(preset_override(integer("num-experts-per-tok", "Model", "override num_experts_per_tok (k: the experts each token goes to)", of(&LlamaConfig::num_experts_per_tok), {">", 0, double(k << 12)})));
     t.push_back(preset_override(real("router-aux-loss-coef", "Model", "override router_aux_loss_coef (the load-balancing loss's weight; 0: none)", of(&LlamaConfig::router_aux_loss_coef), {">=", 0, kNoLimit})));
     t.push_back(preset_override(on_off("tie-word-embeddings", "Model", "override tie_word_embeddings (--tie-word-embeddings=false unties)", of(&LlamaConfig::tie_word_embeddings))));
-    t.push_back(text("init-from", "Model", "start from a Hugging Face LLaMA folder (config.json + model.safetensors, or sharded with model.safetensors.index.json): its shape and weights", of(&TrainConfig::init_from)));
+    t.push_back(text("init-from", "Model", "start from a Hugging Face LLaMA or Mixtral folder (config.json + model.safetensors, or sharded with model.safetensors.index.json): its shape and weights", of(&TrainConfig::init_from)));
     t.push_back(on_off("dry-run", "Model", "print the model summary (exact parameter count), the plan and the memory estimate, and exit", of(&TrainConfig::dry_run)));
     // ---- Hardware ----
     t.push_back(choice("device", "Hardware", "cpu | cuda | auto (cuda when a GPU is present)", of(&TrainConfig::device), {"cpu", "cuda", "auto"}));
@@ -316,7 +316,7 @@ const std::vector<Flag>& flag_table() {
         p.push_back("--stop-at-step must be in [0, --steps = " + str(c.steps) + "], got " + str(c.stop_at_step));
     };
     t.push_back(stop);
-    t.push_back(text("export-hf", "Output", "write the final weights as a Hugging Face folder (config.json + model.safetensors) that transformers' LlamaForCausalLM.from_pretrained loads", of(&TrainConfig::export_hf)));
+    t.push_back(text("export-hf", "Output", "write the final weights as a Hugging Face folder (config.json + model.safetensors) that transformers' LlamaForCausalLM (MixtralForCausalLM for a mixture of experts).from_pretrained loads", of(&TrainConfig::export_hf)));
     t.push_back(text("eval", "Output", "a JSON file {\"input_ids\": [[ids...], ...]}: after training (or with --steps 0), print the next-token loss on it", of(&TrainConfig::eval)));
     t.push_back(text("eval-logits", "Output", "with --eval: write {\"loss\": ..., \"logits\": [B][S][V]} to this JSON file", of(&TrainConfig::eval_logits)));
     t.push_back(text("tokenizer", "Output", "a folder holding tokenizer.json (scripts/prepare_data.py's output, a Hugging Face model folder) or the file: samples and --prompt as text; --vocab-size follows it", of(&TrainConfig::tokenizer)));

@@ -73,8 +73,17 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
   if (!j.is_object()) return {where + ": not a JSON object (a Hugging Face config.json is {\"hidden_size\": ...})"};
   LlamaConfig m;
   try {
-    if (j.value("model_type", "llama") != "llama")
-      problems.push_back(where + ": model_type '" + j.value("model_type", "") + "' is not llama");
+    // LLaMA or Mixtral (a LLaMA whose MLPs are mixtures of experts, picotron/moe.h). A
+    // field config.json leaves out takes the default of transformers' own config class.
+    const std::string type = j.value("model_type", "llama");
+    const bool mixtral = type == "mixtral";
+    if (type != "llama" && !mixtral)
+      problems.push_back(where + ": model_type '" + type + "' is neither llama nor mixtral");
+    if (mixtral && j.contains("architectures") &&
+        !(j.at("architectures").is_array() && j.at("architectures").size() == 1 &&
+          j.at("architectures")[0] == "MixtralForCausalLM"))
+      problems.push_back(where + ": model_type mixtral with architectures " + j.at("architectures").dump() +
+                         " (expected [\"MixtralForCausalLM\"])");
     if (j.value("hidden_act", "silu") != "silu")
       problems.push_back(where + ": hidden_act '" + j.value("hidden_act", "") + "' (this model is SwiGLU: silu)");
     if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
@@ -105,10 +114,29 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
         throw std::runtime_error(std::string(field) + " must be a positive number, got " + v.dump());
       return v.get<double>();
     };
-    m.rope_theta = positive("rope_theta", 10000.0);
-    m.max_position_embeddings = size("max_position_embeddings", int64_t(2048));
-    m.rms_norm_eps = positive("rms_norm_eps", 1e-6);
-    m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // transformers' LlamaConfig default
+    // transformers' defaults: LlamaConfig's, MixtralConfig's.
+    m.rope_theta = positive("rope_theta", mixtral ? 1e6 : 10000.0);
+    m.max_position_embeddings = size("max_position_embeddings", mixtral ? int64_t(4096 * 32) : int64_t(2048));
+    m.rms_norm_eps = positive("rms_norm_eps", mixtral ? 1e-5 : 1e-6);
+    m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // the default of both
+    if (mixtral) {  // E experts per layer, top-k routing, the load-balancing loss's weight
+      m.num_local_experts = size("num_local_experts", int64_t(8));
+      m.num_experts_per_tok = size("num_experts_per_tok", int64_t(2));
+      const json coef = j.value("router_aux_loss_coef", json(0.001));
+      if (!coef.is_number() || !std::isfinite(coef.get<double>()) || coef.get<double>() < 0)
+        throw std::runtime_error("router_aux_loss_coef must be a number >= 0, got " + coef.dump());
+      m.router_aux_loss_coef = coef.get<double>();
+      // Attention here is causal over the whole sequence: a sliding window shorter than
+      // it would let transformers' model see less than ours does.
+      const json window = j.value("sliding_window", json(nullptr));
+      if (!window.is_null() && (!window.is_number_integer() || window.get<int64_t>() < cfg.seq_len))
+        problems.push_back(where + ": sliding_window " + window.dump() + " is shorter than --seq-len " +
+                           std::to_string(cfg.seq_len) + " (attention here sees the whole sequence: use null or >= it)");
+      // Jitter multiplies the router's input by noise in training: not this model's math.
+      const json jitter = j.value("router_jitter_noise", json(0.0));
+      if (!jitter.is_number() || jitter.get<double>() != 0)
+        problems.push_back(where + ": router_jitter_noise " + jitter.dump() + " (only 0 is supported: no noise on the router)");
+    }
     if (j.contains("head_dim") && !j.at("head_dim").is_null() &&
         j.at("head_dim").get<int64_t>() * m.num_attention_heads != m.hidden_size)
       problems.push_back(where + ": head_dim " + j.at("head_dim").dump() + " is not hidden_size / num_attention_heads");
@@ -136,6 +164,9 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
   check("max-position-embeddings", "max_position_embeddings", flags.max_position_embeddings, m.max_position_embeddings);
   check("rms-norm-eps", "rms_norm_eps", flags.rms_norm_eps, m.rms_norm_eps);
   check("tie-word-embeddings", "tie_word_embeddings", flags.tie_word_embeddings, m.tie_word_embeddings);
+  check("num-local-experts", "num_local_experts", flags.num_local_experts, m.num_local_experts);
+  check("num-experts-per-tok", "num_experts_per_tok", flags.num_experts_per_tok, m.num_experts_per_tok);
+  check("router-aux-loss-coef", "router_aux_loss_coef", flags.router_aux_loss_coef, m.router_aux_loss_coef);
   for (const auto& f : cfg.shape_flags)
     if (f == "model") problems.push_back("--model " + cfg.model + " and --init-from " + cfg.init_from +
                                          " both give the model's shape: use one");
@@ -155,7 +186,8 @@ void load_hf_weights(const std::string& dir, torch::nn::Module& model, const Sha
     if (!whole.count(name) && !rotary_cache)
       throw std::runtime_error("--init-from " + dir + ": tensor '" + name + "' (in " + fs::path(file).filename().string() +
                                ") is not part of the model config.json describes (" + std::to_string(c.num_hidden_layers) +
-                               " layers, tie_word_embeddings " + (c.tie_word_embeddings ? "true" : "false") + ")");
+                               " layers, tie_word_embeddings " + (c.tie_word_embeddings ? "true" : "false") +
+                               (c.is_moe() ? ", " + std::to_string(c.num_local_experts) + " experts per layer" : "") + ")");
   }
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files;
   for (auto& item : model.named_parameters()) {
@@ -179,24 +211,35 @@ void export_hf(const std::string& dir, const LlamaConfig& c, const NamedTensors&
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error("--export-hf " + dir + ": " + ec.message());
-  const json config = {{"architectures", {"LlamaForCausalLM"}},
-                       {"model_type", "llama"},
-                       {"hidden_act", "silu"},
-                       {"hidden_size", c.hidden_size},
-                       {"intermediate_size", c.intermediate_size},
-                       {"num_hidden_layers", c.num_hidden_layers},
-                       {"num_attention_heads", c.num_attention_heads},
-                       {"num_key_value_heads", c.num_key_value_heads},
-                       {"head_dim", c.head_dim()},
-                       {"vocab_size", c.vocab_size},
-                       {"rope_theta", c.rope_theta},
-                       {"rope_scaling", nullptr},
-                       {"max_position_embeddings", c.max_position_embeddings},
-                       {"rms_norm_eps", c.rms_norm_eps},
-                       {"tie_word_embeddings", c.tie_word_embeddings},
-                       {"attention_bias", false},
-                       {"mlp_bias", false},
-                       {"torch_dtype", "float32"}};
+  // LLaMA, or Mixtral for a mixture of experts (transformers' MixtralConfig has no
+  // rope_scaling or bias fields; its sliding window is off, its router has no jitter).
+  json config = {{"architectures", {c.is_moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+                 {"model_type", c.is_moe() ? "mixtral" : "llama"},
+                 {"hidden_act", "silu"},
+                 {"hidden_size", c.hidden_size},
+                 {"intermediate_size", c.intermediate_size},  // each expert's, in Mixtral
+                 {"num_hidden_layers", c.num_hidden_layers},
+                 {"num_attention_heads", c.num_attention_heads},
+                 {"num_key_value_heads", c.num_key_value_heads},
+                 {"head_dim", c.head_dim()},
+                 {"vocab_size", c.vocab_size},
+                 {"rope_theta", c.rope_theta},
+                 {"max_position_embeddings", c.max_position_embeddings},
+                 {"rms_norm_eps", c.rms_norm_eps},
+                 {"tie_word_embeddings", c.tie_word_embeddings},
+                 {"torch_dtype", "float32"}};
+  if (c.is_moe()) {
+    config["num_local_experts"] = c.num_local_experts;
+    config["num_experts_per_tok"] = c.num_experts_per_tok;
+    config["router_aux_loss_coef"] = c.router_aux_loss_coef;
+    config["output_router_logits"] = false;
+    config["router_jitter_noise"] = 0.0;
+    config["sliding_window"] = nullptr;
+  } else {
+    config["rope_scaling"] = nullptr;
+    config["attention_bias"] = false;
+    config["mlp_bias"] = false;
+  }
   write_file("--export-hf", (fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
   NamedTensors tensors;
   for (const auto& [name, t] : full) tensors.emplace_back(name, t.to(torch::kFloat32).contiguous());

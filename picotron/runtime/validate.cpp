@@ -94,8 +94,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
                        std::string(flag) + " yet (it does with --dp and --zero)");
     need(c.recompute != "full", "--recompute full does not combine with --num-local-experts yet (the recomputed "
                                 "routers would log the load-balancing statistics twice)");
-    need(c.init_from.empty() && c.export_hf.empty(),
-         "--init-from/--export-hf read and write LLaMA folders; a mixture of experts (Mixtral) is not supported yet");
   }
   if (c.sp) {
     need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
