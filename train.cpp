@@ -35,6 +35,7 @@
 #include "context_parallel/context_parallel.h"
 #include "data_parallel/data_parallel.h"
 #include "kernels/kernels.h"
+#include "expert_parallel/expert_parallel.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
@@ -66,6 +67,7 @@ ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp
   if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);  // this stage's layers
+  if (cfg.ep > 1) keep_local_experts(plan, cfg.llama, here.dp % cfg.ep, cfg.ep);  // this ep rank's experts
   return plan;
 }
 
@@ -120,6 +122,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
   // Techniques replace the model's slots here, one line each (see model.h).
   if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
+  std::unique_ptr<ExpertParallel> experts;  // the MoE layers' tokens to their experts and back, by all-to-all
+  if (cfg.ep > 1) experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep);
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
   if (cfg.cp > 1) {
@@ -214,10 +218,11 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     // techniques make over their own axes.
     explain.phase("gradient sync (what backward did not already send)");
     std::function<void()> fix_ups;  // none when no technique sums over its own axis
-    if (pipeline || cfg.sp)
+    if (pipeline || cfg.sp || experts)
       fix_ups = [&] {
         if (pipeline) pipeline->sync_tied_embedding(params);          // lookup + head parts of a tied embedding
         if (cfg.sp) sync_sequence_parallel_grads(params, mesh.tp());  // norm gains saw S/tp tokens
+        if (experts) experts->sync_expert_grads(params);              // each expert over its copies, / dp
       };
     optimizer->sync_grads(fix_ups);
     log.memory(step + 1, "sync");

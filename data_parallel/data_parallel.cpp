@@ -3,6 +3,10 @@
 
 namespace picotron {
 
+// Every rank of the group holds this parameter (not an expert that expert parallelism
+// keeps on every N-th rank: expert_parallel/ averages those over their own copies).
+static bool averaged_here(const TrainableParam& p) { return p.record.dp_stride == 1; }
+
 DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb)
     : group_(group), params_(params), mode_(mode) {
   // A group of one has nothing to average: no buckets, no hooks, no communication.
@@ -13,7 +17,7 @@ DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpM
   // param.grad. It runs right after this parameter's gradient of the micro-batch is complete.
   hooks_.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
-    hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
+    if (averaged_here(params_[i])) hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
 }
 
 DataParallel::~DataParallel() = default;  // the hooks (they capture `this`) go first
@@ -35,6 +39,7 @@ void DataParallel::build_buckets(double bucket_mb) {
   std::vector<std::vector<size_t>> groups(1);
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
+    if (!averaged_here(params_[k])) continue;  // an expert: expert_parallel/ syncs it
     const int64_t n = params_[k].master.numel();
     if (filled > 0 && filled + n > capacity) { groups.emplace_back(); filled = 0; }  // a big param gets its own bucket
     groups.back().push_back(k);
@@ -109,6 +114,7 @@ void DataParallel::finish_gradient_sync() {
     // timeout) before the next. Nothing overlapped.
     // BEGIN ASSIGNMENT dp.naive_all_reduce
     for (size_t i = 0; i < params_.size(); ++i) {
+      if (!averaged_here(params_[i])) continue;  // an expert: expert_parallel/ syncs it
       record("launch param " + std::to_string(i));
       group_.all_reduce_async(params_[i].main_grad, ReduceOp::kAvg).wait();
     }

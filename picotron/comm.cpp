@@ -239,6 +239,36 @@ void Comm::broadcast(torch::Tensor& t, int root, CallSite at) {
   else mpi_broadcast(t, root).wait();         // MPI_Ibcast + bounded wait
 }
 
+void Comm::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& send_rows,
+                      const std::vector<int64_t>& recv_rows, CallSite at) {
+  check_tensor(in, "all_to_all");
+  check_tensor(out, "all_to_all");
+  const auto total = [](const std::vector<int64_t>& rows) { int64_t n = 0; for (int64_t r : rows) n += r; return n; };
+  comm_check(int(send_rows.size()) == size_ && int(recv_rows.size()) == size_, "[rank ", world_rank_,
+             "] all_to_all: one row count per rank of the group of ", size_, " (got ", send_rows.size(), " and ",
+             recv_rows.size(), ")");
+  comm_check(in.dim() >= 1 && out.dim() == in.dim() && in.size(0) == total(send_rows) && out.size(0) == total(recv_rows) &&
+                 in.sizes().slice(1) == out.sizes().slice(1) && in.scalar_type() == out.scalar_type(),
+             "[rank ", world_rank_, "] all_to_all: in ", in.sizes(), " and out ", out.sizes(),
+             " do not match the row counts (", total(send_rows), " sent, ", total(recv_rows), " received)");
+  if (size_ == 1) return copy_unless_same(out, in);
+  int64_t row = 1;  // elements per row
+  for (int64_t d : in.sizes().slice(1)) row *= d;
+  record(event("all_to_all", in, (total(send_rows) - send_rows[rank_]) * row, false, at, &out));
+  if (in.is_cuda()) {  // ncclSend + ncclRecv to and from every peer, in one group
+    std::vector<P2POp> ops;
+    int64_t sent = 0, received = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (send_rows[p] > 0) ops.push_back({P2POp::kSend, in.narrow(0, sent, send_rows[p]), p});
+      if (recv_rows[p] > 0) ops.push_back({P2POp::kRecv, out.narrow(0, received, recv_rows[p]), p});
+      sent += send_rows[p], received += recv_rows[p];
+    }
+    if (!ops.empty()) nccl_batch_p2p(ops, /*async=*/false);
+  } else {
+    mpi_all_to_all(out, in, send_rows, recv_rows).wait();  // MPI_Ialltoallv + bounded wait
+  }
+}
+
 // ---- point to point: never shortcut (a rank may send to itself) ----------------------
 
 void Comm::send(const torch::Tensor& t, int peer, CallSite at) { batch_p2p({{P2POp::kSend, t, peer}}, at); }

@@ -7,7 +7,8 @@
 //   CUDA tensor -> nccl_*: ncclAllReduce / ncclAllGather / ncclReduceScatter / ncclBroadcast /
 //                  ncclSend + ncclRecv inside ncclGroupStart/End            (comm_nccl.cpp)
 //   CPU tensor  -> mpi_*:  MPI_Iallreduce / MPI_Iallgather / MPI_Ireduce_scatter_block /
-//                  MPI_Ibcast / MPI_Isend + MPI_Irecv, then a bounded wait (comm_mpi.cpp)
+//                  MPI_Ibcast / MPI_Ialltoallv / MPI_Isend + MPI_Irecv, then a bounded wait
+//                  (comm_mpi.cpp); all_to_all on CUDA is ncclSend + ncclRecv per peer in a group
 //
 // Counts are elements, never bytes. Tensors must be contiguous. A Comm made for CUDA
 // still moves CPU tensors over MPI when MPI is up (not under a multi-process torchrun).
@@ -28,6 +29,7 @@
 //   reduce_scatter   in.numel()   = p x the per-rank out  40
 //   broadcast        n                                    10
 //   send / recv      the elements sent / received: one entry per P2POp of a batch
+//   all_to_all       the elements this rank sends to the OTHER ranks (its own rows stay)
 //   barrier          0
 //
 // The ledger is a plain map, not thread-safe: a Comm's collectives are issued by one
@@ -118,7 +120,7 @@ struct CommCount {
 
 // The ledger's kinds, in the order reports list them.
 inline constexpr const char* kCommKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                             "send",       "recv",       "barrier"};
+                                             "all_to_all", "send",       "recv",           "barrier"};
 
 // One point-to-point operation of a batch (rings, pipelines).
 struct P2POp {
@@ -199,6 +201,12 @@ class Comm {
   void reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op = ReduceOp::kSum,
                       CallSite at = CallSite::here());  // in: [size*n] -> out: [n]
   void broadcast(torch::Tensor& t, int root, CallSite at = CallSite::here());
+  // Rows of `in` to every rank, rows from every rank into `out` (expert parallelism's
+  // dispatch and combine): rank r's send_rows[p] rows (in rank order along dim 0) go to
+  // rank p, which receives them as its recv_rows[r] rows, in rank order.
+  // in [sum send_rows, ...] -> out [sum recv_rows, ...]; the same trailing shape.
+  void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& send_rows,
+                  const std::vector<int64_t>& recv_rows, CallSite at = CallSite::here());
   void send(const torch::Tensor& t, int peer, CallSite at = CallSite::here());
   void recv(torch::Tensor& t, int peer, CallSite at = CallSite::here());
   void batch_p2p(const std::vector<P2POp>& ops, CallSite at = CallSite::here());  // posted together, then waited
@@ -240,6 +248,8 @@ class Comm {
   Work mpi_all_gather(torch::Tensor& out, const torch::Tensor& in);
   Work mpi_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op);
   Work mpi_broadcast(torch::Tensor& t, int root);
+  Work mpi_all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& send_rows,
+                      const std::vector<int64_t>& recv_rows);
   Work mpi_batch_p2p(const std::vector<P2POp>& ops);
   Work mpi_barrier();
 

@@ -190,6 +190,28 @@ Work Comm::mpi_batch_p2p(const std::vector<P2POp>& ops) {
   return Work(std::move(w));
 }
 
+Work Comm::mpi_all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& send_rows,
+                          const std::vector<int64_t>& recv_rows) {
+  // Counts and displacements in elements of the MPI type (rows x row size), per rank.
+  int64_t row = 1;  // elements of the MPI type per row
+  for (int64_t d : in.sizes().slice(1)) row *= d;
+  auto counts = torch::empty({4, size_}, torch::kInt32);  // send counts, send displs, recv counts, recv displs
+  auto c = counts.accessor<int32_t, 2>();
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < size_; ++p) {
+    c[0][p] = int32_t(send_rows[p] * row), c[1][p] = int32_t(sent * row);
+    c[2][p] = int32_t(recv_rows[p] * row), c[3][p] = int32_t(received * row);
+    sent += send_rows[p], received += recv_rows[p];
+  }
+  auto w = mpi_work("all_to_all", in, world_rank_, rank_, size_, timeout_);
+  w->requests.resize(1);
+  int32_t* p = counts.data_ptr<int32_t>();
+  PICOTRON_MPI_CHECK(world_rank_, MPI_Ialltoallv(in.data_ptr(), p, p + size_, mpi_type(in), out.data_ptr(),
+                                                 p + 2 * size_, p + 3 * size_, mpi_type(out), mpi_, &w->requests[0]));
+  w->buffers = {in, out, counts};  // the counts too: MPI reads them until the call completes
+  return Work(std::move(w));
+}
+
 Work Comm::mpi_barrier() {
   auto w = mpi_work("barrier", torch::Tensor(), world_rank_, rank_, size_, timeout_);
   w->requests.resize(1);

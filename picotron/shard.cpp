@@ -36,7 +36,7 @@ int64_t ShardRecord::full_numel() const { return product(full_shape); }
 bool ShardRecord::counts_once(const MeshCoords& here) const {
   if (here.pp != stage) return false;  // a copy held for another stage (a tied lm_head)
   for (Axis a : replica_axes)
-    if (coordinate(here, a) != 0) return false;  // another replica counts
+    if (coordinate(here, a) / (a == Axis::kDp ? dp_stride : 1) != 0) return false;  // another replica counts
   return true;
 }
 

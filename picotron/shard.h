@@ -51,6 +51,10 @@ struct ShardRecord {
   int index = 0, count = 1;        // this rank's slice (its coordinate on split_axis) and how many
   int stage = 0;                   // pipeline stage that owns the parameter
   std::vector<Axis> replica_axes;  // axes whose ranks hold identical copies (after the grad sync)
+  // Expert parallelism (expert_parallel/): an expert is held by the dp ranks d with
+  // d % dp_stride equal to its owner, so its dp replicas are every dp_stride-th rank (and
+  // the copy that counts is the one with d < dp_stride). 1: every dp rank holds it.
+  int dp_stride = 1;
 
   bool is_split() const { return split_dim >= 0; }
   Slice slice() const;                      // along split_dim ({0, full} when not split)

@@ -7,7 +7,8 @@
 # whole global batch (micro-batch x grad-acc x dp rows) as ONE micro-batch, so the
 # reference involves neither data parallelism nor gradient accumulation. Then
 # compare_runs checks every step's loss and grad norm and the final parameters within RTOL.
-# Environment: MPIEXEC (default mpirun); TRAIN_WRAPPER, a command that each parallel rank
+# Environment: REF_MICRO_BATCHES=same (the reference runs the parallel run's micro-batches
+# one after another instead of one big one: a mixture of experts needs it); MPIEXEC (default mpirun); TRAIN_WRAPPER, a command that each parallel rank
 # runs TRAIN through (scripts/gpu_check.sh gives each rank its own NCCL_HOSTID with it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +21,7 @@ ref_args=() par_args=() dp=1 acc=1 micro=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
-    --tp|--pp|--cp|--cp-layout|--recompute|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero) par_args+=("$1" "$2"); shift 2 ;;
+    --tp|--ep|--pp|--cp|--cp-layout|--recompute|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero) par_args+=("$1" "$2"); shift 2 ;;
     --sp|--explain) par_args+=("$1"); shift ;;
     --grad-acc-steps) acc=$2; shift 2 ;;
     --micro-batch-size) micro=$2; shift 2 ;;
@@ -34,9 +35,18 @@ run() {  # LOG COMMAND...: run it, show its step lines, and stop here if it fail
   grep -E "^step|^mesh" "$log" || true
 }
 global=$((micro * acc * dp))
-echo "== reference: 1 process, one micro-batch of $global rows: ${ref_args[*]}"
-run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$global" --grad-acc-steps 1 \
-  --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
+if [ "${REF_MICRO_BATCHES:-whole}" = same ]; then
+  # A mixture of experts' load-balancing loss is computed per micro-batch (picotron/moe.h),
+  # so the reference must run the same micro-batches: dp x acc of them, one after another
+  # (BatchLoader: dp rank d's micro-batch j is the reference's micro-batch d x acc + j).
+  echo "== reference: 1 process, the same $((acc * dp)) micro-batches of $micro rows: ${ref_args[*]}"
+  run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$micro" --grad-acc-steps "$((acc * dp))" \
+    --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
+else
+  echo "== reference: 1 process, one micro-batch of $global rows: ${ref_args[*]}"
+  run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$global" --grad-acc-steps 1 \
+    --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
+fi
 echo "== parallel: $np processes, --micro-batch-size $micro --grad-acc-steps $acc ${par_args[*]}"
 run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" ${TRAIN_WRAPPER:-} "$train" "${par_args[@]}" \
   --micro-batch-size "$micro" --grad-acc-steps "$acc" \

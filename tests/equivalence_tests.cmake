@@ -10,7 +10,7 @@
 # average, a wrong batch slice, a lost bucket) gives errors of 1e-3 and more.
 # float32: 1e-5 — the same reordering at float32's 6e-8 roundoff, with headroom.
 #
-# Adding a layout is one line: picotron_equivalence(NAME NP <ranks> [RTOL r] ARGS <flags>).
+# Adding a layout is one line: picotron_equivalence(NAME NP <ranks> [RTOL r] [SAME_MICRO_BATCHES] ARGS <flags>).
 add_executable(compare_runs compare_runs.cpp)
 target_link_libraries(compare_runs PRIVATE picotron_core)
 target_link_options(compare_runs PRIVATE ${PICOTRON_LINK_FLAGS})
@@ -20,7 +20,7 @@ set(EQUIVALENCE_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-
     --generate 0 --log-every 1 --threads 1)
 
 function(picotron_equivalence name)
-  cmake_parse_arguments(E "" "NP;RTOL;DTYPE" "ARGS" ${ARGN})
+  cmake_parse_arguments(E "SAME_MICRO_BATCHES" "NP;RTOL;DTYPE" "ARGS" ${ARGN})
   if(NOT E_RTOL)
     set(E_RTOL 1e-9)
   endif()
@@ -30,7 +30,11 @@ function(picotron_equivalence name)
   add_test(NAME equivalence.${name}
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP}
             -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype ${E_DTYPE} ${E_ARGS})
-  set_tests_properties(equivalence.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  set(env ${PICOTRON_TEST_ENV})
+  if(E_SAME_MICRO_BATCHES)  # the reference runs the same micro-batches (a mixture of experts)
+    list(APPEND env REF_MICRO_BATCHES=same)
+  endif()
+  set_tests_properties(equivalence.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}"
     LABELS "equivalence;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
 endfunction()
 
@@ -204,6 +208,22 @@ picotron_equivalence(cp2_pp2 NP 4 ARGS --cp 2 --pp 2 --grad-acc-steps 2)
 picotron_equivalence(cp2_dp2_zero1 NP 4 ARGS --cp 2 --dp 2 --zero 1)
 picotron_equivalence(cp2_dp2_zero2 NP 4 ARGS --cp 2 --dp 2 --zero 2 --dp-bucket-mb 0.05)
 picotron_equivalence(cp2_dp2_zero3 NP 4 ARGS --cp 2 --dp 2 --zero 3)
+
+# Mixture of experts (picotron/moe.h) and expert parallelism (expert_parallel/). The
+# load-balancing loss is computed per micro-batch, so the reference runs the same
+# micro-batches one after another (SAME_MICRO_BATCHES); the aux loss is on (0.02). Tiny
+# MoE: H 64, 4 experts of I 96, top-2, 2 layers. Plain dp2 and ZeRO-1 (every rank holds
+# every expert); ep2 (dp2), ep4 (dp4), ep2 within dp4 (each expert on two ranks, its
+# gradient summed over them), with accumulation. Dropping the gate weights from the
+# combine, sending pairs to the wrong rank, or skipping the experts' gradient sum over
+# their copies fails them (tried).
+set(MOE ARGS --model tiny-moe --hidden-size 64 --intermediate-size 96 --num-hidden-layers 2)
+picotron_equivalence(moe_dp2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --grad-acc-steps 2)
+picotron_equivalence(moe_dp2_zero1 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --zero 1 --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --grad-acc-steps 2)
+picotron_equivalence(moe_ep4 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 4)
+picotron_equivalence(moe_ep2_dp4_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_naive NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --dp-mode naive --grad-acc-steps 2)
 
 # Activation recomputation (picotron/recompute.h): --recompute selective and full give the
 # losses, grad norms and final parameters of --recompute none on the same mesh within

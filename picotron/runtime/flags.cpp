@@ -273,6 +273,7 @@ const std::vector<Flag>& flag_table() {
     // ---- Parallelism ----
     t.push_back(integer("dp", "Parallelism", "data-parallel size", of(&TrainConfig::dp), {">=", 1, double(k << 16)}));
     t.push_back(integer("tp", "Parallelism", "tensor-parallel size", of(&TrainConfig::tp), {">=", 1, double(k << 16)}));
+    t.push_back(integer("ep", "Parallelism", "expert-parallel size: a mixture of experts' experts split over this many ranks of the data-parallel group (divides --dp; expert_parallel/)", of(&TrainConfig::ep), {">=", 1, double(k << 16)}));
     t.push_back(integer("pp", "Parallelism", "pipeline-parallel size", of(&TrainConfig::pp), {">=", 1, double(k << 16)}));
     Flag schedule = text("pp-schedule", "Parallelism", "pipeline schedule: afab | 1f1b | interleaved | zb-h1", of(&TrainConfig::pp_schedule));
     schedule.set = [](TrainConfig& c, const std::string& name) { c.pp_schedule = schedule_name(parse_schedule(name)); };

@@ -95,6 +95,15 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
     need(c.recompute != "full", "--recompute full does not combine with --num-local-experts yet (the recomputed "
                                 "routers would log the load-balancing statistics twice)");
   }
+  if (c.ep > 1) {  // expert parallelism (expert_parallel/)
+    need(m.is_moe(), "--ep " + str(c.ep) + " needs a mixture of experts (--num-local-experts > 0, e.g. --model tiny-moe)");
+    need(c.dp % c.ep == 0, "--ep " + str(c.ep) + " does not divide --dp " + str(c.dp) +
+                               " (the experts are split over ranks of the data-parallel group)");
+    need(!m.is_moe() || m.num_local_experts % c.ep == 0, "--num-local-experts " + str(m.num_local_experts) +
+                                                             " is not divisible by --ep " + str(c.ep));
+    need(c.zero == 0, "--ep does not combine with --zero yet (ZeRO would slice different experts on different "
+                      "ranks together)");
+  }
   if (c.sp) {
     need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
     need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + str(c.seq_len) + " is not divisible by --tp " + str(c.tp) +

@@ -1,0 +1,141 @@
+// expert_parallel/expert_parallel.cpp — the experts over N ranks: dispatch, all-to-all,
+// local experts, all-to-all back, combine. See expert_parallel.h for the picture.
+#include "expert_parallel/expert_parallel.h"
+
+#include "picotron/saved_object.h"
+
+namespace picotron {
+
+// ---- pure ---------------------------------------------------------------------------------
+int expert_owner(int64_t expert, int64_t num_experts, int ep) { return int(expert / (num_experts / ep)); }
+
+void keep_local_experts(ShardPlan& plan, const LlamaConfig& c, int ep_index, int ep) {
+  const std::string marker = ".block_sparse_moe.experts.";
+  for (auto it = plan.begin(); it != plan.end();) {
+    const auto at = it->first.find(marker);
+    if (at == std::string::npos) { ++it; continue; }
+    const int64_t expert = std::stoll(it->first.substr(at + marker.size()));
+    if (expert_owner(expert, c.num_local_experts, ep) != ep_index) { it = plan.erase(it); continue; }
+    it->second.dp_stride = ep;  // its copies: the dp ranks with the same dp % ep
+    ++it;
+  }
+}
+
+Dispatch dispatch_order(const torch::Tensor& experts, int64_t num_experts, int ep) {
+  const auto flat = experts.reshape({-1}).to(torch::kCPU);              // [T·k] expert of each pair
+  // Owner ranks are consecutive runs of experts, so sorting by expert sorts by rank.
+  const auto order = std::get<1>(flat.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));  // [T·k]
+  const auto per_expert = torch::bincount(flat, /*weights=*/{}, num_experts);  // [E]
+  Dispatch d{order.to(experts.device()), std::vector<int64_t>(size_t(ep), 0)};
+  const auto counts = per_expert.accessor<int64_t, 1>();
+  for (int64_t e = 0; e < num_experts; ++e) d.send_rows[size_t(expert_owner(e, num_experts, ep))] += counts[e];
+  return d;
+}
+
+torch::Tensor inverse_order(const torch::Tensor& order) {
+  auto inverse = torch::empty_like(order);
+  inverse.index_put_({order}, torch::arange(order.numel(), order.options()));  // inverse[order[i]] = i
+  return inverse;
+}
+
+// ---- the all-to-all as an autograd op -------------------------------------------------------
+namespace {
+class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
+ public:
+  // fwd: rows to their ranks   bwd: the gradient rows back to where the rows came from
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               std::vector<int64_t> send_rows, std::vector<int64_t> recv_rows, Comm* group) {
+    ctx->saved_data["send"] = send_rows;
+    ctx->saved_data["recv"] = recv_rows;
+    ctx->saved_data["group"] = saved_object(group);
+    return move(x.contiguous(), send_rows, recv_rows, *group);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    Comm& group = *saved_object_of<Comm*>(ctx->saved_data["group"]);
+    const auto send = ctx->saved_data["send"].toIntVector(), recv = ctx->saved_data["recv"].toIntVector();
+    return {move(grads[0].contiguous(), recv, send, group), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+  static torch::Tensor move(const torch::Tensor& x, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
+                            Comm& group) {
+    int64_t rows = 0;
+    for (int64_t r : recv) rows += r;
+    auto shape = x.sizes().vec();
+    shape[0] = rows;
+    auto out = torch::empty(shape, x.options());  // [sum recv, ...]
+    group.all_to_all(out, x, send, recv);
+    return out;
+  }
+};
+}  // namespace
+
+torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows, Comm& group) {
+  return AllToAllRows::apply(x, send_rows, recv_rows, &group);
+}
+
+// ---- the layer -----------------------------------------------------------------------------
+ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep) : ep_(ep), dp_(cp_dp.size()) {
+  // cp×dp rank d: ep group d / N (ranks in it: d % N), expert replicas d % N.
+  const int d = cp_dp.rank();
+  ep_group_ = cp_dp.split(/*color=*/d / ep, /*key=*/d % ep, "ep");
+  replicas_ = cp_dp.split(/*color=*/d % ep, /*key=*/d / ep, "ep_replicas");
+  for (auto& [index, layer] : model->model->layers->items)
+    if (layer->moe) {
+      MoEImpl* moe = layer->moe.get();
+      moe->runner = [this, moe](const torch::Tensor& x, const Routing& r) { return run(*moe, x, r); };
+    }
+}
+
+torch::Tensor ExpertParallel::run(MoEImpl& moe, const torch::Tensor& x, const Routing& r) {
+  const int64_t k = r.experts.size(1);
+  // 1. The (token, slot) pairs in the order they leave: by owner rank, then expert.
+  // BEGIN ASSIGNMENT ep.dispatch_combine
+  const Dispatch d = dispatch_order(r.experts, moe.num_experts, ep_);
+  const auto token = d.order.div(k, "floor");                                    // [T·k] each pair's token
+  const auto send_x = x.index_select(0, token);                                  // [T·k, H]
+  const auto send_e = r.experts.reshape({-1}).index_select(0, d.order).contiguous();  // [T·k] their experts
+  // 2. How many rows each rank gets from each, then the rows and their experts.
+  auto counts_in = torch::tensor(d.send_rows, torch::kInt64).to(x.device());    // [N]
+  auto counts_out = torch::empty_like(counts_in);
+  const std::vector<int64_t> ones(size_t(ep_), 1);
+  ep_group_.all_to_all(counts_out, counts_in, ones, ones);
+  const auto recv_counts = counts_out.to(torch::kCPU);
+  const std::vector<int64_t> recv_rows(recv_counts.data_ptr<int64_t>(), recv_counts.data_ptr<int64_t>() + ep_);
+  const auto recv_x = all_to_all_rows(send_x, d.send_rows, recv_rows, ep_group_);  // [R, H] R = sum recv_rows
+  auto recv_e = torch::empty({recv_x.size(0)}, send_e.options());                  // [R]
+  ep_group_.all_to_all(recv_e, send_e, d.send_rows, recv_rows);
+  // 3. My experts on the rows they got. y starts as recv_x · 0, not as zeros: then the
+  // graph reaches both all-to-alls even on a rank whose experts got no row, and every rank
+  // runs both backward all-to-alls (a collective that one rank skips hangs the others).
+  auto y = recv_x * 0.0;  // [R, H]
+  for (auto& [e, expert] : moe.experts) {
+    const auto rows = (recv_e == e).nonzero().select(1, 0);  // [n]
+    if (rows.numel() > 0) y = y.index_add(0, rows, expert->forward(recv_x.index_select(0, rows)));
+  }
+  // 4. Every result home, in the order it left; 5. weighted into its token's row.
+  const auto back = all_to_all_rows(y, recv_rows, d.send_rows, ep_group_);          // [T·k, H]
+  const auto w = r.weights.reshape({-1}).index_select(0, d.order).unsqueeze(-1);     // [T·k, 1]
+  return torch::zeros_like(x).index_add(0, token, back * w);                        // [T, H]
+  // END ASSIGNMENT
+}
+
+void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& params) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;  // the main grads of the experts (dp_stride > 1)
+  for (auto& p : params)
+    if (p.record.dp_stride > 1) grads.push_back(p.main_grad);
+  if (grads.empty()) return;
+  std::vector<torch::Tensor> parts;
+  for (auto& g : grads) parts.push_back(g.reshape({-1}));
+  auto flat = torch::cat(parts);              // one call instead of one per expert tensor
+  replicas_.all_reduce(flat, ReduceOp::kSum); // the copies of my experts on the other ep groups
+  flat.div_(double(dp_));                     // the global batch's average
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
+}  // namespace picotron

@@ -1,0 +1,80 @@
+// expert_parallel/expert_parallel.h — expert parallelism (--ep N; GShard, arXiv 2006.16668;
+// the Ultra-Scale Playbook, "Expert parallelism"): the E experts of every MoE layer
+// (picotron/moe.h) split over N ranks of the data-parallel group; attention and the router
+// stay data-parallel. Each rank routes its own tokens, and the tokens travel to their
+// experts and back with two all-to-alls:
+//
+//   ep rank 0 (experts 0,1)           ep rank 1 (experts 2,3)          E = 4, N = 2, k = 2
+//   tokens a b, routed a->{0,2}       tokens c d, routed c->{1,3}
+//               b->{1,0}                          d->{2,3}
+//   1. sort (token, slot) pairs by owner rank: [a0 b1 b0 | a2]   [c1 | c3 d2 d3]
+//   2. all-to-all the counts, then the rows  [T·k, H] ─────────► rank 0 gets a0 b1 b0 c1
+//                                                                 rank 1 gets a2 c3 d2 d3
+//   3. each rank runs its experts on what it got (dropless: however many)
+//   4. the reverse all-to-all brings every result home, in the order it left
+//   5. combine: y_t = sum_j w_tj · result_tj (index_add into the token's row)
+//
+// Backward mirrors it: the gradient of step 4 is an all-to-all out, of step 2 one back.
+// Per layer and direction each rank sends k·T·H elements, of which the share whose
+// experts live elsewhere leaves it ((N-1)/N of them when routing is balanced).
+//
+// Gradients. An expert's gradient on its owner already sums the tokens of the N ranks of
+// its ep group (they came to it). Its copies on the other ep groups (dp / N of them, the
+// ranks d with the same d % N) sum to the whole global batch; dividing by dp gives the
+// average every other parameter gets from data parallelism:
+//   g_expert = (1/dp) · sum over its copies (all-reduce over the "expert replica" group)
+//
+// Test: ctest -R "equivalence.moe|expert_parallel"; build/tests/unit_tests "[ep]"
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "picotron/comm.h"
+#include "picotron/model.h"
+#include "picotron/optim.h"
+#include "picotron/shard.h"
+
+namespace picotron {
+
+// ---- pure: who holds which expert, and the order tokens travel in -----------------------
+// The ep rank that holds expert e: experts are cut into N consecutive runs of E/N.
+int expert_owner(int64_t expert, int64_t num_experts, int ep);
+// A plan keeps the experts of ep rank `ep_index` only (and marks them: dp_stride = N).
+void keep_local_experts(ShardPlan& plan, const LlamaConfig& c, int ep_index, int ep);
+
+struct Dispatch {
+  torch::Tensor order;             // [T·k] the (token·k + slot) pairs, by owner rank, then expert, then pair
+  std::vector<int64_t> send_rows;  // [N] pairs for each rank
+};
+// experts [T, k] int64 -> the order the pairs leave in. A stable sort: within a rank, by
+// expert, and each expert's tokens in token order, as one process visits them.
+Dispatch dispatch_order(const torch::Tensor& experts, int64_t num_experts, int ep);
+// The inverse permutation: where each pair sits in the dispatched order.
+torch::Tensor inverse_order(const torch::Tensor& order);
+
+// Rows to their ranks (Comm::all_to_all) as an autograd op.
+// fwd: all-to-all (send_rows -> recv_rows)   bwd: the reverse all-to-all of the gradient
+torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows, Comm& group);
+
+// Installs the dispatch on every MoE layer of `model` and owns the two groups it needs,
+// split from the cp×dp group (collective over it): the ep group (N consecutive dp ranks)
+// and the expert replica group (the dp ranks that hold the same experts).
+class ExpertParallel {
+ public:
+  ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep);
+  // After data parallelism: each expert's gradient summed over its copies, / dp.
+  void sync_expert_grads(std::vector<TrainableParam>& params);
+  // The experts' part of a layer: dispatch, local experts, return, combine. [T, H] -> [T, H]
+  torch::Tensor run(MoEImpl& moe, const torch::Tensor& x, const Routing& r);
+
+  Comm& ep_group() { return ep_group_; }
+
+ private:
+  Comm ep_group_, replicas_;
+  int ep_, dp_;
+};
+
+}  // namespace picotron
