@@ -267,7 +267,10 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   if (val && start_step == end_step)  // no step to log it with (--steps 0: an imported model, say)
     print0(rank, validation_line(
                      validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device), cfg));
-  if (cfg.comm_report) print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr}));
+  if (cfg.comm_report)
+    print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr,
+                                              experts ? &experts->ep_group() : nullptr,
+                                              experts ? &experts->replica_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) pipeline->write_trace(cfg.pp_trace, world, cfg.steps);
 
   // ---- results: full tensors reassembled on rank 0 from every rank's shards ----------

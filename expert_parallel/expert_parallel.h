@@ -70,7 +70,8 @@ class ExpertParallel {
   // The experts' part of a layer: dispatch, local experts, return, combine. [T, H] -> [T, H]
   torch::Tensor run(MoEImpl& moe, const torch::Tensor& x, const Routing& r);
 
-  Comm& ep_group() { return ep_group_; }
+  Comm& ep_group() { return ep_group_; }       // (--comm-report)
+  Comm& replica_group() { return replicas_; }
 
  private:
   Comm ep_group_, replicas_;

@@ -225,6 +225,17 @@ picotron_equivalence(moe_ep4 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 4)
 picotron_equivalence(moe_ep2_dp4_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_naive NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --dp-mode naive --grad-acc-steps 2)
 
+# Expert parallelism's pieces on 2 and 4 ranks (tests/test_expert_parallel.cpp): the
+# dispatch order, the all-to-all against a gather, one MoE layer against the whole one.
+add_executable(expert_parallel_test test_expert_parallel.cpp)
+target_link_libraries(expert_parallel_test PRIVATE picotron_core)
+target_link_options(expert_parallel_test PRIVATE ${PICOTRON_LINK_FLAGS})
+target_precompile_headers(expert_parallel_test REUSE_FROM picotron_runtime)
+foreach(np 2 4)
+  picotron_mpi_test(NAME expert_parallel.np${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:expert_parallel_test>
+    PASS_REGEX "[1-9][0-9]* passed, 0 failed")
+endforeach()
+
 # Activation recomputation (picotron/recompute.h): --recompute selective and full give the
 # losses, grad norms and final parameters of --recompute none on the same mesh within
 # 1e-12 (fp64): 1 rank, dp2, tp2 (+sp), pp2 (1f1b and zb-h1), cp2, zero-3. The 1-process
