@@ -49,6 +49,13 @@ picotron_checkpoint(dp2_tp2_pp2_to_tp2_cp2 1e-9 8 "${MESH8} --zero 1"           
 picotron_checkpoint(dp2_tp2_pp2_to_1      1e-9 8 "${MESH8} --zero 1"              1 "${ONE}" --dtype fp64 --num-hidden-layers 4)
 picotron_checkpoint(zero3_dp2_tp2_pp2_to_1 1e-9 8 "${MESH8} --zero 3"             1 "${ONE}" --dtype fp64 --num-hidden-layers 4)
 
+# A mixture of experts: saved with its experts split over ep2, resumed on one rank, and
+# back (the same micro-batches on both layouts: the balancing loss is per micro-batch).
+set(MOE1 "--model tiny-moe --micro-batch-size 2 --grad-acc-steps 2")
+set(MOE_EP2 "--model tiny-moe --dp 2 --ep 2 --micro-batch-size 2")
+picotron_checkpoint(moe_ep2_to_1          1e-9 2 "${MOE_EP2}"                         1 "${MOE1}" --dtype fp64)
+picotron_checkpoint(moe_1_to_ep2          1e-9 1 "${MOE1}"                            2 "${MOE_EP2}" --dtype fp64)
+
 # A fixture checkpoint (1 rank, 2 steps), then broken copies of it.
 set(CKPT ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/fixture)
 list(JOIN CHECKPOINT_FLAGS " " CHECKPOINT_FLAGS_LINE)
