@@ -238,7 +238,9 @@ const std::vector<Flag>& flag_table() {
     t.push_back(dtype);
     t.push_back(integer("threads", "Hardware", "CPU intra-op threads per rank (0: cores / ranks on this node)", of(&TrainConfig::threads), {">=", 0, double(k << 12)}));
     // ---- Training ----
-    t.push_back(integer("seq-len", "Training", "tokens per sequence (S)", of(&TrainConfig::seq_len), {">", 0, double(k << 24)}));
+    Flag seq_len = integer("seq-len", "Training", "tokens per sequence (S; --plan without it: 4096)", of(&TrainConfig::seq_len), {">", 0, double(k << 24)});
+    seq_len.set = [parse = seq_len.set](TrainConfig& c, const std::string& v) { parse(c, v), c.seq_len_given = true; };
+    t.push_back(seq_len);
     t.push_back(integer("micro-batch-size", "Training", "sequences per micro-batch per data-parallel rank (B)", of(&TrainConfig::micro_batch_size), {">", 0, double(k << 20)}));
     t.push_back(integer("grad-acc-steps", "Training", "micro-batches accumulated per optimizer step", of(&TrainConfig::grad_acc_steps), {">", 0, double(k << 20)}));
     t.push_back(integer("steps", "Training", "optimizer steps", of(&TrainConfig::steps), {">=", 0, double(k << 40), " (0: no training: --eval, --generate, --export-hf only)"}));

@@ -113,11 +113,15 @@ std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
   if (given.plan_layout) return layout_prediction_text(given, plan_for);
   TrainConfig base = given;
   if (!base.dtype_given) base.dtype = Precision::kBF16;  // the GPU default
+  // The run's default sequence (128) is a CPU demo's; a plan is for GPUs: the Playbook's
+  // benchmark length unless --seq-len says otherwise.
+  if (!base.seq_len_given) base.seq_len = std::min<int64_t>(4096, base.llama.max_position_embeddings);
   const Hardware hw = hardware_of(base);
   std::ostringstream o;
   o << "plan: " << base.model << " (" << with_commas(count_parameters(base.llama)) << " parameters), " << base.gpus
     << " GPU(s), " << base.gpus_per_node << " per node, " << fixed(base.gpu_memory_gb, 0) << " GB each, "
-    << precision_name(base.dtype) << ", --seq-len " << base.seq_len << ", global batch >= "
+    << precision_name(base.dtype) << ", --seq-len " << base.seq_len << (given.seq_len_given ? "" : " (a plan's default)")
+    << ", global batch >= "
     << with_commas(base.global_batch_tokens) << " tokens\n";
   o << "  cost model: " << fixed(base.peak_tflops, 0) << " TFLOP/s peak at <= " << fixed(kMaxEfficiency * 100, 0)
     << "% efficiency; links " << fixed(base.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.inter_node_gbps, 0)
