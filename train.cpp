@@ -124,6 +124,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   std::unique_ptr<ExpertParallel> experts;  // the MoE layers' tokens to their experts and back, by all-to-all
   if (cfg.ep > 1) experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep);
+  if (cfg.llama.is_moe() && cfg.cp > 1) model->router_log->sum_over_ranks = router_stats_sum(mesh.cp());  // whole sequences
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
   if (cfg.cp > 1) {

@@ -1,6 +1,7 @@
 // picotron/moe.cpp — router, top-k, the experts and the load-balancing loss. See moe.h.
 #include "picotron/moe.h"
 
+#include "picotron/saved_object.h"
 #include "picotron/utils.h"
 
 namespace picotron {
@@ -28,9 +29,35 @@ torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
     probs = probs.defined() ? probs + l.probs : l.probs;
     rows += l.rows;
   }
-  const auto f = counts().to(probs.scalar_type()) / double(rows);  // [E] share of the (row, slot) pairs
-  const auto P = probs / double(rows);                              // [E] mean router probability
+  auto stats = torch::cat({counts().to(probs.scalar_type()), probs,
+                           torch::full({1}, double(rows), probs.options().requires_grad(false))});  // [2E + 1]
+  if (sum_over_ranks) stats = sum_over_ranks(stats);  // context parallelism: the whole sequences' statistics
+  const auto f = stats.narrow(0, 0, num_experts).detach() / stats[2 * num_experts].detach();  // [E] share of the pairs
+  const auto P = stats.narrow(0, num_experts, num_experts) / stats[2 * num_experts].detach();  // [E] mean probability
   return coef * double(num_experts) * (f * P).sum();                // E · sum_e f_e P_e, weighted
+}
+
+namespace {
+class SumBothWays : public torch::autograd::Function<SumBothWays> {
+ public:
+  // fwd: all-reduce(sum) over the group   bwd: all-reduce(sum) of the gradient
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, Comm* group) {
+    ctx->saved_data["group"] = saved_object(group);
+    auto y = x.clone();
+    group->all_reduce(y, ReduceOp::kSum);
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto g = grads[0].contiguous().clone();
+    saved_object_of<Comm*>(ctx->saved_data["group"])->all_reduce(g, ReduceOp::kSum);
+    return {g, torch::Tensor()};
+  }
+};
+}  // namespace
+
+std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm& group) {
+  return [&group](const torch::Tensor& stats) { return SumBothWays::apply(stats, &group); };
 }
 
 // ---- routing ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 
 #include <torch/torch.h>
 
+#include "picotron/comm.h"
 #include "picotron/config.h"
 #include "picotron/shard.h"
 
@@ -39,6 +40,9 @@ struct RouterLog {
     int64_t rows = 0;      // T: the tokens of this forward in this layer
   };
   std::map<int64_t, Layer> layers;  // by layer index: a recomputed forward overwrites, never adds
+  // Context parallelism: the cp ranks hold parts of the same sequences, so the statistics
+  // of a micro-batch are their sum (router_stats_sum); empty: this rank's alone.
+  std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
   // c · aux over the layers logged (a 0-d tensor; undefined when none is).
   torch::Tensor aux_loss(int64_t num_experts, double coef) const;
   torch::Tensor counts() const;  // [E] fp64: the sum over the layers logged
@@ -78,6 +82,11 @@ class MoEImpl : public torch::nn::Module {
   std::shared_ptr<RouterLog> log;     // set by the model: where forward() records its routing
 };
 TORCH_MODULE(MoE);
+
+// The sum of [counts | probs | rows] over the ranks of `group` that split each sequence (cp).
+// fwd: all-reduce(sum)   bwd: all-reduce(sum): every rank's loss adds the same aux, and the
+// data-parallel average over cp then leaves one aux's gradient, not 1/cp of it.
+std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm& group);
 
 // The routing of a router's probabilities p [T, E]: top-k, weights normalised to sum 1.
 Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype);
