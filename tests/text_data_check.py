@@ -47,7 +47,7 @@ def read_shards(folder):
 
 
 def run(cmd, **kw):
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace", **kw)
 
 
 def one_line_error(r, pattern, what):
