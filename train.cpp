@@ -123,8 +123,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   // Techniques replace the model's slots here, one line each (see model.h).
   if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   std::unique_ptr<ExpertParallel> experts;  // the MoE layers' tokens to their experts and back, by all-to-all
-  if (cfg.ep > 1) experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep);
-  if (cfg.llama.is_moe() && cfg.cp > 1) model->router_log->sum_over_ranks = router_stats_sum(mesh.cp());  // whole sequences
+  if (cfg.ep > 1) experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep, cfg.cp);
+  if (cfg.llama.is_moe() && (cfg.cp > 1 || cfg.sp))  // the balancing statistics of whole sequences
+    model->router_log->sum_over_ranks = router_stats_sum(cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
   if (cfg.cp > 1) {
@@ -253,6 +254,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     if (model->routed_tokens.defined()) {  // a mixture of experts: the routing of the global batch
       auto counts = model->routed_tokens.to(torch::kFloat64).contiguous();  // [E], this rank's micro-batches
       mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
+      if (cfg.sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);  // each tp rank routed S/tp of the tokens
       counts = counts.cpu();
       stats.tokens_per_expert.assign(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
       model->routed_tokens = torch::Tensor();

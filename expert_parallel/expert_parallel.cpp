@@ -75,11 +75,13 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
 }
 
 // ---- the layer -----------------------------------------------------------------------------
-ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep) : ep_(ep), dp_(cp_dp.size()) {
-  // cp×dp rank d: ep group d / N (ranks in it: d % N), expert replicas d % N.
-  const int d = cp_dp.rank();
-  ep_group_ = cp_dp.split(/*color=*/d / ep, /*key=*/d % ep, "ep");
-  replicas_ = cp_dp.split(/*color=*/d % ep, /*key=*/d / ep, "ep_replicas");
+ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp) : ep_(ep), dp_(cp_dp.size()) {
+  // cp×dp rank d = dp_i·cp + cp_i (mesh.h). The ep group: N consecutive dp ranks of one cp
+  // rank (ep rank dp_i % N, which picks the experts: plan_for); the expert replicas: every
+  // cp×dp rank with the same dp_i % N.
+  const int d = cp_dp.rank(), dp_i = d / cp, cp_i = d % cp;
+  ep_group_ = cp_dp.split(/*color=*/(dp_i / ep) * cp + cp_i, /*key=*/dp_i % ep, "ep");
+  replicas_ = cp_dp.split(/*color=*/dp_i % ep, /*key=*/d, "ep_replicas");
   for (auto& [index, layer] : model->model->layers->items)
     if (layer->moe) {
       MoEImpl* moe = layer->moe.get();

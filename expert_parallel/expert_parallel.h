@@ -60,11 +60,12 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
                               const std::vector<int64_t>& recv_rows, Comm& group);
 
 // Installs the dispatch on every MoE layer of `model` and owns the two groups it needs,
-// split from the cp×dp group (collective over it): the ep group (N consecutive dp ranks)
-// and the expert replica group (the dp ranks that hold the same experts).
+// split from the cp×dp group (collective over it; `cp`: the cp size): the ep group (N
+// consecutive dp ranks of one cp rank) and the expert replica group (the cp×dp ranks that
+// hold the same experts).
 class ExpertParallel {
  public:
-  ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep);
+  ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp = 1);
   // After data parallelism: each expert's gradient summed over its copies, / dp.
   void sync_expert_grads(std::vector<TrainableParam>& params);
   // The experts' part of a layer: dispatch, local experts, return, combine. [T, H] -> [T, H]

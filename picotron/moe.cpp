@@ -38,11 +38,14 @@ torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
 }
 
 namespace {
-class SumBothWays : public torch::autograd::Function<SumBothWays> {
+// fwd: all-reduce(sum) over the group   bwd: all-reduce(sum) of the gradient, or (sum_gradient
+// false) the gradient as it is.
+class SumOverGroup : public torch::autograd::Function<SumOverGroup> {
  public:
-  // fwd: all-reduce(sum) over the group   bwd: all-reduce(sum) of the gradient
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, Comm* group) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, Comm* group,
+                               bool sum_gradient) {
     ctx->saved_data["group"] = saved_object(group);
+    ctx->saved_data["sum_gradient"] = sum_gradient;
     auto y = x.clone();
     group->all_reduce(y, ReduceOp::kSum);
     return y;
@@ -50,14 +53,20 @@ class SumBothWays : public torch::autograd::Function<SumBothWays> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto g = grads[0].contiguous().clone();
-    saved_object_of<Comm*>(ctx->saved_data["group"])->all_reduce(g, ReduceOp::kSum);
-    return {g, torch::Tensor()};
+    if (ctx->saved_data["sum_gradient"].toBool())
+      saved_object_of<Comm*>(ctx->saved_data["group"])->all_reduce(g, ReduceOp::kSum);
+    return {g, torch::Tensor(), torch::Tensor()};
   }
 };
 }  // namespace
 
-std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm& group) {
-  return [&group](const torch::Tensor& stats) { return SumBothWays::apply(stats, &group); };
+std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm* cp, Comm* tp_sp) {
+  return [cp, tp_sp](const torch::Tensor& stats) {
+    auto s = stats;
+    if (tp_sp) s = SumOverGroup::apply(s, tp_sp, /*sum_gradient=*/false);
+    if (cp) s = SumOverGroup::apply(s, cp, /*sum_gradient=*/true);
+    return s;
+  };
 }
 
 // ---- routing ---------------------------------------------------------------------------

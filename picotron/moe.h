@@ -40,8 +40,8 @@ struct RouterLog {
     int64_t rows = 0;      // T: the tokens of this forward in this layer
   };
   std::map<int64_t, Layer> layers;  // by layer index: a recomputed forward overwrites, never adds
-  // Context parallelism: the cp ranks hold parts of the same sequences, so the statistics
-  // of a micro-batch are their sum (router_stats_sum); empty: this rank's alone.
+  // Context (and sequence) parallelism: the cp (tp) ranks hold parts of the same sequences,
+  // so the statistics of a micro-batch are their sum (router_stats_sum); empty: this rank's.
   std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
   // c · aux over the layers logged (a 0-d tensor; undefined when none is).
   torch::Tensor aux_loss(int64_t num_experts, double coef) const;
@@ -83,10 +83,14 @@ class MoEImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MoE);
 
-// The sum of [counts | probs | rows] over the ranks of `group` that split each sequence (cp).
-// fwd: all-reduce(sum)   bwd: all-reduce(sum): every rank's loss adds the same aux, and the
-// data-parallel average over cp then leaves one aux's gradient, not 1/cp of it.
-std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm& group);
+// The sum of [counts | probs | rows] over the ranks that split each sequence: the cp group
+// and, under sequence parallelism, the tp group (either may be null).
+//   cp: fwd all-reduce(sum), bwd all-reduce(sum). Every cp rank's loss adds the same aux
+//       and data parallelism AVERAGES the gradients over cp, leaving one aux's gradient.
+//   tp: fwd all-reduce(sum), bwd identity. Each tp rank's backward computes its tokens'
+//       share of the one loss's gradient, and the gradients of what tp does not split
+//       (the router, the experts) are SUMMED over tp (sync_sequence_parallel_grads).
+std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm* cp, Comm* tp_sp);
 
 // The routing of a router's probabilities p [T, E]: top-k, weights normalised to sum 1.
 Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype);

@@ -191,9 +191,14 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   }
   // Blocks: f before the column-parallel projections, g after the row-parallel one.
   // (The projections themselves are plain linears of the plan's local shapes.)
+  // A mixture-of-experts layer (picotron/moe.h) keeps its experts whole and runs them on
+  // the tokens this rank holds: all of them (the same on every tp rank), or S/tp under SP
+  // (then, like the norms, its gradients are summed over tp, and its balancing statistics
+  // too: router_stats_sum).
   for (auto& [index, layer] : m.model->layers->items) {
-    layer->self_attn->enter = layer->mlp->enter = enter;
-    layer->self_attn->exit = layer->mlp->exit = exit;
+    layer->self_attn->enter = enter;
+    layer->self_attn->exit = exit;
+    if (layer->mlp) layer->mlp->enter = enter, layer->mlp->exit = exit;
   }
   // The vocabulary slice: from the embedding or the lm_head, whichever this rank holds
   // (a middle pipeline stage holds neither, and needs no offset).

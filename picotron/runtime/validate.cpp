@@ -87,12 +87,9 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   if (m.is_moe()) {  // a mixture of experts (picotron/moe.h)
     need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + str(m.num_experts_per_tok) +
                                                            " exceeds --num-local-experts " + str(m.num_local_experts));
-    // Not yet: tp would need the experts split (or kept whole outside f/g) and sp's token
-    // split summed like cp's (router_stats_sum); pp splits the layers whose statistics the
-    // loss of a micro-batch combines.
-    for (auto [flag, v] : {std::pair{"--tp", c.tp}, {"--pp", c.pp}})
-      need(v == 1, "--num-local-experts " + str(m.num_local_experts) + " (a mixture of experts) does not combine with " +
-                       std::string(flag) + " yet (it does with --dp, --cp and --zero)");
+    // Not yet: pp splits the layers whose statistics the loss of a micro-batch combines.
+    need(c.pp == 1, "--num-local-experts " + str(m.num_local_experts) +
+                        " (a mixture of experts) does not combine with --pp yet (it does with --dp, --tp, --cp, --zero)");
     need(c.recompute != "full", "--recompute full does not combine with --num-local-experts yet (the recomputed "
                                 "routers would log the load-balancing statistics twice)");
   }
@@ -102,7 +99,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
                                " (the experts are split over ranks of the data-parallel group)");
     need(!m.is_moe() || m.num_local_experts % c.ep == 0, "--num-local-experts " + str(m.num_local_experts) +
                                                              " is not divisible by --ep " + str(c.ep));
-    need(c.cp == 1, "--ep does not combine with --cp yet (the ep groups are cut from the dp ranks of one cp rank)");
     need(c.zero == 0, "--ep does not combine with --zero yet (ZeRO would slice different experts on different "
                       "ranks together)");
   }
