@@ -75,14 +75,23 @@ ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
 // whole AdamW state on every rank and all-reduces the gradients over cp x dp
 // (data_parallel/); --zero 1/2/3 keeps a 1/(cp x dp) slice of the state, the gradients,
 // the parameters (zero/).
+// With expert parallelism ZeRO slices the experts over their own replica group
+// (DenseAndExperts, expert_parallel/).
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausalLM& model, const ShardPlan& plan,
-                                          Mesh& mesh, bool fused_kernels) {
-  std::vector<std::pair<std::string, torch::Tensor>> named;
+                                          Mesh& mesh, ExpertParallel* experts, bool fused_kernels) {
+  std::vector<std::pair<std::string, torch::Tensor>> named, dense, routed;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
   AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay, /*fused_step=*/{}};
-  if (cfg.zero > 0)
-    return make_zero_optimizer(cfg.zero, mesh.cp_dp(), named, adam, plan, mesh.coords(), cfg.dp_bucket_mb,
-                               cfg.zero_offload, model);
+  const auto zero_over = [&](Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& these) {
+    return make_zero_optimizer(cfg.zero, group, these, adam, plan, mesh.coords(), cfg.dp_bucket_mb, cfg.zero_offload,
+                               model);
+  };
+  if (cfg.zero > 0 && experts) {
+    for (auto& item : named) (plan.at(item.first).dp_stride > 1 ? routed : dense).push_back(item);
+    return std::make_unique<DenseAndExperts>(zero_over(mesh.cp_dp(), dense), zero_over(experts->replica_group(), routed),
+                                             cfg.ep);
+  }
+  if (cfg.zero > 0) return zero_over(mesh.cp_dp(), named);
   if (fused_kernels) kernels::use_fused_adamw(adam);  // one multi-tensor launch (kernels/adamw.cu)
   auto adamw = std::make_unique<AdamW>(named, adam, plan);
   adamw->sync_gradients_with(std::make_unique<DataParallel>(mesh.cp_dp(), adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb));
@@ -155,7 +164,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   }
 
   // ---- optimizer: AdamW, its gradients all-reduced by data parallelism; or ZeRO -------
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, model, plan, mesh, fused);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, model, plan, mesh, experts.get(), fused);
   if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
   std::vector<TrainableParam>& params = optimizer->params();  // name, tensor, main grad, shard record
   LossScaler scaler(cfg.dtype == Precision::kFP16);
@@ -224,7 +233,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
       fix_ups = [&] {
         if (pipeline) pipeline->sync_tied_embedding(params);          // lookup + head parts of a tied embedding
         if (cfg.sp) sync_sequence_parallel_grads(params, mesh.tp());  // norm gains saw S/tp tokens
-        if (experts) experts->sync_expert_grads(params);              // each expert over its copies, / dp
+        if (experts && cfg.zero == 0) experts->sync_expert_grads(params);  // each expert over its copies, / dp
       };
     optimizer->sync_grads(fix_ups);
     log.memory(step + 1, "sync");

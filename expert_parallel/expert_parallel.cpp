@@ -4,6 +4,8 @@
 
 #include "picotron/saved_object.h"
 
+#include <cmath>
+
 namespace picotron {
 
 // ---- pure ---------------------------------------------------------------------------------
@@ -138,6 +140,59 @@ void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& params) {
     g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
     offset += g.numel();
   }
+}
+
+// ---- ZeRO: the dense parameters and the experts, each over its own group ------------------
+DenseAndExperts::DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep)
+    : dense_(std::move(dense)), experts_(std::move(experts)), ep_(ep) {
+  all_ = dense_->params();
+  for (const auto& p : experts_->params()) all_.push_back(p);
+}
+
+void DenseAndExperts::zero_main_grads() { dense_->zero_main_grads(), experts_->zero_main_grads(); }
+void DenseAndExperts::prepare_backward(bool last) { dense_->prepare_backward(last), experts_->prepare_backward(last); }
+void DenseAndExperts::accumulate_grads() { dense_->accumulate_grads(), experts_->accumulate_grads(); }
+
+void DenseAndExperts::sync_grads(const std::function<void()>& fix_ups) {
+  // The other techniques' sums (over tp under SP, ...) see every whole gradient: the
+  // experts' are still whole while the dense part syncs.
+  dense_->sync_grads(fix_ups);
+  experts_->sync_grads([this] {
+    torch::NoGradGuard no_grad;
+    for (auto& p : experts_->params()) p.main_grad.div_(double(ep_));  // the ep group's sum -> its average
+  });
+}
+
+double DenseAndExperts::grad_norm(Comm& world, const MeshCoords& here) {
+  return std::hypot(dense_->grad_norm(world, here), experts_->grad_norm(world, here));  // sqrt(|d|^2 + |e|^2)
+}
+
+void DenseAndExperts::step(double lr, double grad_scale) { dense_->step(lr, grad_scale), experts_->step(lr, grad_scale); }
+void DenseAndExperts::set_steps_taken(int64_t t) { dense_->set_steps_taken(t), experts_->set_steps_taken(t); }
+
+std::vector<StatePiece> DenseAndExperts::owned_state(const MeshCoords& here) {
+  auto out = dense_->owned_state(here);
+  for (auto& piece : experts_->owned_state(here)) out.push_back(std::move(piece));
+  return out;
+}
+
+void DenseAndExperts::load_state(const StateReader& read) { dense_->load_state(read), experts_->load_state(read); }
+
+std::map<std::string, torch::Tensor> DenseAndExperts::masters_by_name() {
+  auto out = dense_->masters_by_name();
+  out.merge(experts_->masters_by_name());
+  return out;
+}
+
+std::map<std::string, torch::Tensor> DenseAndExperts::weights_by_name() {
+  auto out = dense_->weights_by_name();
+  out.merge(experts_->weights_by_name());
+  return out;
+}
+
+std::string DenseAndExperts::summary() const {
+  return "dense parameters: " + dense_->summary() + "\nexperts (ep_replicas: the ranks holding the same experts): " +
+         experts_->summary();
 }
 
 }  // namespace picotron

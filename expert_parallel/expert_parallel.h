@@ -79,4 +79,37 @@ class ExpertParallel {
   int ep_, dp_;
 };
 
+// ZeRO with expert parallelism (--zero 1 --ep N). ZeRO's one flat layout over cp×dp cannot
+// hold the experts: ranks of different ep groups hold different ones. So two optimizers
+// run side by side behind one interface:
+//   dense   (attention, router, norms, embedding): ZeRO over cp×dp, as without experts;
+//   experts (dp_stride > 1): ZeRO over the replica group (the ranks holding the same
+//           experts), after ÷N: the ep group's sum becomes its average, and ZeRO's average
+//           over the replicas then is the global batch's (what sync_expert_grads computes).
+// Each expert's AdamW state is then a 1/(cp·dp) share of all experts' state, like the rest.
+class DenseAndExperts : public Optimizer {
+ public:
+  DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep);
+  std::vector<TrainableParam>& params() override { return all_; }
+  void zero_main_grads() override;
+  void prepare_backward(bool last_micro_batch) override;
+  void accumulate_grads() override;
+  void sync_grads(const std::function<void()>& fix_ups) override;
+  double grad_norm(Comm& world, const MeshCoords& here) override;
+  void step(double lr, double grad_scale) override;
+  int64_t steps_taken() const override { return dense_->steps_taken(); }
+  void set_steps_taken(int64_t t) override;
+  std::vector<StatePiece> owned_state(const MeshCoords& here) override;
+  void load_state(const StateReader& read) override;
+  std::map<std::string, torch::Tensor> masters_by_name() override;
+  std::map<std::string, torch::Tensor> weights_by_name() override;
+  torch::ScalarType state_dtype() const override { return dense_->state_dtype(); }
+  std::string summary() const override;
+
+ private:
+  std::unique_ptr<Optimizer> dense_, experts_;
+  std::vector<TrainableParam> all_;  // both lists (stage 1: the main gradients are fixed views)
+  int ep_;
+};
+
 }  // namespace picotron

@@ -55,6 +55,10 @@ set(MOE1 "--model tiny-moe --micro-batch-size 2 --grad-acc-steps 2")
 set(MOE_EP2 "--model tiny-moe --dp 2 --ep 2 --micro-batch-size 2")
 picotron_checkpoint(moe_ep2_to_1          1e-9 2 "${MOE_EP2}"                         1 "${MOE1}" --dtype fp64)
 picotron_checkpoint(moe_1_to_ep2          1e-9 1 "${MOE1}"                            2 "${MOE_EP2}" --dtype fp64)
+# ZeRO-1 with ep (dense state over cp x dp, the experts' over their replicas) to tp2+sp
+# (experts whole on each tp rank), and one rank to ep2 x cp2 with ZeRO-1.
+picotron_checkpoint(moe_ep2_zero1_to_tp2_sp 1e-9 2 "${MOE_EP2} --zero 1"             2 "${MOE1} --tp 2 --sp" --dtype fp64)
+picotron_checkpoint(moe_1_to_ep2_cp2_zero1 1e-9 1 "${MOE1}"                           4 "${MOE_EP2} --cp 2 --zero 1" --dtype fp64)
 
 # A fixture checkpoint (1 rank, 2 steps), then broken copies of it.
 set(CKPT ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/fixture)

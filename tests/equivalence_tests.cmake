@@ -239,6 +239,11 @@ picotron_equivalence(moe_tp2 NP 2 SAME_MICRO_BATCHES ${MOE} --tp 2)
 picotron_equivalence(moe_tp2_sp_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --tp 2 --sp --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_tp2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --tp 2)
 picotron_equivalence(moe_ep2_tp2_sp_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --tp 2 --sp --grad-acc-steps 2)
+# ZeRO-1 with ep: the dense parameters sliced over cp x dp, the experts over the ranks
+# holding the same experts after ÷ep (DenseAndExperts); without the ÷ep it fails (tried: 0.03).
+picotron_equivalence(moe_ep2_zero1_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --zero 1 --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_dp4_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --zero 1)
+picotron_equivalence(moe_ep2_cp2_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --cp 2 --zero 1)
 
 # Expert parallelism's pieces on 2 and 4 ranks (tests/test_expert_parallel.cpp): the
 # dispatch order, the all-to-all against a gather, one MoE layer against the whole one.
