@@ -260,10 +260,13 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     stats.grad_norm = norm;
     stats.mfu = peak_flops > 0 ? flops_tok * stats.tokens_per_s / peak_flops : -1.0;
     stats.peak_mem_bytes = peak_memory_bytes(device);
-    if (model->routed_tokens.defined()) {  // a mixture of experts: the routing of the global batch
-      auto counts = model->routed_tokens.to(torch::kFloat64).contiguous();  // [E], this rank's micro-batches
+    if (cfg.llama.is_moe()) {  // a mixture of experts: the routing of the global batch
+      auto counts = model->routed_tokens.defined()  // [E], this rank's micro-batches (pp: the last stage's loss)
+                        ? model->routed_tokens.to(torch::kFloat64).contiguous()
+                        : torch::zeros({cfg.llama.num_local_experts}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
       mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
       if (cfg.sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);  // each tp rank routed S/tp of the tokens
+      if (cfg.pp > 1) mesh.pp().broadcast(counts, cfg.pp - 1);    // the last stage counted every layer
       counts = counts.cpu();
       stats.tokens_per_expert.assign(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
       model->routed_tokens = torch::Tensor();

@@ -275,12 +275,15 @@ torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const
   const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
   auto loss = part_runner ? part_runner("head", run) : run();
   if (!router_log->layers.empty()) {  // a mixture of experts, training: + c x aux (picotron/moe.h)
-    const auto counts = router_log->counts();  // [E]
+    auto counts = router_log->counts();  // [E]
+    if (router_log->carried.defined())   // a pipeline's earlier stages
+      counts = counts + router_log->carried.narrow(0, 0, counts.size(0)).detach().to(counts.scalar_type());
     routed_tokens = routed_tokens.defined() ? routed_tokens + counts : counts;
     if (config.router_aux_loss_coef > 0)
       loss = loss + router_log->aux_loss(config.num_local_experts, config.router_aux_loss_coef).to(loss.scalar_type());
-    router_log->layers.clear();
   }
+  router_log->layers.clear();
+  router_log->carried = torch::Tensor();
   return loss;
 }
 

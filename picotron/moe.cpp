@@ -21,7 +21,7 @@ torch::Tensor RouterLog::counts() const {
   return sum;  // [E]
 }
 
-torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
+torch::Tensor RouterLog::stats() const {
   if (layers.empty()) return {};
   torch::Tensor probs;  // [E]: sum over every layer's rows of p
   int64_t rows = 0;     // R = L x T
@@ -29,9 +29,14 @@ torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
     probs = probs.defined() ? probs + l.probs : l.probs;
     rows += l.rows;
   }
-  auto stats = torch::cat({counts().to(probs.scalar_type()), probs,
-                           torch::full({1}, double(rows), probs.options().requires_grad(false))});  // [2E + 1]
-  if (sum_over_ranks) stats = sum_over_ranks(stats);  // context parallelism: the whole sequences' statistics
+  return torch::cat({counts().to(probs.scalar_type()), probs,
+                     torch::full({1}, double(rows), probs.options().requires_grad(false))});  // [2E + 1]
+}
+
+torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
+  if (layers.empty()) return {};
+  auto stats = carried.defined() ? carried + this->stats() : this->stats();  // [2E + 1]
+  if (sum_over_ranks) stats = sum_over_ranks(stats);  // cp / sp: the whole sequences' statistics
   const auto f = stats.narrow(0, 0, num_experts).detach() / stats[2 * num_experts].detach();  // [E] share of the pairs
   const auto P = stats.narrow(0, num_experts, num_experts) / stats[2 * num_experts].detach();  // [E] mean probability
   return coef * double(num_experts) * (f * P).sum();                // E · sum_e f_e P_e, weighted

@@ -40,10 +40,17 @@ struct RouterLog {
     int64_t rows = 0;      // T: the tokens of this forward in this layer
   };
   std::map<int64_t, Layer> layers;  // by layer index: a recomputed forward overwrites, never adds
+  // Pipeline parallelism: the earlier stages' statistics of this micro-batch ([2E + 1],
+  // received with the activation; pipeline_parallel.cpp), added to this stage's.
+  torch::Tensor carried;
   // Context (and sequence) parallelism: the cp (tp) ranks hold parts of the same sequences,
   // so the statistics of a micro-batch are their sum (router_stats_sum); empty: this rank's.
   std::function<torch::Tensor(const torch::Tensor&)> sum_over_ranks;
-  // c · aux over the layers logged (a 0-d tensor; undefined when none is).
+  // [counts | probs | rows] of the layers logged, [2E + 1] in the accumulation dtype
+  // (undefined when none is); probs carry the gradient.
+  torch::Tensor stats() const;
+  // c · aux of the layers logged and the carried statistics (a 0-d tensor; undefined when
+  // no layer is logged).
   torch::Tensor aux_loss(int64_t num_experts, double coef) const;
   torch::Tensor counts() const;  // [E] fp64: the sum over the layers logged
 };

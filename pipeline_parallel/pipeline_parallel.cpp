@@ -1,6 +1,7 @@
 // pipeline_parallel/pipeline_parallel.cpp — see pipeline_parallel.h for the picture, the
 // math and the communication; schedules.h for the order of the actions.
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "picotron/utils.h"
 
 #include <fstream>
 #include <map>
@@ -69,6 +70,8 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   if (model->config.tie_word_embeddings && P_ > 1)  // collective over pp: every rank splits
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
   if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
+  if (model->config.is_moe()) stats_size_ = 2 * model->config.num_local_experts + 1;
+  stats_opts_ = act_opts_.dtype(accumulate_type(act_opts_.dtype().toScalarType()));  // fp32 (fp64): counts stay exact
   positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
                                          : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
   program_ = pipeline_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
@@ -81,7 +84,7 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
   step_ = step;
   loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
   for (const PipelineStep& step : program_) {  // p2p_program.h: [a group of sends and receives] [an action]
-    if (!step.exchange.empty()) exchange(step.exchange);
+    if (!step.exchange.empty()) exchange(step.exchange), exchange_stats(step.exchange);
     if (!step.action) continue;
     const PipelineAction& a = *step.action;
     if (a.kind == PipelineAction::kForward) {
@@ -98,7 +101,8 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
     if (hooks.after_backward) hooks.after_backward();
   }
   TORCH_CHECK(alive_.empty(), "pipeline: micro-batches left without a backward");
-  TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
+  TORCH_CHECK(inbox_.empty() && outbox_.empty() && stats_inbox_.empty() && stats_outbox_.empty(),
+              "pipeline: tensors left unsent or unused");
   TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
   mesh_.pp().broadcast(loss_sum_, P_ - 1);  // the last stage computed it; every rank logs it
   return loss_sum_;
@@ -111,7 +115,7 @@ torch::Tensor Pipeline::evaluate(int64_t index, const BatchLoader& loader) {
   step_ = index;
   loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
   for (const PipelineStep& step : eval_program_) {
-    if (!step.exchange.empty()) exchange(step.exchange);
+    if (!step.exchange.empty()) exchange(step.exchange), exchange_stats(step.exchange);
     if (step.action) forward(*step.action, loader, /*loss_scale=*/1.0);
   }
   alive_.clear();  // no backward: the forwards' records go
@@ -127,9 +131,12 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   InFlight f;
   Transfer t;
   torch::Tensor x;
+  auto& log = *model_->router_log;  // a mixture of experts: what this stage's routers see
+  log.layers.clear();
   if (receives(a, P_, v, rank_, &t)) {
     f.input = take(inbox_, t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
     x = f.input;
+    if (stats_size_) f.stats_in = take(stats_inbox_, t).requires_grad_(true);  // [2E + 1] of the earlier stages
   }
   const double start = now_us();
   Batch batch;
@@ -137,6 +144,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   if (vs == 0) x = model_->embed(batch.inputs.to(act_opts_.device()));        // [B, S, H]
   auto h = model_->run_layers(x, positions_, layers.first, layers.count);      // [B, S, H]
   if (vs == P_ * v - 1) {
+    log.carried = f.stats_in;  // with this stage's layers: the whole model's routing
     // The single process's loss: each micro-batch's mean divided by m, summed over m.
     auto loss = model_->head_loss(h, batch.targets.to(act_opts_.device())) /
                 double(opts_.grad_acc_steps);
@@ -144,9 +152,17 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
     f.output = loss * loss_scale;
   } else {
     f.output = h;
+    if (stats_size_) {  // the earlier stages' statistics plus mine (zeros when no router logged: no gradients)
+      const auto mine = log.layers.empty() ? torch::zeros({stats_size_}, stats_opts_) : log.stats();
+      f.stats_out = f.stats_in.defined() ? f.stats_in + mine : mine;  // [2E + 1]
+      log.layers.clear();
+    }
   }
   record(TraceEvent::kForward, a.micro, a.chunk, start);
-  if (sends(a, P_, v, rank_, &t)) outbox_[key(t)] = h.detach().contiguous();  // sent when the next stage asks
+  if (sends(a, P_, v, rank_, &t)) {
+    outbox_[key(t)] = h.detach().contiguous();  // sent when the next stage asks
+    if (stats_size_) stats_outbox_[key(t)] = f.stats_out.detach().contiguous();
+  }
   alive_[{a.micro, a.chunk}] = std::move(f);
 }
 
@@ -158,15 +174,23 @@ void Pipeline::backward(const PipelineAction& a) {
   InFlight f = std::move(it->second);
   alive_.erase(it);  // the graph and the activations go when this backward is done
   Transfer t;
-  torch::Tensor grad;  // dL/d(output) [B, S, H] from the next stage; none for the loss
-  if (receives(a, P_, v, rank_, &t)) grad = take(inbox_, t);
+  torch::Tensor grad, grad_stats;  // dL/d(output) [B, S, H] (and [2E + 1]) from the next stage; none for the loss
+  if (receives(a, P_, v, rank_, &t)) {
+    grad = take(inbox_, t);
+    if (stats_size_) grad_stats = take(stats_inbox_, t);
+  }
   const double start = now_us();
   if (weight_queue_) weight_queue_->begin(a.micro, a.chunk);  // zb-h1: dW waits for W
-  if (grad.defined()) torch::autograd::backward({f.output}, {grad});
+  if (grad_stats.defined()) torch::autograd::backward({f.output, f.stats_out}, {grad, grad_stats});
+  else if (grad.defined()) torch::autograd::backward({f.output}, {grad});
   else torch::autograd::backward({f.output});
   if (weight_queue_) weight_queue_->end();
   record(TraceEvent::kBackward, a.micro, a.chunk, start);
-  if (sends(a, P_, v, rank_, &t)) outbox_[key(t)] = f.input.grad();  // dL/d(input), for the previous stage
+  if (sends(a, P_, v, rank_, &t)) {
+    outbox_[key(t)] = f.input.grad();  // dL/d(input), for the previous stage
+    if (stats_size_)  // (no auxiliary loss: nothing reached them)
+      stats_outbox_[key(t)] = f.stats_in.grad().defined() ? f.stats_in.grad() : torch::zeros_like(f.stats_in);
+  }
 }
 
 // One group of the program: this rank's sends and receives of one round, posted together
@@ -191,6 +215,24 @@ void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
   mesh_.pp().batch_p2p(ops);  // posted together, waited together
   // END ASSIGNMENT
   for (const auto& op : group) record(op.send ? TraceEvent::kSend : TraceEvent::kRecv, op.t.micro, op.t.kind, start, op.t.peer);
+}
+
+// A mixture of experts: the [2E + 1] statistics that go with each activation and gradient
+// of `group`, in a second group to the same peers (every rank runs the same program, so
+// the groups match).
+void Pipeline::exchange_stats(const std::vector<PipelineStep::Op>& group) {
+  if (!stats_size_) return;
+  std::vector<P2POp> ops;
+  for (const auto& op : group) {
+    if (op.send) {
+      ops.push_back({P2POp::kSend, take(stats_outbox_, op.t), op.t.peer, /*tag=*/0});
+    } else {
+      auto buffer = torch::empty({stats_size_}, stats_opts_);  // [2E + 1]
+      stats_inbox_[key(op.t)] = buffer;
+      ops.push_back({P2POp::kRecv, buffer, op.t.peer, /*tag=*/0});
+    }
+  }
+  mesh_.pp().batch_p2p(ops);
 }
 
 torch::Tensor Pipeline::take(std::map<TensorKey, torch::Tensor>& box, const Transfer& t) {

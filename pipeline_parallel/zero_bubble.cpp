@@ -70,11 +70,12 @@ std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model)
   };
   for (auto& [index, layer] : model->model->layers->items) {
     auto& attn = *layer->self_attn;
-    auto& mlp = *layer->mlp;
     defer(attn, "q_proj", attn.q_proj);
     defer(attn, "k_proj", attn.k_proj);
     defer(attn, "v_proj", attn.v_proj);
     defer(attn, "o_proj", attn.o_proj);
+    if (!layer->mlp) continue;  // a mixture-of-experts layer: its experts' dW stays in B
+    auto& mlp = *layer->mlp;
     defer(mlp, "gate_proj", mlp.gate_proj);
     defer(mlp, "up_proj", mlp.up_proj);
     defer(mlp, "down_proj", mlp.down_proj);

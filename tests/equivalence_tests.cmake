@@ -244,6 +244,15 @@ picotron_equivalence(moe_ep2_tp2_sp_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 -
 picotron_equivalence(moe_ep2_zero1_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --zero 1 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_dp4_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --zero 1)
 picotron_equivalence(moe_ep2_cp2_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --cp 2 --zero 1)
+# Pipeline parallelism: the balancing statistics [2E + 1] travel with each activation and
+# their gradient with each activation gradient (pipeline_parallel.cpp), so the last stage's
+# loss sees every layer's routing. Without them forward (0.26) or backward (0.26) it fails.
+picotron_equivalence(moe_pp2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --grad-acc-steps 2)
+picotron_equivalence(moe_pp2_zb_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule zb-h1 --grad-acc-steps 2)
+picotron_equivalence(moe_pp2_interleaved NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule interleaved --pp-virtual-stages 2 --num-hidden-layers 4 --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_pp2_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --grad-acc-steps 2)
+picotron_equivalence(moe_pp2_tp2_sp_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --pp 2 --tp 2 --sp --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_pp2_cp2_zero1 NP 8 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --cp 2 --zero 1 --grad-acc-steps 2)
 
 # Expert parallelism's pieces on 2 and 4 ranks (tests/test_expert_parallel.cpp): the
 # dispatch order, the all-to-all against a gather, one MoE layer against the whole one.

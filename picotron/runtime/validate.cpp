@@ -87,9 +87,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   if (m.is_moe()) {  // a mixture of experts (picotron/moe.h)
     need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + str(m.num_experts_per_tok) +
                                                            " exceeds --num-local-experts " + str(m.num_local_experts));
-    // Not yet: pp splits the layers whose statistics the loss of a micro-batch combines.
-    need(c.pp == 1, "--num-local-experts " + str(m.num_local_experts) +
-                        " (a mixture of experts) does not combine with --pp yet (it does with --dp, --tp, --cp, --zero)");
     need(c.recompute != "full", "--recompute full does not combine with --num-local-experts yet (the recomputed "
                                 "routers would log the load-balancing statistics twice)");
   }
