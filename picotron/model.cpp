@@ -274,7 +274,7 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const t
 torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
   const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
   auto loss = part_runner ? part_runner("head", run) : run();
-  if (!router_log->layers.empty()) {  // a mixture of experts, training: + c x aux (picotron/moe.h)
+  if (!router_log->layers.empty() && torch::GradMode::is_enabled()) {  // MoE, training: + c x aux (picotron/moe.h)
     auto counts = router_log->counts();  // [E]
     if (router_log->carried.defined())   // a pipeline's earlier stages
       counts = counts + router_log->carried.narrow(0, 0, counts.size(0)).detach().to(counts.scalar_type());

@@ -129,7 +129,7 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x_in) {
   const auto logits = torch::linear(x, gate);                                // [T, E]
   const auto probs = logits.to(accumulate_type(logits.scalar_type())).softmax(-1);  // [T, E] fp32 (fp64)
   const Routing r = route(probs, top_k, x.scalar_type());                    // [T, k] experts, weights
-  if (log && torch::GradMode::is_enabled()) {  // training: the loss adds the balancing term
+  if (log) {  // the loss adds the balancing term (when training: head_loss)
     auto counts = torch::zeros({num_experts}, probs.options().dtype(torch::kFloat64));
     counts.index_add_(0, r.experts.reshape({-1}).to(counts.device()),
                       torch::ones({r.experts.numel()}, counts.options()));   // [E]

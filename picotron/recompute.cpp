@@ -9,7 +9,7 @@
 namespace picotron {
 
 using torch::autograd::AutogradContext;
-using Fn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
+using Fn = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)>;
 
 Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::kNone;
@@ -25,19 +25,19 @@ const char* recompute_name(Recompute r) {
 namespace {
 
 // forward: fn(inputs) with no graph recorded; only the inputs are saved.
-// backward: fn(inputs) again with autograd on, then backpropagate through it: the
+// backward: fn(inputs) again with autograd on, then backpropagate through its outputs: the
 // inputs' gradients are returned, the parameters inside fn get theirs on the way.
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
-  static torch::Tensor forward(AutogradContext* ctx, at::TensorList inputs, Fn fn) {
+  static torch::autograd::variable_list forward(AutogradContext* ctx, at::TensorList inputs, Fn fn) {
     // BEGIN ASSIGNMENT memory.recompute_layer
-    torch::Tensor out;
+    std::vector<torch::Tensor> outs;
     {
       torch::NoGradGuard no_graph;  // nothing inside fn is kept for backward
-      out = fn(inputs.vec());
+      outs = fn(inputs.vec());
     }
     ctx->save_for_backward(inputs.vec());
     ctx->saved_data["fn"] = saved_object(std::move(fn));  // freed with the graph (picotron/saved_object.h)
-    return out;
+    return outs;
     // END ASSIGNMENT
   }
 
@@ -47,12 +47,15 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
     std::vector<torch::Tensor> leaves;
     for (const auto& saved : ctx->get_saved_variables())
       leaves.push_back(saved.detach().requires_grad_(saved.requires_grad()));  // a fresh leaf per input
-    torch::Tensor out;
+    std::vector<torch::Tensor> outs;
     {
       torch::AutoGradMode graph_on(true);
-      out = fn(leaves);  // the forward again, this time recording a graph
+      outs = fn(leaves);  // the forward again, this time recording a graph
     }
-    torch::autograd::backward({out}, {grads[0]});
+    std::vector<torch::Tensor> from, grad;  // the outputs a gradient can flow back through
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].requires_grad()) from.push_back(outs[i]), grad.push_back(grads[i]);
+    torch::autograd::backward(from, grad);
     torch::autograd::variable_list result;
     for (const auto& leaf : leaves) result.push_back(leaf.grad());  // undefined where none flowed
     result.push_back(torch::Tensor());  // fn
@@ -63,18 +66,39 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 
 }  // namespace
 
-torch::Tensor checkpoint(Fn fn, const std::vector<torch::Tensor>& inputs) {
+std::vector<torch::Tensor> checkpoint_all(Fn fn, const std::vector<torch::Tensor>& inputs) {
   if (!torch::GradMode::is_enabled()) return fn(inputs);  // no backward will come: nothing to save
   return Checkpoint::apply(at::TensorList(inputs), std::move(fn));
+}
+
+torch::Tensor checkpoint(std::function<torch::Tensor(const std::vector<torch::Tensor>&)> fn,
+                         const std::vector<torch::Tensor>& inputs) {
+  return checkpoint_all([fn = std::move(fn)](const std::vector<torch::Tensor>& in) { return std::vector{fn(in)}; },
+                        inputs)[0];
 }
 
 void apply_recompute(LlamaForCausalLM& model, Recompute mode) {
   if (mode == Recompute::kFull) {
     // Each layer keeps its input only; backward runs it again (through the wrappers
     // inside this one: the re-run is the same forward).
-    model->wrap_layers({"recompute", [](const LayerCall& call, const torch::Tensor& x) {
+    std::shared_ptr<RouterLog> log = model->router_log;
+    model->wrap_layers({"recompute", [log](const LayerCall& call, const torch::Tensor& x) {
                           const auto next = call.next;  // kept by the graph until backward
-                          return checkpoint([next](const std::vector<torch::Tensor>& in) { return next(in[0]); }, {x});
+                          if (!call.layer->moe)
+                            return checkpoint([next](const std::vector<torch::Tensor>& in) { return next(in[0]); }, {x});
+                          // A mixture-of-experts layer: its first run (no graph) logs routing
+                          // probabilities without a gradient path, so they leave the checkpoint
+                          // as a second output; the balancing loss's gradient then reaches the
+                          // router through the re-run (picotron/moe.h).
+                          const int64_t index = call.index;
+                          const auto outs = checkpoint_all(
+                              [next, log, index](const std::vector<torch::Tensor>& in) {
+                                auto y = next(in[0]);                          // [B, S, H]
+                                return std::vector{y, log->layers.at(index).probs};  // and [E]
+                              },
+                              {x});
+                          log->layers.at(index).probs = outs[1];  // (the logged tensor, now on the graph)
+                          return outs[0];
                         }});
   } else if (mode == Recompute::kSelective) {
     for (auto& [index, layer] : model->model->layers->items) {

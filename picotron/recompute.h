@@ -35,6 +35,10 @@ const char* recompute_name(Recompute r);
 // grad mode it is just fn(inputs). (One backward per forward: backward frees fn.)
 torch::Tensor checkpoint(std::function<torch::Tensor(const std::vector<torch::Tensor>&)> fn,
                          const std::vector<torch::Tensor>& inputs);
+// The same for fn with several outputs (a MoE layer: its output and its routing statistics).
+std::vector<torch::Tensor> checkpoint_all(
+    std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)> fn,
+    const std::vector<torch::Tensor>& inputs);
 
 // Install the mode in the model: full wraps its layer runner, selective its attention
 // cores, norms and MLP activations. Call after the other techniques set their slots

@@ -253,6 +253,10 @@ picotron_equivalence(moe_pp2_interleaved NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 -
 picotron_equivalence(moe_ep2_pp2_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_tp2_sp_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --pp 2 --tp 2 --sp --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_pp2_cp2_zero1 NP 8 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --cp 2 --zero 1 --grad-acc-steps 2)
+# Full recomputation: a MoE layer's routing probabilities leave the checkpoint as a second
+# output (picotron/recompute.cpp); with the layer output alone it fails (tried: 0.29).
+picotron_equivalence(moe_recompute_full_ep2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --recompute full --grad-acc-steps 2)
+picotron_equivalence(moe_recompute_full_ep2_pp2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --recompute full --grad-acc-steps 2)
 
 # Expert parallelism's pieces on 2 and 4 ranks (tests/test_expert_parallel.cpp): the
 # dispatch order, the all-to-all against a gather, one MoE layer against the whole one.

@@ -87,8 +87,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   if (m.is_moe()) {  // a mixture of experts (picotron/moe.h)
     need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + str(m.num_experts_per_tok) +
                                                            " exceeds --num-local-experts " + str(m.num_local_experts));
-    need(c.recompute != "full", "--recompute full does not combine with --num-local-experts yet (the recomputed "
-                                "routers would log the load-balancing statistics twice)");
   }
   if (c.ep > 1) {  // expert parallelism (expert_parallel/)
     need(m.is_moe(), "--ep " + str(c.ep) + " needs a mixture of experts (--num-local-experts > 0, e.g. --model tiny-moe)");
