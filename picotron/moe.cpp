@@ -37,9 +37,11 @@ torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
   if (layers.empty()) return {};
   auto stats = carried.defined() ? carried + this->stats() : this->stats();  // [2E + 1]
   if (sum_over_ranks) stats = sum_over_ranks(stats);  // cp / sp: the whole sequences' statistics
+  // BEGIN ASSIGNMENT moe.balancing_loss
   const auto f = stats.narrow(0, 0, num_experts).detach() / stats[2 * num_experts].detach();  // [E] share of the pairs
   const auto P = stats.narrow(0, num_experts, num_experts) / stats[2 * num_experts].detach();  // [E] mean probability
   return coef * double(num_experts) * (f * P).sum();                // E · sum_e f_e P_e, weighted
+  // END ASSIGNMENT
 }
 
 namespace {
@@ -58,8 +60,10 @@ class SumOverGroup : public torch::autograd::Function<SumOverGroup> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto g = grads[0].contiguous().clone();
+    // BEGIN ASSIGNMENT moe.balancing_loss
     if (ctx->saved_data["sum_gradient"].toBool())
       saved_object_of<Comm*>(ctx->saved_data["group"])->all_reduce(g, ReduceOp::kSum);
+    // END ASSIGNMENT
     return {g, torch::Tensor(), torch::Tensor()};
   }
 };

@@ -3,9 +3,10 @@
 (ctest -L assignments_build; slow: it builds a course copy, about 6 minutes on 2 cores).
 
 scripts/assignment make all, then solve (the reference back), then a deliberately wrong
-line in seven tasks, each a mistake a student makes: the average forgotten, f without its
+line in eight tasks, each a mistake a student makes: the average forgotten, f without its
 all-reduce, the log-sum-exp merge without the max shift, one warm-up forward short, the
-recomputed inputs cut from the graph, eps outside the square root. Grading the copy must
+recomputed inputs cut from the graph, the balancing statistics' gradient not summed over
+cp, eps outside the square root. Grading the copy must
 fail each of those tasks with a number that differs (not "not implemented"), and pass
 two tasks left right (their tests share no code with the wrong ones).
 """
@@ -38,6 +39,9 @@ WRONG = {
     "memory.recompute_layer": ("picotron/recompute.cpp",
                                "leaves.push_back(saved.detach().requires_grad_(saved.requires_grad()));",
                                "leaves.push_back(saved.detach());"),
+    "moe.balancing_loss": ("picotron/moe.cpp",
+                           "if (ctx->saved_data[\"sum_gradient\"].toBool())",
+                           "if (false)"),
     "kernels.rmsnorm_forward": ("kernels/reference.cpp",
                                 "torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);",
                                 "torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true)) + eps;"),

@@ -35,6 +35,7 @@ picotron_task(zero.stage1 POINTS 15 DOC zero TESTS equivalence.zero1_dp2_acc1 eq
 picotron_task(zero.stage3_gather_release POINTS 15 DOC zero TESTS equivalence.zero3_dp2_acc1 equivalence.zero3_dp4_acc4 equivalence.zero3_dp3_uneven cli.mpi_comm_report_zero3)
 picotron_task(zero.slice_sums POINTS 10 DOC zero TESTS equivalence.zero2_dp2_tp2_sp equivalence.zero3_dp2_tp2_sp equivalence.zero2_dp2_pp2 equivalence.zero3_dp2_pp2_zb equivalence.mesh8_dp2_tp2_pp2_sp_zero3)
 picotron_task(ep.dispatch_combine POINTS 15 DOC expert_parallel TESTS equivalence.moe_ep2_acc2 equivalence.moe_ep4 equivalence.moe_ep2_dp4_acc2)
+picotron_task(moe.balancing_loss POINTS 10 DOC expert_parallel TESTS equivalence.moe_dp2_acc2 equivalence.moe_cp2 equivalence.moe_tp2_sp_acc2 equivalence.moe_pp2_acc2 UNIT "moe: the balancing loss*")
 picotron_task(memory.recompute_layer POINTS 10 DOC memory TESTS recompute.full_1rank recompute.full_dp2 recompute.selective_1rank equivalence.recompute_full_dp2)
 picotron_task(data.bpe_merge POINTS 5 DOC data TESTS data.tokenizer_vs_library data.text_end_to_end UNIT "tokenizer: BPE merges*")
 picotron_task(kernels.rmsnorm_forward POINTS 5 DOC kernels UNIT "kernels: RMSNorm reference*" "kernels: a model with --kernels fused*")
