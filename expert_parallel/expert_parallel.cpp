@@ -154,13 +154,21 @@ void DenseAndExperts::prepare_backward(bool last) { dense_->prepare_backward(las
 void DenseAndExperts::accumulate_grads() { dense_->accumulate_grads(), experts_->accumulate_grads(); }
 
 void DenseAndExperts::sync_grads(const std::function<void()>& fix_ups) {
-  // The other techniques' sums (over tp under SP, ...) see every whole gradient: the
-  // experts' are still whole while the dense part syncs.
-  dense_->sync_grads(fix_ups);
-  experts_->sync_grads([this] {
+  // The other techniques' sums (over tp under SP, a pipeline's tied embedding) run inside
+  // each optimizer's sync, where it holds whole gradients (ZeRO-1) or my pieces (ZeRO-2):
+  // params() shows them the dense parameters, then the experts.
+  dense_->sync_grads([&] {
+    all_ = dense_->params();
+    if (fix_ups) fix_ups();
+  });
+  experts_->sync_grads([&] {
+    all_ = experts_->params();
+    if (fix_ups) fix_ups();
     torch::NoGradGuard no_grad;
     for (auto& p : experts_->params()) p.main_grad.div_(double(ep_));  // the ep group's sum -> its average
   });
+  all_ = dense_->params();
+  for (const auto& p : experts_->params()) all_.push_back(p);
 }
 
 double DenseAndExperts::grad_norm(Comm& world, const MeshCoords& here) {

@@ -79,7 +79,7 @@ class ExpertParallel {
   int ep_, dp_;
 };
 
-// ZeRO with expert parallelism (--zero 1 --ep N). ZeRO's one flat layout over cp×dp cannot
+// ZeRO with expert parallelism (--zero 1 or 2 with --ep N). ZeRO's one flat layout over cp×dp cannot
 // hold the experts: ranks of different ep groups hold different ones. So two optimizers
 // run side by side behind one interface:
 //   dense   (attention, router, norms, embedding): ZeRO over cp×dp, as without experts;
@@ -108,7 +108,7 @@ class DenseAndExperts : public Optimizer {
 
  private:
   std::unique_ptr<Optimizer> dense_, experts_;
-  std::vector<TrainableParam> all_;  // both lists (stage 1: the main gradients are fixed views)
+  std::vector<TrainableParam> all_;  // both lists (during sync_grads: the one being synced)
   int ep_;
 };
 

@@ -39,7 +39,7 @@ picotron_cli_test(cli.bad_negative_batch ${EXPECT_FAIL} "error: --micro-batch-si
 picotron_cli_test(cli.bad_heads ${EXPECT_FAIL} "error: --hidden-size 128 is not divisible by --num-attention-heads 5" -- ${TRAIN} --num-attention-heads 5 --num-key-value-heads 5)
 picotron_cli_test(cli.bad_kv_heads ${EXPECT_FAIL} "error: --num-attention-heads 4 is not divisible by --num-key-value-heads 3" -- ${TRAIN} --num-key-value-heads 3)
 picotron_cli_test(cli.bad_ep_experts ${EXPECT_FAIL} "error: --num-local-experts 4 is not divisible by --ep 3" -- ${TRAIN} --model tiny-moe --dp 3 --ep 3 --dry-run)
-picotron_cli_test(cli.bad_ep_zero2 ${EXPECT_FAIL} "error: --ep combines with --zero 1, not yet with --zero 2" -- ${TRAIN} --model tiny-moe --dp 2 --ep 2 --zero 2 --dry-run)
+picotron_cli_test(cli.bad_ep_zero3 ${EXPECT_FAIL} "error: --ep combines with --zero 1 and 2, not yet with --zero 3" -- ${TRAIN} --model tiny-moe --dp 2 --ep 2 --zero 3 --dry-run)
 picotron_cli_test(cli.bad_flag_value ${EXPECT_FAIL} "error: --steps: .many. is not a valid value" -- ${TRAIN} --steps many)
 picotron_cli_test(cli.bad_device ${EXPECT_FAIL} "error: --device must be cpu, cuda or auto" -- ${TRAIN} --device tpu)
 picotron_cli_test(cli.missing_data ${EXPECT_FAIL} "error: --data /nonexistent/corpus.txt: no such file" -- ${TRAIN} --data /nonexistent/corpus.txt)

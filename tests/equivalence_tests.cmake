@@ -244,6 +244,11 @@ picotron_equivalence(moe_ep2_tp2_sp_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 -
 picotron_equivalence(moe_ep2_zero1_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --zero 1 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_dp4_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --zero 1)
 picotron_equivalence(moe_ep2_cp2_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --cp 2 --zero 1)
+# ZeRO-2 the same way; the other techniques' sums run in each optimizer's sync on its own
+# pieces (without them in the experts' sync, tp2 + sp fails: 0.29).
+picotron_equivalence(moe_ep2_zero2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --zero 2 --dp-bucket-mb 0.05 --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_tp2_sp_zero2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --tp 2 --sp --zero 2 --grad-acc-steps 2)
+picotron_equivalence(moe_ep2_pp2_zero2_zb NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --zero 2 --pp-schedule zb-h1 --grad-acc-steps 2)
 # Pipeline parallelism: the balancing statistics [2E + 1] travel with each activation and
 # their gradient with each activation gradient (pipeline_parallel.cpp), so the last stage's
 # loss sees every layer's routing. Without them forward (0.26) or backward (0.26) it fails.
