@@ -232,7 +232,7 @@ void Pipeline::exchange_stats(const std::vector<PipelineStep::Op>& group) {
       ops.push_back({P2POp::kRecv, buffer, op.t.peer, /*tag=*/0});
     }
   }
-  mesh_.pp().batch_p2p(ops);
+  mesh_.pp().batch_p2p(ops);  // [2E + 1] beside each [B, S, H] of the group before
 }
 
 torch::Tensor Pipeline::take(std::map<TensorKey, torch::Tensor>& box, const Transfer& t) {

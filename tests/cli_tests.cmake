@@ -162,6 +162,13 @@ add_test(NAME cli.mpi_comm_report_pp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} 
 set_tests_properties(cli.mpi_comm_report_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "pp +2 +broadcast +2 +2 +1 +1\npp +2 +send +8 +65536 +4 +32768\npp +2 +recv +8 +65536 +4 +32768\nembed +2 +all_reduce +2 +65536 +1 +32768\n.*arithmetic accuracy")
+# A mixture of experts (E 4): beside each tensor its balancing statistics, 2E + 1 = 9
+# elements (4 x 8,192 + 4 x 9 sent per step), and the tokens per expert broadcast with the loss.
+add_test(NAME cli.mpi_comm_report_moe_pp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --model tiny-moe --pp 2
+  --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_moe_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "pp +2 +broadcast +4 +10 +2 +5\npp +2 +send +16 +65608 +8 +32804\npp +2 +recv +16 +65608 +8 +32804\n")
 add_test(NAME cli.mpi_comm_report_pp2_interleaved COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
   --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2
   --generate 0 --threads 1 --comm-report)
