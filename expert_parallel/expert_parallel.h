@@ -79,7 +79,7 @@ class ExpertParallel {
   int ep_, dp_;
 };
 
-// ZeRO with expert parallelism (--zero 1 or 2 with --ep N). ZeRO's one flat layout over cp×dp cannot
+// ZeRO with expert parallelism (--zero 1, 2 or 3 with --ep N). ZeRO's one flat layout over cp×dp cannot
 // hold the experts: ranks of different ep groups hold different ones. So two optimizers
 // run side by side behind one interface:
 //   dense   (attention, router, norms, embedding): ZeRO over cp×dp, as without experts;
@@ -87,6 +87,7 @@ class ExpertParallel {
 //           experts), after ÷N: the ep group's sum becomes its average, and ZeRO's average
 //           over the replicas then is the global batch's (what sync_expert_grads computes).
 // Each expert's AdamW state is then a 1/(cp·dp) share of all experts' state, like the rest.
+// (ZeRO-3: each of the two gathers its own units around a layer; zero/zero3.cpp.)
 class DenseAndExperts : public Optimizer {
  public:
   DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep);

@@ -60,6 +60,7 @@ picotron_checkpoint(moe_1_to_ep2          1e-9 1 "${MOE1}"                      
 picotron_checkpoint(moe_ep2_zero1_to_tp2_sp 1e-9 2 "${MOE_EP2} --zero 1"             2 "${MOE1} --tp 2 --sp" --dtype fp64)
 picotron_checkpoint(moe_1_to_ep2_cp2_zero1 1e-9 1 "${MOE1}"                           4 "${MOE_EP2} --cp 2 --zero 1" --dtype fp64)
 picotron_checkpoint(moe_1_to_ep2_zero2    1e-9 1 "${MOE1}"                            2 "${MOE_EP2} --zero 2" --dtype fp64)
+picotron_checkpoint(moe_ep2_zero3_to_1    1e-9 2 "${MOE_EP2} --zero 3"                1 "${MOE1}" --dtype fp64)
 picotron_checkpoint(moe_ep2_pp2_zero1_to_1 1e-9 4 "${MOE_EP2} --pp 2 --zero 1 --grad-acc-steps 2" 1 "--model tiny-moe --micro-batch-size 2 --grad-acc-steps 4" --dtype fp64)
 
 # A fixture checkpoint (1 rank, 2 steps), then broken copies of it.

@@ -78,13 +78,15 @@ Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::str
   }
   model_ = model;
   inner_part_runner_ = model->part_runner;
-  model->wrap_layers({"zero-3", [this](const LayerCall& call, const torch::Tensor& x) {
+  wrapper_ = group.name() == "cp_dp" ? "zero-3" : "zero-3 " + group.name();
+  model->wrap_layers({wrapper_, [this](const LayerCall& call, const torch::Tensor& x) {
                         return run_pass(layer_pass_.at(call.index), [&] { return call.next(x); });
                       }});
   model->part_runner = [this](const std::string& part, const std::function<torch::Tensor()>& run) {
+    const auto inner = [&] { return inner_part_runner_ ? inner_part_runner_(part, run) : run(); };
     const auto it = part_pass_.find(part);
-    TORCH_CHECK(it != part_pass_.end(), "zero-3: this rank holds no parameters of the model's ", part);
-    return run_pass(it->second, [&] { return inner_part_runner_ ? inner_part_runner_(part, run) : run(); });
+    if (it == part_pass_.end()) return inner();  // none of its parameters here (the experts' ZeRO-3)
+    return run_pass(it->second, inner);
   };
   for (size_t u = 0; u < units_.size(); ++u) release(u);  // from now on: only my shard
 }
@@ -145,7 +147,7 @@ void Zero3Optimizer::before_backward(size_t k) {
 }
 
 Zero3Optimizer::~Zero3Optimizer() {  // the runners we installed point at us
-  model_->unwrap_layers("zero-3");
+  model_->unwrap_layers(wrapper_);
   model_->part_runner = inner_part_runner_;
 }
 

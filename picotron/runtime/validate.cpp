@@ -94,8 +94,6 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
                                " (the experts are split over ranks of the data-parallel group)");
     need(!m.is_moe() || m.num_local_experts % c.ep == 0, "--num-local-experts " + str(m.num_local_experts) +
                                                              " is not divisible by --ep " + str(c.ep));
-    need(c.zero <= 2, "--ep combines with --zero 1 and 2, not yet with --zero 3 (its gathers would have to "
-                      "follow the experts' replica group)");
   }
   if (c.sp) {
     need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
