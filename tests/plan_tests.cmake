@@ -2,8 +2,8 @@
 # or allocating a tensor (a 6 GiB address-space limit, as the dry runs), prints its counts
 # and the best layouts with their command lines; the cheatsheet's answers for an 8B model
 # on one node (one technique), 70B on 64 GPUs (TP in the node with PP or ZeRO-3, or ZeRO-3
-# alone), a GPU-poor single GPU (full recompute + accumulation), and 70B on one GPU (what
-# would fit). The unit tests check the same cases in detail: unit_tests "[plan]".
+# alone), a GPU-poor single GPU (full recompute + accumulation), 70B on one GPU (what
+# would fit), and Mixtral 8x7B on 64 GPUs (expert parallelism in the list). The unit tests check the same cases in detail: unit_tests "[plan]".
 set(PLAN_TRAIN $<TARGET_FILE:train>)
 function(picotron_plan_test name regex)
   string(JOIN " " flags ${ARGN})
@@ -22,6 +22,11 @@ picotron_plan_test(cli.plan_llama3_70b_64gpus
 picotron_plan_test(cli.plan_gpu_poor
   " 1\\. dp 1 x tp 1 x pp 1 x cp 1, zero 0, recompute full, micro-batch [0-9]+ x grad-acc [0-9]+[^\n]*\n[^\n]*\n    rule: one GPU, GPU-poor: full recompute \\+ accumulation"
   --model llama3.2-1b --gpus 1 --gpu-memory 24 --seq-len 1024)
+# A mixture of experts: --ep is searched too (the experts over ep ranks of dp; their
+# all-to-alls in the step's split), and the command line carries it.
+picotron_plan_test(cli.plan_mixtral_64gpus
+  "\\(tp 0, cp 0, pp [0-9]+, dp [0-9]+, ep [1-9][0-9]*\\)[^\n]*\n    rule: [^\n]*EP: the experts over [248] dp ranks[^\n]*\n    mpirun -np 64 build/train --device cuda --model mixtral-8x7b [^\n]* --ep [248]"
+  --model mixtral-8x7b --gpus 64)
 picotron_plan_test(cli.plan_nothing_fits
   "nothing fits: the least any layout needs is [0-9.]+ GB per GPU, above --gpu-memory 80\nwhat would fit .*more GPUs: --gpus [0-9]+ .*more memory: a GPU of [0-9.]+ GB.*a shorter sequence: none"
   --model llama3-70b --gpus 1 --seq-len 4096)

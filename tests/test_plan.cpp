@@ -2,8 +2,11 @@
 // the cost model's pieces (plan_cost.h) one by one. Pure: nothing allocated, no ranks.
 //
 // Test: build/tests/unit_tests "[plan]"
+#include <set>
+
 #include <catch2/catch.hpp>
 
+#include "expert_parallel/expert_parallel.h"
 #include "picotron/config.h"
 #include "picotron/runtime/flags.h"
 #include "picotron/runtime/holdings.h"
@@ -16,11 +19,12 @@ using namespace picotron;
 namespace {
 
 // As train.cpp's plan_for: tensor parallelism cuts the projections, pipeline parallelism
-// keeps a stage's layers.
+// keeps a stage's layers, expert parallelism this ep rank's experts.
 ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);
   if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);
+  if (cfg.ep > 1) keep_local_experts(plan, cfg.llama, here.dp % cfg.ep, cfg.ep);
   return plan;
 }
 
@@ -218,4 +222,63 @@ TEST_CASE("the start-up table says which layers, heads, vocabulary rows and toke
   CHECK_THAT(sixteen, Catch::Contains("\n  tp 1: heads 2-3 of 4"));
   CHECK_THAT(sixteen, Catch::Contains("\n  cp 1: tokens 8-23 of 32 (zigzag)"));
   CHECK(sixteen.find("rank 15") == std::string::npos);
+}
+
+TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
+  // The sizes tried: divisors of dp that divide E; a dense model only ep 1.
+  CHECK(expert_parallel_sizes(preset("mixtral-8x7b"), 64) == std::vector<int>{1, 2, 4, 8});
+  CHECK(expert_parallel_sizes(preset("tiny-moe"), 6) == std::vector<int>{1, 2});  // E = 4
+  CHECK(expert_parallel_sizes(preset("llama3-8b"), 8) == std::vector<int>{1});
+  // tiny-moe on 8 GPUs: every layout fits; the list (each layout once) holds ep 2 and 4.
+  TrainConfig base = planning("tiny-moe", 8, 1024);
+  base.global_batch_tokens = 1 << 16;
+  const PlanResult r = search_layouts(base, 8, plan_for, 1000);
+  std::set<int> eps;
+  for (const Candidate& c : r.best) {
+    INFO(command_line(c));
+    CHECK(validate(c.cfg, 8).empty());
+    eps.insert(c.cfg.ep);
+    if (c.cfg.ep > 1) {
+      CHECK(c.cfg.dp % c.cfg.ep == 0);
+      CHECK_THAT(command_line(c), Catch::Contains(" --ep " + std::to_string(c.cfg.ep)));
+      CHECK(c.time.ep > 0);
+    } else {
+      CHECK(c.time.ep == 0);
+    }
+  }
+  CHECK(eps.count(2) == 1);
+  CHECK(eps.count(4) == 1);
+  // A rank holds E/ep experts: the planner's memory follows the plan's parameters.
+  TrainConfig one = base;
+  one.dp = 8, one.micro_batch_size = 1, one.grad_acc_steps = 8;
+  TrainConfig four = one;
+  four.ep = 4;
+  CHECK(evaluate_layout(four, plan_for).peak_bytes < evaluate_layout(one, plan_for).peak_bytes);
+}
+
+TEST_CASE("plan cost: the experts' all-to-all is zero at ep 1 and grows with ep", "[plan]") {
+  TrainConfig c = planning("mixtral-8x7b", 16, 4096);
+  c.dp = 16, c.micro_batch_size = 1, c.grad_acc_steps = 4;
+  const Hardware hw = hardware_of(c);
+  CHECK(expert_all_to_all_time(c, hw) == 0);
+  CHECK(predict_step(c, hw, 1e9).ep == 0);
+  // 4 all-to-alls per layer and micro-batch, k T H e (ep-1)/ep bytes each, in the node at 450 GB/s
+  c.ep = 2;
+  const double k = 2, T = 4096, H = 4096, e = 2, L = 32;
+  CHECK(expert_all_to_all_time(c, hw) == Approx(4 * L * 4 * k * T * H * e * 0.5 / 450e9));
+  CHECK(predict_step(c, hw, 1e9).ep == Approx(expert_all_to_all_time(c, hw)));
+  double previous = expert_all_to_all_time(c, hw);
+  for (int ep : {4, 8}) {  // (ep-1)/ep of the rows leave the rank
+    c.ep = ep;
+    CHECK_FALSE(ep_crosses_nodes(c, hw));
+    CHECK(expert_all_to_all_time(c, hw) > previous);
+    previous = expert_all_to_all_time(c, hw);
+  }
+  c.ep = 16;  // 16 consecutive dp ranks: across two nodes, at 50 GB/s
+  CHECK(ep_crosses_nodes(c, hw));
+  CHECK(expert_all_to_all_time(c, hw) == Approx(4 * L * 4 * k * T * H * e * 15.0 / 16 / 50e9));
+  // A dense model has no all-to-all whatever --ep says.
+  TrainConfig dense = planning("llama3-8b", 16, 4096);
+  dense.dp = 16, dense.ep = 2;
+  CHECK(expert_all_to_all_time(dense, hw) == 0);
 }

@@ -30,8 +30,33 @@ struct PerToken {
   double layer = 0;      // one decoder layer, under the recompute mode
   double layer_none = 0; // one decoder layer without recompute (full recompute rebuilds it)
   double head = 0;       // final norm + log-softmax output + the targets
-  std::string layer_formula, head_formula;
+  double moe = 0;        // a mixture of experts: its block, in place of the MLP (0: dense)
+  std::string layer_formula, head_formula, moe_formula;
 };
+
+// A mixture of experts' block per token (picotron/moe.cpp MoEImpl::forward, run_experts;
+// with --ep expert_parallel.cpp ExpertParallel::run), what autograd keeps for backward.
+// Routing is assumed balanced: each rank's experts get the k.T (token, slot) pairs it sends,
+// so the experts' rows add up to k.T per rank (a rank whose experts are popular holds more).
+//   router: the softmax's output p [T, E] (a), the top-k indices [T, k] (int64), the top-k
+//     probabilities [T, k] and their sum [T, 1] (a: the division that normalises keeps both)
+//   per pair: the expert's input row, 4 SwiGLU intermediates [., I] (gate, silu, up,
+//     product), its output and the weighted output (index_add keeps its source), the
+//     pair's weight (e), the int64 indices of the gathers; --ep: the index of the row
+//     received (8 more) and the returning all-to-all's receive buffer (H.e more), kept by
+//     the weighting. The dispatching send/receive buffers [k.T, H] are freed after the forward.
+double moe_per_token(const TrainConfig& c, double e, double a, std::string* formula) {
+  const LlamaConfig& m = c.llama;
+  const double H = double(m.hidden_size), I = double(m.intermediate_size);
+  const double E = double(m.num_local_experts), k = double(m.num_experts_per_tok);
+  const double router = E * a + k * (8 + a) + a;
+  const bool ep = c.ep > 1;
+  const double pair = (ep ? 24 : 16) + e + (ep ? 4 : 3) * H * e + 4 * I * e;
+  if (formula)
+    *formula = "E.a + k(8 + a) + a + k(" + std::string(ep ? "24 + e + 4H.e" : "16 + e + 3H.e") + " + 4I.e) = " +
+               with_commas(int64_t(router + k * pair)) + " B";
+  return router + k * pair;
+}
 
 PerToken per_token(const TrainConfig& c, double e, double a) {
   const LlamaConfig& m = c.llama;
@@ -43,20 +68,22 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
   // (memory_summary says so).
   const double norm = H * a + a + 2 * H * e;
   const double attention = 4 * nH * Hd * e + nH * a;  // q, K and V repeated to nH heads, out; log-sum-exp
-  const double mlp = 4 * I * e;                       // gate, silu(gate), up, silu(gate)*up
   PerToken t;
+  if (m.is_moe()) t.moe = moe_per_token(c, e, a, &t.moe_formula);
+  const double mlp = m.is_moe() ? t.moe : 4 * I * e;  // gate, silu(gate), up, silu(gate)*up; or the experts
+  const std::string mlp_text = m.is_moe() ? "A_moe" : "4(I/tp).e";
   t.layer_none = 2 * norm + attention + mlp;
   const Recompute mode = parse_recompute(c.recompute);
   std::ostringstream f;
   if (mode == Recompute::kNone) {
     t.layer = t.layer_none;
-    f << "2(H.a + a + 2H.e) + 4(nH/tp).Hd.e + (nH/tp).a + 4(I/tp).e";
+    f << "2(H.a + a + 2H.e) + 4(nH/tp).Hd.e + (nH/tp).a + " << mlp_text;
   } else if (mode == Recompute::kSelective) {
     // norms keep their input and output; the attention core keeps q, k, v (before the
     // GQA repeat) and its output; SwiGLU keeps gate and up, and the product the down
-    // projection reads.
-    t.layer = 2 * (2 * H * e) + (2 * nH + 2 * nKV) * Hd * e + 3 * I * e;
-    f << "2(2H.e) + (2nH + 2nKV)/tp.Hd.e + 3(I/tp).e";
+    // projection reads. (A mixture of experts is not recomputed: all of it stays.)
+    t.layer = 2 * (2 * H * e) + (2 * nH + 2 * nKV) * Hd * e + (m.is_moe() ? t.moe : 3 * I * e);
+    f << "2(2H.e) + (2nH + 2nKV)/tp.Hd.e + " << (m.is_moe() ? "A_moe" : "3(I/tp).e");
   } else {
     t.layer = H * e;  // the layer's input only
     f << "H.e (the layer's input)";
@@ -65,6 +92,29 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
   t.head = H * a + a + 2 * H * e + V * a + 8;  // final norm, log-softmax output, int64 targets
   t.head_formula = "H.a + a + 2H.e + (V/tp).a + 8 = " + n(t.head) + " B";
   return t;
+}
+
+// The backward of the last MoE block at its widest, per token (balanced routing: one
+// expert's n = k.T/E rows at a time, autograd runs the experts one after the other): the
+// output's gradient and the input's, accumulated over the experts [T, H]; one expert's
+// gradients of its rows [n, H] (gathered, weighted) and [n, I] (down's input, silu, up,
+// gate). Under --ep the all-to-alls' gradient rows [k.T, H] take the place of the return
+// buffer and the weighted rows, which their backward frees as it makes them.
+double moe_backward_per_token(const TrainConfig& c, double e) {
+  const LlamaConfig& m = c.llama;
+  const double H = double(m.hidden_size), I = double(m.intermediate_size);
+  const double E = double(m.num_local_experts), k = double(m.num_experts_per_tok);
+  return 2 * H * e + k / E * (2 * H * e + 4 * I * e);
+}
+
+// --ep: the forward of the last MoE block at its widest, per token over what its layers
+// keep (the head not yet run): the dispatch's send and receive rows and the experts'
+// results [k.T, H] each, alive until ExpertParallel::run returns, the combine's zeros and
+// its sum [T, H], the experts' ids sent and received (int64).
+double ep_forward_per_token(const TrainConfig& c, double e) {
+  const LlamaConfig& m = c.llama;
+  const double H = double(m.hidden_size), k = double(m.num_experts_per_tok);
+  return 3 * k * H * e + 2 * H * e + 2 * k * 8;
 }
 
 // The layers of pipeline chunk `chunk` of this rank (all of them without pp).
@@ -86,11 +136,18 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const bool tied_here = m.tie_word_embeddings && has_embed && has_head;
 
   // ---- state: parameters, gradients, master, moments (ZeRO: slices over cp x dp) ----
-  std::vector<int64_t> numels;
+  std::vector<int64_t> numels, expert_numels;
   std::vector<int> units;
   std::vector<std::string> names;
+  // ZeRO with --ep slices the experts over their replica group (the cp x dp / ep ranks that
+  // hold the same experts; DenseAndExperts in expert_parallel/), the rest over cp x dp.
+  const bool experts_apart = c.ep > 1 && c.zero > 0;
   for (const auto& [name, shape] : parameter_shapes(m))  // the model's parameter order
     if (plan.count(name)) {
+      if (experts_apart && plan.at(name).dp_stride > 1) {
+        expert_numels.push_back(plan.at(name).local_numel());
+        continue;
+      }
       numels.push_back(plan.at(name).local_numel());
       names.push_back(name);
     }
@@ -102,7 +159,11 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
                                         : c.zero == 2 ? embedding_alone_units(names, is_pipeline_end(plan, here))
                                                       : std::vector<int>{});
-  const double P = double(layout.numel), shard = double(layout.shard);
+  double P = double(layout.numel), shard = double(layout.shard);
+  if (!expert_numels.empty()) {  // (stage 3 gathers one expert unit at a time: not modelled)
+    const ZeroLayout experts = zero_layout(expert_numels, std::max(1, N / c.ep), capacity, {});
+    P += double(experts.numel), shard += double(experts.shard);
+  }
   MemoryEstimate est;
   const std::string Pn = n(P), Sn = n(shard);
   const std::string en = n(e), an = n(a);
@@ -119,6 +180,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   if (wide) est.state.push_back({"master weights", 0, "the weights are the masters"});
   else est.state.push_back({"master weights" + where, on_device * opt * a, optn + " x a = " + n(opt) + " x " + an});
   est.state.push_back({"AdamW moments" + where, on_device * 2 * opt * a, "2 x " + optn + " x a = 2 x " + n(opt) + " x " + an});
+  if (!expert_numels.empty())
+    for (auto& l : est.state)
+      for (size_t at = l.formula.find("P_pad/N"); at != std::string::npos; at = l.formula.find("P_pad/N", at + 40))
+        l.formula.replace(at, 7, "(P_pad/N + experts' P_pad/(N/ep))");
   const double rope = 2 * S * double(m.head_dim()) * e;
   est.state.push_back({"RoPE tables", rope, "2 x S/cp x Hd x e = 2 x " + n(S) + " x " + n(double(m.head_dim())) + " x " + en});
 
@@ -160,6 +225,13 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
        << " micro-batch" << (in_flight > 1 ? "es" : "") << " in flight under " << c.pp_schedule
        << "; a stage's output H.e kept)";
   est.activations = {"activations kept", T * kept, af.str()};
+  if (m.is_moe()) {  // the routers' statistics for the balancing loss: [E] fp64 counts, [E] sum of p, per layer
+    int64_t layers_here = 0;
+    for (int chunk = 0; chunk < v; ++chunk) layers_here += chunk_layers(c, here.pp, chunk);
+    const double log = double(layers_here) * double(m.num_local_experts) * (8 + a);
+    est.activations.bytes += log;
+    est.activations.formula += " + router statistics L x E(8 + a) = " + n(log) + " B";
+  }
   // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
   // tied embedding). (A pipeline stage without the head keeps its last layer: the layer
   // the backward's peak below gathers anyway.)
@@ -179,7 +251,8 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk) == last_vs;
   const double at_loss = newest_has_head ? 2 * V * a : 0;  // d(log-softmax) and d(logits), [T, V/tp] each
   double at_mlp = H * e + 2 * I * e;                 // d(output), and dgated, dsilu, dup - gated
-  if (mode == Recompute::kSelective) at_mlp += 2 * I * e;  // silu(gate) and the product, recomputed
+  if (m.is_moe()) at_mlp = moe_backward_per_token(c, e);
+  else if (mode == Recompute::kSelective) at_mlp += 2 * I * e;  // silu(gate) and the product, recomputed
   if (mode == Recompute::kFull) at_mlp += t.layer_none - H * a + H * e;  // the layer, rebuilt
   if (newest_has_head) at_mlp -= t.head;                   // the head's backward is over
   double extra = 0;
@@ -219,10 +292,24 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     est.transient = {"backward peak (at the loss)", loss_peak,
                      "T x 2(V/tp).a = " + n(T) + " x " + n(2 * V * a) + " B: d(log-softmax), d(logits)"};
   else
-    est.transient = {"backward peak (last layer's MLP)", layer_peak,
+    est.transient = {m.is_moe() ? "backward peak (last layer's experts)" : "backward peak (last layer's MLP)", layer_peak,
                      "T x " + n(at_mlp) + " B" + extra_formula};
+  if (m.is_moe() && c.ep > 1 && newest_has_head) {
+    // Expert parallelism: the last layer's forward can top the backward (the head's
+    // activations are not allocated yet then; the dispatch buffers are).
+    const double fwd = ep_forward_per_token(c, e) - t.head;
+    if (T * fwd > est.transient.bytes)
+      est.transient = {"forward peak (last layer's all-to-all)", T * fwd,
+                       "T x (3k.H.e + 2H.e + 16k - A_head) = " + n(T) + " x " + n(fwd) +
+                           " B: dispatch rows out, in, results; the combine"};
+  }
   est.terms = {"A_layer = " + t.layer_formula + " per token per layer (--recompute " + c.recompute + ")",
                "A_head = " + t.head_formula + " per token (final norm, log-softmax, targets)"};
+  if (m.is_moe())
+    est.terms.push_back("A_moe = " + t.moe_formula + " per token per layer (router, top-" +
+                        std::to_string(m.num_experts_per_tok) + " of E = " + std::to_string(m.num_local_experts) +
+                        ", the experts' rows" + (c.ep > 1 ? ", the all-to-all's return buffer" : "") +
+                        "; balanced routing: k.T rows per rank)");
   return est;
 }
 

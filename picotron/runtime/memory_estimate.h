@@ -8,6 +8,11 @@
 // real steps and checks the prediction against the measured peak (the CPU counting
 // allocator, picotron/utils.h) within 10%.
 //
+// A mixture of experts (picotron/moe.h) counts its block as autograd keeps it: the router's
+// probabilities and top-k, every (token, slot) pair's rows through its expert, and under
+// --ep the all-to-all buffers. Routing is assumed balanced: the experts of a rank get k.T
+// rows per micro-batch (a rank whose experts are popular holds more).
+//
 // Test: ctest -R memory_estimate
 #pragma once
 

@@ -38,12 +38,12 @@ int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedul
   return m;
 }
 
-// Shard plans by (tp, pp, v, stage): every layout with those sizes holds the same shares.
+// Shard plans by (tp, pp, v, ep, stage): every layout with those sizes holds the same shares.
 class PlanCache {
  public:
   explicit PlanCache(const PlanFor& plan_for) : plan_for_(plan_for) {}
   const ShardPlan& at(const TrainConfig& c, int stage) {
-    const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, stage);
+    const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.ep, stage);
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
     return it->second;
@@ -51,14 +51,14 @@ class PlanCache {
 
  private:
   const PlanFor& plan_for_;
-  std::map<std::tuple<int, int, int, int>, ShardPlan> plans_;
+  std::map<std::tuple<int, int, int, int, int>, ShardPlan> plans_;
 };
 
 // Same layout but for the micro-batch, --sp (whose saving the estimate does not model) and
 // how the cp x dp group is split (CP's ring hides behind attention: the model predicts the
 // same for cp 4 x dp 2 as for dp 8): the top list shows each once, its best (or simplest).
 auto layout_key(const TrainConfig& c) {
-  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.zero, c.recompute, c.pp_schedule, c.pp_virtual_stages);
+  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.recompute, c.pp_schedule, c.pp_virtual_stages);
 }
 
 // The step time and what follows from it, for a layout whose memory is known.
@@ -71,9 +71,18 @@ void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu) {
 
 }  // namespace
 
+std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp) {
+  if (!m.is_moe()) return {1};
+  std::vector<int> sizes;
+  for (int ep : divisors(dp))
+    if (m.num_local_experts % ep == 0) sizes.push_back(ep);
+  return sizes;
+}
+
 int complexity(const TrainConfig& c) {
   // PP for big models, CP for long sequences: each weighs more than a ZeRO stage and recompute
-  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1);
+  // EP: one more group and its all-to-alls, for experts that do not fit or whose gradients cost
+  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + 6 * (c.ep > 1);
   const int recompute = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;
   const int schedule = c.pp > 1 && c.pp_schedule != "1f1b" ? 1 : 0;
   return axes + c.zero + recompute + schedule + c.sp;
@@ -93,49 +102,50 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
           if (sp && tp == 1) continue;
           for (int zero = 0; zero <= (gpus / tp / pp > 1 ? 3 : 0); ++zero)  // ZeRO needs a cp x dp group
             for (const char* recompute : {"none", "selective", "full"})
-              for (const Schedule& s : schedules_for(pp)) {
-                TrainConfig c = base;
-                c.plan = false;
-                c.device = "cuda";
-                c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp;
-                c.zero = zero, c.recompute = recompute;
-                c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
-                // Micro-batches of 1, 2, 4, ... sequences, while one step's rows do not overshoot.
-                // Memory grows with the micro-batch: past one that does not fit, none is estimated.
-                bool too_big = false;
-                for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
-                  c.micro_batch_size = B;
-                  c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, pp);
-                  ++result.considered;
-                  if (!validate(c, gpus).empty()) continue;
-                  ++result.valid;
-                  if (too_big) continue;
-                  Candidate cand;
-                  double params = 0;
-                  // Every role (pipeline stage); stop once it neither fits nor can be the least.
-                  const double& least = result.least_peak_bytes;
-                  bool exact = true;
-                  for (int stage = 0; stage < pp; ++stage) {
-                    if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
-                      exact = false;
-                      break;
+              for (const Schedule& s : schedules_for(pp))
+                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
+                  TrainConfig c = base;
+                  c.plan = false;
+                  c.device = "cuda";
+                  c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
+                  c.zero = zero, c.recompute = recompute;
+                  c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                  // Micro-batches of 1, 2, 4, ... sequences, while one step's rows do not overshoot.
+                  // Memory grows with the micro-batch: past one that does not fit, none is estimated.
+                  bool too_big = false;
+                  for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
+                    c.micro_batch_size = B;
+                    c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, pp);
+                    ++result.considered;
+                    if (!validate(c, gpus).empty()) continue;
+                    ++result.valid;
+                    if (too_big) continue;
+                    Candidate cand;
+                    double params = 0;
+                    // Every role (pipeline stage); stop once it neither fits nor can be the least.
+                    const double& least = result.least_peak_bytes;
+                    bool exact = true;
+                    for (int stage = 0; stage < pp; ++stage) {
+                      if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
+                        exact = false;
+                        break;
+                      }
+                      const ShardPlan& plan = plans.at(c, stage);
+                      const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+                      if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+                      params = std::max(params, double(local_parameter_count(plan)));
                     }
-                    const ShardPlan& plan = plans.at(c, stage);
-                    const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
-                    if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
-                    params = std::max(params, double(local_parameter_count(plan)));
+                    if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
+                    if (cand.peak_bytes > hw.memory_bytes) {
+                      too_big = true;
+                      continue;
+                    }
+                    ++result.fit;
+                    cand.cfg = c;
+                    predict_time(cand, hw, params);
+                    fits.push_back(std::move(cand));
                   }
-                  if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
-                  if (cand.peak_bytes > hw.memory_bytes) {
-                    too_big = true;
-                    continue;
-                  }
-                  ++result.fit;
-                  cand.cfg = c;
-                  predict_time(cand, hw, params);
-                  fits.push_back(std::move(cand));
                 }
-              }
         }
   // Best first, in bands of kTieBand below the best (the cost model is not more accurate
   // than that): within a band the simpler layout first (the cheatsheet's order), then speed.

@@ -2,7 +2,8 @@
 // a search. For --gpus N it enumerates every layout
 //
 //   dp x tp x pp x cp = N, --sp (with tp), --zero 0-3 (with cp x dp > 1), --recompute none/selective/full,
-//   the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1), the micro-batch
+//   the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1), for a mixture of
+//   experts --ep (each divisor of dp that divides E; the all-to-alls in plan_cost.h), the micro-batch
 //   (1, 2, 4, ...) and the grad-acc that reaches --global-batch-tokens (the smallest not
 //   below; interleaved needs m % P == 0, zb-h1 m >= P: rounded up)
 //
@@ -56,6 +57,10 @@ constexpr double kTieBand = 0.05;
 // before PP and CP, which are for big models and long sequences), a lower ZeRO stage, less
 // recompute, 1f1b, no --sp.
 int complexity(const TrainConfig& c);
+
+// The --ep sizes the search tries at `dp` data-parallel ranks: {1}, and for a mixture of
+// experts every divisor of dp that divides E (validate() then judges each layout).
+std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp);
 
 struct PlanResult {
   int gpus = 0;

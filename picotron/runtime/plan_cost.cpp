@@ -36,6 +36,20 @@ bool dp_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
   return cp_crosses_nodes(c, hw) || spans_nodes(int64_t(c.tp) * c.cp * c.pp, c.dp, hw);
 }
 
+bool ep_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
+  return spans_nodes(int64_t(c.tp) * c.cp * c.pp, c.ep, hw);  // dp ranks d .. d + ep - 1, tp x cp x pp apart
+}
+
+double expert_all_to_all_time(const TrainConfig& c, const Hardware& hw) {
+  const LlamaConfig& m = c.llama;
+  if (!m.is_moe() || c.ep <= 1) return 0;
+  const double T = double(c.micro_batch_size) * double(c.seq_len) / c.cp;  // tokens per micro-batch per rank
+  const double rows = double(m.num_experts_per_tok) * T;                     // k T (token, slot) pairs
+  const double leaving = rows * double(m.hidden_size) * element_bytes(c) * ring(c.ep);  // k T H e (ep-1)/ep
+  const double per_step = 4 * double(m.num_hidden_layers) / c.pp * double(c.grad_acc_steps);  // 2 fwd + 2 bwd per layer
+  return per_step * leaving / link(ep_crosses_nodes(c, hw), hw);
+}
+
 double tokens_per_step(const TrainConfig& c) {
   return double(c.micro_batch_size) * double(c.grad_acc_steps) * c.dp * double(c.seq_len);
 }
@@ -123,6 +137,9 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
     if (m.tie_word_embeddings)  // dL/dE summed between the first and the last stage
       t.pp += 2 * ring(2) * double(m.vocab_size) / c.tp * H * a / bw;
   }
+
+  // ---- expert parallelism: the tokens' all-to-alls to their experts and back ----
+  t.ep = expert_all_to_all_time(c, hw);
 
   // ---- data parallelism / ZeRO over cp x dp ----
   const int n = c.dp * c.cp;

@@ -27,6 +27,11 @@
 //          zero 3: per micro-batch gathers of Ψ e forward (prefetch hides them behind the forward)
 //          and Ψ e + reduce-scatter Ψ 4 backward (behind the backward), one layer never hidden
 //          (zero/README.md); N = cp x dp
+//     ep   a mixture of experts (--ep, expert_parallel/README.md): per MoE layer and
+//          micro-batch 2 all-to-alls forward (tokens out, results back) and 2 backward, each
+//          sending k T H e (ep-1)/ep bytes off the rank (balanced routing), exposed (the
+//          experts wait for their rows); the ep group is ep consecutive dp ranks.
+//          Compute counts the k active experts of E only (flops_per_token).
 //
 // A group crosses nodes when its members are not on one node: the rank order is
 // [dp][pp][cp][tp], tp fastest (picotron/mesh.h), so an axis spans (the sizes inside it) x
@@ -62,12 +67,13 @@ bool tp_crosses_nodes(const TrainConfig& c, const Hardware& hw);
 bool cp_crosses_nodes(const TrainConfig& c, const Hardware& hw);
 bool pp_crosses_nodes(const TrainConfig& c, const Hardware& hw);
 bool dp_crosses_nodes(const TrainConfig& c, const Hardware& hw);  // the cp x dp group
+bool ep_crosses_nodes(const TrainConfig& c, const Hardware& hw);  // ep consecutive dp ranks
 
 struct StepTime {
   double compute = 0;      // s: forward + backward (+ recompute), this GPU's share
   double bubble = 0;       // s: pipeline idle time
-  double tp = 0, cp = 0, pp = 0, dp = 0;  // s: exposed communication of each technique
-  double exposed() const { return tp + cp + pp + dp; }
+  double tp = 0, cp = 0, pp = 0, dp = 0, ep = 0;  // s: exposed communication of each technique
+  double exposed() const { return tp + cp + pp + dp + ep; }
   double total() const { return compute + bubble + exposed(); }
 };
 
@@ -80,5 +86,7 @@ double compute_efficiency(const TrainConfig& c);      // eff above
 double pipeline_imbalance(const TrainConfig& c);      // imbalance above (>= 1)
 double tokens_per_step(const TrainConfig& c);         // B x m x dp x S
 double model_flops_per_token(const TrainConfig& c);   // F (MFU counts no recompute)
+// The all-to-all seconds of one step under --ep (0 without experts or at ep 1), the ep term above.
+double expert_all_to_all_time(const TrainConfig& c, const Hardware& hw);
 
 }  // namespace picotron

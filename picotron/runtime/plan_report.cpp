@@ -25,10 +25,11 @@ std::string general(double v) {  // 4 significant digits: 989, 0.02134
 std::string gb(double bytes) { return fixed(bytes / 1e9, 1) + " GB"; }
 std::string ms(double s) { return fixed(s * 1e3, 0); }
 
-// "dp 4 x tp 2, zero 1, recompute selective, 1f1b"
+// "dp 4 x tp 2 x pp 1 x cp 1, ep 2, zero 1, recompute selective, ..." (ep: a mixture of experts)
 std::string layout_text(const TrainConfig& c) {
   std::ostringstream o;
   o << "dp " << c.dp << " x tp " << c.tp << " x pp " << c.pp << " x cp " << c.cp;
+  if (c.ep > 1) o << ", ep " << c.ep;
   if (c.sp) o << " +sp";
   o << ", zero " << c.zero << ", recompute " << c.recompute;
   if (c.pp > 1) o << ", " << c.pp_schedule << (c.pp_virtual_stages > 1 ? " v" + std::to_string(c.pp_virtual_stages) : "");
@@ -56,7 +57,8 @@ std::string layout_prediction_text(const TrainConfig& given, const PlanFor& plan
       << (p.stage_peak_bytes[stage] > c.gpu_memory_gb * 1e9 ? ", above --gpu-memory" : "") << "\n";
   o << "  step " << fixed(t.total() * 1e3, 1) << " ms = compute " << fixed(t.compute * 1e3, 1) << " + communication "
     << fixed(t.exposed() * 1e3, 1) << " (tp " << fixed(t.tp * 1e3, 1) << ", cp " << fixed(t.cp * 1e3, 1) << ", pp "
-    << fixed(t.pp * 1e3, 1) << ", dp " << fixed(t.dp * 1e3, 1) << ") + bubble " << fixed(t.bubble * 1e3, 1) << " | "
+    << fixed(t.pp * 1e3, 1) << ", dp " << fixed(t.dp * 1e3, 1) << (c.llama.is_moe() ? ", ep " + fixed(t.ep * 1e3, 1) : "")
+    << ") + bubble " << fixed(t.bubble * 1e3, 1) << " | "
     << with_commas(int64_t(p.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU " << fixed(p.mfu * 100, 1) << "%";
   return o.str();
 }
@@ -82,6 +84,8 @@ std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
     if (n > 1 && c.zero == 3) rules.push_back("ZeRO-3 to fit");
     else if (c.dp > 1) rules.push_back(c.zero > 0 ? "DP with ZeRO-" + std::to_string(c.zero) : "DP");
   }
+  if (c.ep > 1) rules.push_back(std::string("EP: the experts over ") + std::to_string(c.ep) + " dp ranks" +
+                                (ep_crosses_nodes(c, hw) ? " (all-to-all across nodes)" : " of a node"));
   if (c.recompute == "full" && c.grad_acc_steps > 1) rules.push_back("GPU-poor: full recompute + accumulation");
   else if (c.recompute != "none") rules.push_back(c.recompute + " recompute to fit");
   else if (c.grad_acc_steps > 1) rules.push_back("accumulation to reach the batch");
@@ -104,6 +108,7 @@ std::string command_line(const Candidate& cand) {
   if (c.pp > 1) o << " --pp " << c.pp << " --pp-schedule " << c.pp_schedule;
   if (c.pp_virtual_stages > 1) o << " --pp-virtual-stages " << c.pp_virtual_stages;
   if (c.cp > 1) o << " --cp " << c.cp;
+  if (c.ep > 1) o << " --ep " << c.ep;
   if (c.zero > 0) o << " --zero " << c.zero;
   if (c.recompute != "none") o << " --recompute " << c.recompute;
   return o.str();
@@ -139,7 +144,8 @@ std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
         << " tokens/step\n";
       o << "    memory " << gb(c.peak_bytes) << (c.cfg.pp > 1 ? " (stage " + std::to_string(c.worst_stage) + ")" : "")
         << " | step " << ms(t.total()) << " ms = compute " << ms(t.compute) << " + communication " << ms(t.exposed())
-        << " (tp " << ms(t.tp) << ", cp " << ms(t.cp) << ", pp " << ms(t.pp) << ", dp " << ms(t.dp) << ") + bubble "
+        << " (tp " << ms(t.tp) << ", cp " << ms(t.cp) << ", pp " << ms(t.pp) << ", dp " << ms(t.dp)
+        << (c.cfg.llama.is_moe() ? ", ep " + ms(t.ep) : "") << ") + bubble "
         << ms(t.bubble) << " | " << with_commas(int64_t(c.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU "
         << fixed(c.mfu * 100, 1) << "%\n";
       o << "    rule: " << cheatsheet_rule(c, hw) << "\n";
