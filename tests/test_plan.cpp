@@ -282,3 +282,26 @@ TEST_CASE("plan cost: the experts' all-to-all is zero at ep 1 and grows with ep"
   dense.dp = 16, dense.ep = 2;
   CHECK(expert_all_to_all_time(dense, hw) == 0);
 }
+
+TEST_CASE("plan cost: under tp a MoE's experts run whole, on every token without sp", "[plan]") {
+  TrainConfig c = planning("mixtral-8x7b", 16, 4096);
+  c.dp = 8, c.tp = 2, c.micro_batch_size = 1, c.grad_acc_steps = 4;
+  const Hardware hw = hardware_of(c);
+  TrainConfig sp = c;
+  sp.sp = true;
+  // Without sp each tp rank repeats the experts' 18 k H I L FLOPs per token of its tokens.
+  const double k = 2, H = 4096, I = 14336, L = 32;
+  const double extra = predict_step(c, hw, 1e9).compute - predict_step(sp, hw, 1e9).compute;
+  CHECK(extra / predict_step(sp, hw, 1e9).compute ==
+        Approx((2 - 1) * 18 * k * H * I * L / model_flops_per_token(c)).epsilon(1e-9));
+  CHECK(extra > 0);
+  // tp's all-reduces: the attention's alone (a MoE block has no f/g), L + 1 per pass.
+  TrainConfig dense = planning("llama3-8b", 16, 4096);
+  dense.dp = 8, dense.tp = 2, dense.micro_batch_size = 1, dense.grad_acc_steps = 4;
+  const double T = 4096, e = 2;
+  CHECK(predict_step(c, hw, 1e9).tp == Approx(2 * 0.5 * 2 * (L + 1) * T * H * 4 * e / 450e9));
+  CHECK(predict_step(dense, hw, 1e9).tp == Approx(2 * 0.5 * 2 * (2 * L + 1) * T * H * 4 * e / 450e9));
+  // Under sp each tp rank routes half the tokens: half the all-to-all.
+  c.ep = 2, sp.ep = 2;
+  CHECK(expert_all_to_all_time(sp, hw) == Approx(expert_all_to_all_time(c, hw) / 2));
+}

@@ -43,7 +43,8 @@ bool ep_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
 double expert_all_to_all_time(const TrainConfig& c, const Hardware& hw) {
   const LlamaConfig& m = c.llama;
   if (!m.is_moe() || c.ep <= 1) return 0;
-  const double T = double(c.micro_batch_size) * double(c.seq_len) / c.cp;  // tokens per micro-batch per rank
+  // Tokens per micro-batch per rank: under sp each tp rank routes its S/tp of them.
+  const double T = double(c.micro_batch_size) * double(c.seq_len) / c.cp / (c.sp ? c.tp : 1);
   const double rows = double(m.num_experts_per_tok) * T;                     // k T (token, slot) pairs
   const double leaving = rows * double(m.hidden_size) * element_bytes(c) * ring(c.ep);  // k T H e (ep-1)/ep
   const double per_step = 4 * double(m.num_hidden_layers) / c.pp * double(c.grad_acc_steps);  // 2 fwd + 2 bwd per layer
@@ -91,8 +92,11 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
   const bool full = c.recompute == "full", selective = c.recompute == "selective";
 
   // ---- compute: 1/3 forward, 2/3 backward; recompute adds forward work to the backward ----
-  const double F = model_flops_per_token(c);
-  const double F_attention = F - flops_per_token(m, 0);  // 12 L H S
+  // A mixture of experts under tp keeps its experts whole (tensor_parallel.cpp): without sp
+  // every tp rank runs them on all its tokens, tp times the experts' 6 k 3HI L per token.
+  const double F_experts = m.is_moe() ? 18.0 * double(m.num_experts_per_tok) * H * double(m.intermediate_size) * L : 0;
+  const double F = model_flops_per_token(c) + (c.tp > 1 && !c.sp ? (c.tp - 1) * F_experts : 0);
+  const double F_attention = model_flops_per_token(c) - flops_per_token(m, 0);  // 12 L H S
   const double R = full ? F / 3 : selective ? F_attention / 3 : 0;
   const double rate = hw.peak_flops * compute_efficiency(c);  // FLOP/s sustained
   const double share = tokens_per_step(c) / N;                 // tokens' work per GPU
@@ -111,7 +115,8 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
   if (c.tp > 1) {
     const double layers = L / c.pp;
     const double passes = full ? 3 : 2;  // forward, backward (+ the recomputed forward)
-    const double elements = passes * (2 * layers + 1) * T * H * micro;
+    const double blocks = m.is_moe() ? 1 : 2;  // attention and MLP; a MoE block has no f/g
+    const double elements = passes * (blocks * layers + 1) * T * H * micro;
     t.tp = 2 * ring(c.tp) * elements * e / link(tp_crosses_nodes(c, hw), hw);
   }
 

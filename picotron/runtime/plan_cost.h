@@ -30,8 +30,10 @@
 //     ep   a mixture of experts (--ep, expert_parallel/README.md): per MoE layer and
 //          micro-batch 2 all-to-alls forward (tokens out, results back) and 2 backward, each
 //          sending k T H e (ep-1)/ep bytes off the rank (balanced routing), exposed (the
-//          experts wait for their rows); the ep group is ep consecutive dp ranks.
-//          Compute counts the k active experts of E only (flops_per_token).
+//          experts wait for their rows; T/tp under sp); the ep group is ep consecutive dp ranks.
+//          Compute counts the k active experts of E only (flops_per_token). Under tp without sp
+//          the experts run whole on every tp rank: F + (tp-1) 18 k H I L; and tp's all-reduces
+//          are the attention's only, (L/P + 1) per pass.
 //
 // A group crosses nodes when its members are not on one node: the rank order is
 // [dp][pp][cp][tp], tp fastest (picotron/mesh.h), so an axis spans (the sizes inside it) x
