@@ -69,7 +69,11 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
   const double norm = H * a + a + 2 * H * e;
   const double attention = 4 * nH * Hd * e + nH * a;  // q, K and V repeated to nH heads, out; log-sum-exp
   PerToken t;
-  if (m.is_moe()) t.moe = moe_per_token(c, e, a, &t.moe_formula);
+  // Under sp a MoE block runs on this tp rank's S/tp tokens (its experts whole): per token
+  // of the sequence, 1/tp of the block.
+  const double moe_share = c.sp ? 1.0 / double(c.tp) : 1.0;
+  if (m.is_moe()) t.moe = moe_share * moe_per_token(c, e, a, &t.moe_formula);
+  if (m.is_moe() && c.sp) t.moe_formula += " (/tp under sp: " + with_commas(int64_t(t.moe)) + " B)";
   const double mlp = m.is_moe() ? t.moe : 4 * I * e;  // gate, silu(gate), up, silu(gate)*up; or the experts
   const std::string mlp_text = m.is_moe() ? "A_moe" : "4(I/tp).e";
   t.layer_none = 2 * norm + attention + mlp;
@@ -251,7 +255,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk) == last_vs;
   const double at_loss = newest_has_head ? 2 * V * a : 0;  // d(log-softmax) and d(logits), [T, V/tp] each
   double at_mlp = H * e + 2 * I * e;                 // d(output), and dgated, dsilu, dup - gated
-  if (m.is_moe()) at_mlp = moe_backward_per_token(c, e);
+  if (m.is_moe()) at_mlp = moe_backward_per_token(c, e) / (c.sp ? double(c.tp) : 1.0);  // sp: S/tp tokens
   else if (mode == Recompute::kSelective) at_mlp += 2 * I * e;  // silu(gate) and the product, recomputed
   if (mode == Recompute::kFull) at_mlp += t.layer_none - H * a + H * e;  // the layer, rebuilt
   if (newest_has_head) at_mlp -= t.head;                   // the head's backward is over
@@ -297,7 +301,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   if (m.is_moe() && c.ep > 1 && newest_has_head) {
     // Expert parallelism: the last layer's forward can top the backward (the head's
     // activations are not allocated yet then; the dispatch buffers are).
-    const double fwd = ep_forward_per_token(c, e) - t.head;
+    const double fwd = ep_forward_per_token(c, e) / (c.sp ? double(c.tp) : 1.0) - t.head;
     if (T * fwd > est.transient.bytes)
       est.transient = {"forward peak (last layer's all-to-all)", T * fwd,
                        "T x (3k.H.e + 2H.e + 16k - A_head) = " + n(T) + " x " + n(fwd) +
