@@ -375,6 +375,7 @@ picotron_memory_estimate(tiny_moe 1 --model tiny-moe --seq-len 128 --micro-batch
 picotron_memory_estimate(tiny_moe_bf16_selective 1 --model tiny-moe --seq-len 128 --micro-batch-size 8 --dtype bf16 --recompute selective)
 picotron_memory_estimate(tiny_moe_fp64_acc2 1 --model tiny-moe --seq-len 128 --micro-batch-size 4 --grad-acc-steps 2 --dtype fp64)
 picotron_memory_estimate(tiny_moe_ep2 2 --model tiny-moe --num-experts-per-tok 4 --seq-len 128 --micro-batch-size 8 --dp 2 --ep 2)
+picotron_memory_estimate(tiny_moe_full 1 --model tiny-moe --seq-len 128 --micro-batch-size 8 --recompute full)
 picotron_memory_estimate(tiny_moe_tp2 2 --model tiny-moe --num-experts-per-tok 4 --seq-len 128 --micro-batch-size 8 --tp 2)
 
 # Divergence: a non-finite loss or grad norm is reported on its step; after --max-bad-steps

@@ -305,3 +305,16 @@ TEST_CASE("plan cost: under tp a MoE's experts run whole, on every token without
   c.ep = 2, sp.ep = 2;
   CHECK(expert_all_to_all_time(sp, hw) == Approx(expert_all_to_all_time(c, hw) / 2));
 }
+
+TEST_CASE("plan cost: with --ep the experts' gradients reduce over their replicas only", "[plan]") {
+  TrainConfig c = planning("mixtral-8x7b", 16, 4096);
+  c.dp = 16, c.zero = 1, c.micro_batch_size = 1, c.grad_acc_steps = 4, c.ep = 16;
+  const Hardware hw = hardware_of(c);
+  const double H = 4096, I = 14336, L = 32, experts = L * 8.0 / 16 * 3 * H * I;  // one expert per layer here
+  const double P = 3e9, bw = 50e9;  // 16 dp ranks span two nodes
+  // ep = dp: each expert has one copy, nothing to reduce; the rest: reduce-scatter fp32 + all-gather bf16.
+  CHECK(predict_step(c, hw, P).dp == Approx(15.0 / 16 * (P - experts) * (4 + 2) / bw));
+  c.ep = 8;  // two copies of each expert: a ring of 2 instead of 16
+  const double ep8 = L * 8.0 / 8 * 3 * H * I;
+  CHECK(predict_step(c, hw, P).dp == Approx((15.0 / 16 * (P - ep8) + 0.5 * ep8) * (4 + 2) / bw));
+}

@@ -150,7 +150,11 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
   const int n = c.dp * c.cp;
   if (n > 1) {
     const double bw = link(dp_crosses_nodes(c, hw), hw);
-    const double P = params_per_gpu;
+    double P = params_per_gpu;
+    if (m.is_moe() && c.ep > 1) {  // the experts' gradients travel over their replicas (n/ep ranks)
+      const double experts = L / c.pp * double(m.num_local_experts) / c.ep * 3 * H * double(m.intermediate_size);
+      P = (P - experts) + experts * ring(n / c.ep) / ring(n);  // in cp x dp's units
+    }
     const double bucket = std::min(P * a, c.dp_bucket_mb * 1024 * 1024) * ring(n) / bw;
     const double reduce_scatter = ring(n) * P * a / bw, gather = ring(n) * P * e / bw;
     if (c.zero == 0) {

@@ -26,7 +26,8 @@
 //          zero 2: a reduce-scatter every micro-batch, each hidden behind its backward, + all-gather
 //          zero 3: per micro-batch gathers of Ψ e forward (prefetch hides them behind the forward)
 //          and Ψ e + reduce-scatter Ψ 4 backward (behind the backward), one layer never hidden
-//          (zero/README.md); N = cp x dp
+//          (zero/README.md); N = cp x dp; with --ep a MoE's local experts reduce over their
+//          replicas, N/ep ranks: they count ring(N/ep)/ring(N) of their size in Ψ
 //     ep   a mixture of experts (--ep, expert_parallel/README.md): per MoE layer and
 //          micro-batch 2 all-to-alls forward (tokens out, results back) and 2 backward, each
 //          sending k T H e (ep-1)/ep bytes off the rank (balanced routing), exposed (the
