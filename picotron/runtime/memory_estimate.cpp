@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "picotron/recompute.h"
+#include "picotron/runtime/memory_moe.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_layout.h"
@@ -34,30 +35,6 @@ struct PerToken {
   std::string layer_formula, head_formula, moe_formula;
 };
 
-// A mixture of experts' block per token (picotron/moe.cpp MoEImpl::forward, run_experts;
-// with --ep expert_parallel.cpp ExpertParallel::run), what autograd keeps for backward.
-// Routing is assumed balanced: each rank's experts get the k.T (token, slot) pairs it sends,
-// so the experts' rows add up to k.T per rank (a rank whose experts are popular holds more).
-//   router: the softmax's output p [T, E] (a), the top-k indices [T, k] (int64), the top-k
-//     probabilities [T, k] and their sum [T, 1] (a: the division that normalises keeps both)
-//   per pair: the expert's input row, 4 SwiGLU intermediates [., I] (gate, silu, up,
-//     product), its output and the weighted output (index_add keeps its source), the
-//     pair's weight (e), the int64 indices of the gathers; --ep: the index of the row
-//     received (8 more) and the returning all-to-all's receive buffer (H.e more), kept by
-//     the weighting. The dispatching send/receive buffers [k.T, H] are freed after the forward.
-double moe_per_token(const TrainConfig& c, double e, double a, std::string* formula) {
-  const LlamaConfig& m = c.llama;
-  const double H = double(m.hidden_size), I = double(m.intermediate_size);
-  const double E = double(m.num_local_experts), k = double(m.num_experts_per_tok);
-  const double router = E * a + k * (8 + a) + a;
-  const bool ep = c.ep > 1;
-  const double pair = (ep ? 24 : 16) + e + (ep ? 4 : 3) * H * e + 4 * I * e;
-  if (formula)
-    *formula = "E.a + k(8 + a) + a + k(" + std::string(ep ? "24 + e + 4H.e" : "16 + e + 3H.e") + " + 4I.e) = " +
-               with_commas(int64_t(router + k * pair)) + " B";
-  return router + k * pair;
-}
-
 PerToken per_token(const TrainConfig& c, double e, double a) {
   const LlamaConfig& m = c.llama;
   const double H = double(m.hidden_size), Hd = double(m.head_dim()), tp = c.tp;
@@ -69,11 +46,7 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
   const double norm = H * a + a + 2 * H * e;
   const double attention = 4 * nH * Hd * e + nH * a;  // q, K and V repeated to nH heads, out; log-sum-exp
   PerToken t;
-  // Under sp a MoE block runs on this tp rank's S/tp tokens (its experts whole): per token
-  // of the sequence, 1/tp of the block.
-  const double moe_share = c.sp ? 1.0 / double(c.tp) : 1.0;
-  if (m.is_moe()) t.moe = moe_share * moe_per_token(c, e, a, &t.moe_formula);
-  if (m.is_moe() && c.sp) t.moe_formula += " (/tp under sp: " + with_commas(int64_t(t.moe)) + " B)";
+  if (m.is_moe()) t.moe = moe_per_token(c, e, a, &t.moe_formula);  // picotron/runtime/memory_moe.h
   const double mlp = m.is_moe() ? t.moe : 4 * I * e;  // gate, silu(gate), up, silu(gate)*up; or the experts
   const std::string mlp_text = m.is_moe() ? "A_moe" : "4(I/tp).e";
   t.layer_none = 2 * norm + attention + mlp;
@@ -96,29 +69,6 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
   t.head = H * a + a + 2 * H * e + V * a + 8;  // final norm, log-softmax output, int64 targets
   t.head_formula = "H.a + a + 2H.e + (V/tp).a + 8 = " + n(t.head) + " B";
   return t;
-}
-
-// The backward of the last MoE block at its widest, per token (balanced routing: one
-// expert's n = k.T/E rows at a time, autograd runs the experts one after the other): the
-// output's gradient and the input's, accumulated over the experts [T, H]; one expert's
-// gradients of its rows [n, H] (gathered, weighted) and [n, I] (down's input, silu, up,
-// gate). Under --ep the all-to-alls' gradient rows [k.T, H] take the place of the return
-// buffer and the weighted rows, which their backward frees as it makes them.
-double moe_backward_per_token(const TrainConfig& c, double e) {
-  const LlamaConfig& m = c.llama;
-  const double H = double(m.hidden_size), I = double(m.intermediate_size);
-  const double E = double(m.num_local_experts), k = double(m.num_experts_per_tok);
-  return 2 * H * e + k / E * (2 * H * e + 4 * I * e);
-}
-
-// --ep: the forward of the last MoE block at its widest, per token over what its layers
-// keep (the head not yet run): the dispatch's send and receive rows and the experts'
-// results [k.T, H] each, alive until ExpertParallel::run returns, the combine's zeros and
-// its sum [T, H], the experts' ids sent and received (int64).
-double ep_forward_per_token(const TrainConfig& c, double e) {
-  const LlamaConfig& m = c.llama;
-  const double H = double(m.hidden_size), k = double(m.num_experts_per_tok);
-  return 3 * k * H * e + 2 * H * e + 2 * k * 8;
 }
 
 // The layers of pipeline chunk `chunk` of this rank (all of them without pp).
@@ -170,24 +120,22 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   }
   MemoryEstimate est;
   const std::string Pn = n(P), Sn = n(shard);
+  // my slice: of cp x dp's layout, and of the experts' over their replicas
+  const std::string slice = expert_numels.empty() ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
   const std::string en = n(e), an = n(a);
-  if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, "P_pad/N x e = " + Sn + " x " + en});
+  if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, slice + " x e = " + Sn + " x " + en});
   else est.state.push_back({"weights", P * e, "P x e = " + Pn + " x " + en});
-  if (c.zero >= 2) est.state.push_back({"gradients (my slice)", shard * a, "P_pad/N x a = " + Sn + " x " + an});
+  if (c.zero >= 2) est.state.push_back({"gradients (my slice)", shard * a, slice + " x a = " + Sn + " x " + an});
   else if (c.zero == 1)
-    est.state.push_back({"gradients", (P + shard) * a, "(P + P_pad/N) x a = (" + Pn + " + " + Sn + ") x " + an});
+    est.state.push_back({"gradients", (P + shard) * a, "(P + " + slice + ") x a = (" + Pn + " + " + Sn + ") x " + an});
   else est.state.push_back({"gradients", P * a, "P x a = " + Pn + " x " + an});
   const double opt = c.zero >= 1 ? shard : P;
-  const std::string optn = c.zero >= 1 ? "P_pad/N" : "P";
+  const std::string optn = c.zero >= 1 ? slice : "P";
   const std::string where = c.zero_offload ? " (CPU memory, not counted)" : "";
   const double on_device = c.zero_offload ? 0.0 : 1.0;
   if (wide) est.state.push_back({"master weights", 0, "the weights are the masters"});
   else est.state.push_back({"master weights" + where, on_device * opt * a, optn + " x a = " + n(opt) + " x " + an});
   est.state.push_back({"AdamW moments" + where, on_device * 2 * opt * a, "2 x " + optn + " x a = 2 x " + n(opt) + " x " + an});
-  if (!expert_numels.empty())
-    for (auto& l : est.state)
-      for (size_t at = l.formula.find("P_pad/N"); at != std::string::npos; at = l.formula.find("P_pad/N", at + 40))
-        l.formula.replace(at, 7, "(P_pad/N + experts' P_pad/(N/ep))");
   const double rope = 2 * S * double(m.head_dim()) * e;
   est.state.push_back({"RoPE tables", rope, "2 x S/cp x Hd x e = 2 x " + n(S) + " x " + n(double(m.head_dim())) + " x " + en});
 
@@ -255,7 +203,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk) == last_vs;
   const double at_loss = newest_has_head ? 2 * V * a : 0;  // d(log-softmax) and d(logits), [T, V/tp] each
   double at_mlp = H * e + 2 * I * e;                 // d(output), and dgated, dsilu, dup - gated
-  if (m.is_moe()) at_mlp = moe_backward_per_token(c, e) / (c.sp ? double(c.tp) : 1.0);  // sp: S/tp tokens
+  if (m.is_moe()) at_mlp = moe_backward_per_token(c, e);
   else if (mode == Recompute::kSelective) at_mlp += 2 * I * e;  // silu(gate) and the product, recomputed
   if (mode == Recompute::kFull) at_mlp += t.layer_none - H * a + H * e;  // the layer, rebuilt
   if (newest_has_head) at_mlp -= t.head;                   // the head's backward is over
@@ -301,7 +249,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   if (m.is_moe() && c.ep > 1 && newest_has_head) {
     // Expert parallelism: the last layer's forward can top the backward (the head's
     // activations are not allocated yet then; the dispatch buffers are).
-    const double fwd = ep_forward_per_token(c, e) / (c.sp ? double(c.tp) : 1.0) - t.head;
+    const double fwd = ep_forward_per_token(c, e) - t.head;
     if (T * fwd > est.transient.bytes)
       est.transient = {"forward peak (last layer's all-to-all)", T * fwd,
                        "T x (3k.H.e + 2H.e + 16k - A_head) = " + n(T) + " x " + n(fwd) +
