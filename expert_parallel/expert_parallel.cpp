@@ -125,21 +125,12 @@ torch::Tensor ExpertParallel::run(MoEImpl& moe, const torch::Tensor& x, const Ro
 }
 
 void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& params) {
-  torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;  // the main grads of the experts (dp_stride > 1)
   for (auto& p : params)
     if (p.record.dp_stride > 1) grads.push_back(p.main_grad);
-  if (grads.empty()) return;
-  std::vector<torch::Tensor> parts;
-  for (auto& g : grads) parts.push_back(g.reshape({-1}));
-  auto flat = torch::cat(parts);              // one call instead of one per expert tensor
-  replicas_.all_reduce(flat, ReduceOp::kSum); // the copies of my experts on the other ep groups
-  flat.div_(double(dp_));                     // the global batch's average
-  int64_t offset = 0;
-  for (auto& g : grads) {
-    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
-    offset += g.numel();
-  }
+  all_reduce_together(grads, replicas_, ReduceOp::kSum);  // the copies of my experts on the other ep groups
+  torch::NoGradGuard no_grad;
+  for (auto& g : grads) g.div_(double(dp_));  // the global batch's average
 }
 
 // ---- ZeRO: the dense parameters and the experts, each over its own group ------------------

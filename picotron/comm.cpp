@@ -184,6 +184,20 @@ void Comm::all_reduce(torch::Tensor& t, ReduceOp op, CallSite at) {
   else mpi_all_reduce(t, op).wait();                          // MPI_Iallreduce + bounded wait
 }
 
+void all_reduce_together(const std::vector<torch::Tensor>& tensors, Comm& group, ReduceOp op, CallSite at) {
+  if (tensors.empty() || group.size() == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts;
+  for (const auto& t : tensors) parts.push_back(t.reshape({-1}));
+  auto flat = torch::cat(parts);  // [sum of numels]
+  group.all_reduce(flat, op, at);
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
 Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op, CallSite at) {
   check_reduce(t, op, "all_reduce");
   if (size_ == 1) return Work();

@@ -282,4 +282,10 @@ class Comm {
   std::shared_ptr<detail::NcclComm> nccl_;
 };
 
+// Several tensors reduced over `group` in ONE call: flattened into one buffer, reduced,
+// copied back in place. For small gradients fixed up after the sync (the norm gains over
+// tp, the experts over their copies), where a call each would pay a latency each.
+void all_reduce_together(const std::vector<torch::Tensor>& tensors, Comm& group, ReduceOp op = ReduceOp::kSum,
+                         CallSite at = CallSite::here());
+
 }  // namespace picotron

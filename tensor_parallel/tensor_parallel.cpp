@@ -227,22 +227,12 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
 }
 
 void sync_sequence_parallel_grads(std::vector<TrainableParam>& params, Comm& tp) {
-  torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;  // the main grads of what tp does not split: the norm gains
   for (auto& p : params) {
     const auto& axes = p.record.replica_axes;
     if (std::find(axes.begin(), axes.end(), Axis::kTp) != axes.end()) grads.push_back(p.main_grad);
   }
-  if (grads.empty()) return;
-  std::vector<torch::Tensor> parts;
-  for (auto& g : grads) parts.push_back(g.reshape({-1}));
-  auto flat = torch::cat(parts);  // [(2L + 1) H]: one call instead of one per gain
-  tp.all_reduce(flat, ReduceOp::kSum);
-  int64_t offset = 0;
-  for (auto& g : grads) {
-    g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
-    offset += g.numel();
-  }
+  all_reduce_together(grads, tp, ReduceOp::kSum);  // [(2L + 1) H] in one call instead of one per gain
 }
 
 }  // namespace picotron
