@@ -48,6 +48,7 @@
 #include "picotron/runtime/hf.h"
 #include "picotron/runtime/memory_estimate.h"
 #include "picotron/runtime/plan.h"
+#include "picotron/runtime/profile.h"
 #include "picotron/runtime/holdings.h"
 #include "picotron/runtime/report.h"
 #include "picotron/runtime/resume.h"
@@ -141,15 +142,12 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
     print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
   }
-  // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core and
-  // the loss where no technique replaced them. auto: fused on CUDA, except in fp64, once the
-  // kernels have passed their GPU tests (kernels::kVerifiedOnGpu); until then aten.
+  // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
+  // (--attention) and the loss where no technique replaced them. auto: fused on CUDA, except
+  // in fp64, once the kernels have passed their GPU tests (kernels::kVerifiedOnGpu).
   const bool fused = cfg.kernels == "fused" || (cfg.kernels == "auto" && kernels::kVerifiedOnGpu && device.is_cuda() &&
                                                 kernels::fused_built() && dtype != torch::kFloat64);
-  if (cfg.kernels == "auto" && !kernels::kVerifiedOnGpu && device.is_cuda())
-    print0(rank, "kernels: aten (--kernels auto: the fused CUDA kernels have not passed their tests on a GPU yet; "
-                 "--kernels fused runs them anyway)");
-  if (fused) print0(rank, kernels::use_fused_kernels(*model, dtype));
+  if (fused) print0(rank, kernels::use_fused_kernels(*model, dtype, kernels::parse_attention(cfg.attention)));
   // Every decoder layer runs inside the layer wrappers (model.h), outermost first:
   //   pipeline (sends nudged at layer boundaries) -> zero-3 (parameters gathered, released)
   //   -> recompute (only the input kept) -> the layer
@@ -192,18 +190,21 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   int64_t start_step = 0;
   if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, *optimizer, scaler, world, dist);
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
+  StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
 
   // ---- the loop ---------------------------------------------------------------------
   mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
     if (step == start_step) explain.begin(step + 1);
+    profile.step_begins(step + 1);
     reset_peak_memory(device);  // "mem": this step's peak (tensor memory; on the CPU counted exactly)
     optimizer->zero_main_grads();
     log.memory(step + 1, "start");
     auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     if (pipeline) {  // the schedule decides the order; data parallelism syncs after the last backward
       explain.phase("the pipeline: every micro-batch's forward and backward, in " + cfg.pp_schedule + " order");
+      profile.phase("pipeline: forward + backward");
       loss_sum = pipeline->run_step(step, loader, scaler.scale(),
                                     {[&] { optimizer->prepare_backward(/*last_micro_batch=*/false); },
                                      [&] { optimizer->accumulate_grads(); }});
@@ -213,12 +214,14 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
         const Batch batch = loader.micro_batch(step, micro);
         const std::string nth = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(cfg.grad_acc_steps);
         explain.phase(nth + ": forward");
+        profile.phase("forward");
         // Only the last micro-batch's backward communicates (no-sync for the others).
         optimizer->prepare_backward(/*last_micro_batch=*/micro == cfg.grad_acc_steps - 1);
         auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device), batch.positions) /
                     double(cfg.grad_acc_steps);
         log.memory(step + 1, "forward", micro);  // the activations kept for backward are all alive here
         explain.phase(nth + ": backward");
+        profile.phase("backward");
         (loss * scaler.scale()).backward();      // [B, S] -> grads (fp32/fp64: straight into the main grads)
         optimizer->accumulate_grads();           // main_grad += grad, for bf16/fp16 grads no hook took
         loss_sum += loss.detach().to(torch::kFloat64);
@@ -228,6 +231,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     // The cp x dp average of the gradients (ZeRO: of this rank's slice), with the sums the
     // techniques make over their own axes.
     explain.phase("gradient sync (what backward did not already send)");
+    profile.phase("grad sync");
     std::function<void()> fix_ups;  // none when no technique sums over its own axis
     if (pipeline || cfg.sp || experts)
       fix_ups = [&] {
@@ -240,6 +244,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
     // identically on every rank. Clipping and unscaling are one factor inside the update.
     explain.phase("global gradient norm, then the optimizer step");
+    profile.phase("grad norm + optimizer");
     const double norm = optimizer->grad_norm(mesh.world(), mesh.coords()) / scaler.scale();
     const bool finite = std::isfinite(norm);
     const double lr = lr_at(step, cfg);
@@ -248,6 +253,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     scaler.update(finite);
     log.memory(step + 1, "optimizer");
     explain.phase("the loss of the whole global batch");
+    profile.phase("loss all-reduce");
     mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
     explain.end(dist);  // --explain: rank 0 prints every rank's narration
 
@@ -275,6 +281,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
       stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
+    if (const std::string table = profile.step_ends(step + 1); !table.empty()) print0(rank, table);
     if (checkpoint_due(cfg, step + 1, end_step))
       save_checkpoint(cfg, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()}, owned, world);
   }

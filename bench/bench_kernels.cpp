@@ -8,7 +8,8 @@
 //               the ATen column shows how far the unfused chain is from that minimum
 //   TFLOP/s   attention, causal: 4 B nH S^2 Hd / 2 forward, 2.5x that backward;
 //             the reference column is torch's scaled_dot_product_attention (flash
-//             backend in bf16), forward + backward; the target is >= 50% of it
+//             backend in bf16), forward + backward; one row per rung of the ladder
+//             (kernels/README.md) and head dim; the mma rung's target is >= 70% of SDPA
 //   memory    fused linear + cross-entropy against logits + F::cross_entropy at
 //             V = 128256: peak bytes allocated, target >= 4x less
 //
@@ -16,6 +17,8 @@
 // Without a CUDA device it prints that and exits 2 (nothing to measure on the CPU).
 #include <cstdio>
 #include <functional>
+#include <string>
+#include <utility>
 
 #include <cxxopts.hpp>
 #include <torch/torch.h>
@@ -47,6 +50,7 @@ void row(const char* name, double bytes_or_flops, bool flops, double fused_ms, d
               flops ? "TFLOP/s" : "GB/s", aten_ms / fused_ms);
   if (!flops) std::printf("   %5.1f%% of copy", 100.0 * fused_rate / ceiling_gbs);
   std::printf("\n");
+  std::fflush(stdout);  // each row reaches the log even if a later block aborts
 }
 
 }  // namespace
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", options.help().c_str());
     return 0;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line, also into a pipe or a log
   if (!torch::cuda::is_available() || !K::fused_built()) {
     std::fprintf(stderr, "bench_kernels: no CUDA device (or a build without the CUDA kernels): nothing to measure\n");
     return 2;
@@ -137,25 +142,13 @@ int main(int argc, char** argv) {
         time_ms([&] { K::cuda::adamw_step(p, w, g, m, v, decay, hp); }, iters),
         time_ms([&] { K::reference::adamw_step(p, w, g, m, v, decay, hp); }, iters), ceiling);
   }
-  {  // flash attention forward + backward against torch's SDPA (flash backend), causal
-    const int64_t b = 4, nh = 16, s = 2048, hd = 128;
-    auto q = torch::randn({b, nh, s, hd}, bf16), k = torch::randn_like(q), v = torch::randn_like(q);
-    const double flops = 4.0 * b * nh * s * s * hd / 2 * 3.5;  // forward + backward (2.5x), causal half
-    torch::AutoGradMode grad(true);
-    auto ql = q.requires_grad_(true), kl = k.requires_grad_(true), vl = v.requires_grad_(true);
-    auto fused = [&] { std::get<0>(K::flash_attention(ql, kl, vl)).sum().backward(); };
-    auto sdpa = [&] {
-      at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, /*is_causal=*/true).sum().backward();
-    };
-    row("flash attention fwd+bwd (Hd 128)", flops, true, time_ms(fused, iters), time_ms(sdpa, iters), ceiling);
-  }
   {  // fused linear + cross-entropy: peak memory at V = 128256
     const int64_t rows = std::min<int64_t>(n, 8192), v = 128256;
     torch::AutoGradMode grad(true);
     auto hid = torch::randn({rows, h}, bf16).requires_grad_(true);
     auto wt = (torch::randn({v, h}, bf16) * 0.02).requires_grad_(true);
     auto t = torch::randint(0, v, {rows}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt64));
-    const torch::Device dev(torch::kCUDA);
+    const torch::Device dev = hid.device();  // cuda:0 (a bare kCUDA has index -1, which the statistics refuse)
     auto peak_of = [&](const std::function<void()>& fn) {
       torch::cuda::synchronize();
       const int64_t before = current_memory_bytes(dev);
@@ -169,6 +162,29 @@ int main(int argc, char** argv) {
     std::printf("\nlinear + cross-entropy, N %lld, H %lld, V %lld: peak %s plain, %s fused (%.1fx less)\n",
                 (long long)rows, (long long)h, (long long)v, human_bytes(plain).c_str(), human_bytes(fused).c_str(),
                 plain / fused);
+    std::printf("\n%-34s %12s %12s %8s %8s %-7s %7s\n", "attention (bf16, causal, S 2048)", "rung", "sdpa", "rung",
+                "sdpa", "", "x sdpa");
+  }
+  // Flash attention, last (a rung that fails takes only the rows after it): the ladder's
+  // rungs against torch's SDPA (flash backend), causal, S 2048, forward alone and forward +
+  // backward; B x nH x Hd = 4 x 2048 at each head dim.
+  for (const int64_t hd : {int64_t(64), int64_t(128)}) {
+    const int64_t b = 4, s = 2048, nh = 2048 / hd;
+    auto q = torch::randn({b, nh, s, hd}, bf16), k = torch::randn_like(q), v = torch::randn_like(q);
+    const double fwd_flops = 4.0 * b * nh * s * s * hd / 2;  // QK^T and PV, causal half
+    const auto sdpa_fwd = [&] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true); };
+    const double sdpa_fwd_ms = time_ms(sdpa_fwd, iters);
+    torch::AutoGradMode grad(true);
+    auto ql = q.detach().requires_grad_(true), kl = k.detach().requires_grad_(true), vl = v.detach().requires_grad_(true);
+    auto sdpa = [&] { at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, /*is_causal=*/true).sum().backward(); };
+    const double sdpa_ms = time_ms(sdpa, iters);
+    for (const auto& [rung, label] : {std::pair{K::FlashRung::kWmma, "wmma"}, std::pair{K::FlashRung::kMma, "mma"}}) {
+      const std::string hdl = " (" + std::string(label) + ", Hd " + std::to_string(hd) + ")";
+      auto fwd = [&] { K::flash_attention(q, k, v, rung); };
+      auto both = [&] { std::get<0>(K::flash_attention(ql, kl, vl, rung)).sum().backward(); };
+      row(("flash fwd" + hdl).c_str(), fwd_flops, true, time_ms(fwd, iters), sdpa_fwd_ms, ceiling);
+      row(("flash fwd+bwd" + hdl).c_str(), fwd_flops * 3.5, true, time_ms(both, iters), sdpa_ms, ceiling);  // bwd 2.5x
+    }
   }
   return 0;
 }

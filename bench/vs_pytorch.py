@@ -21,12 +21,16 @@
 # Each step writes {"step": n, "loss": ..., "tokens_per_s": ...} to --metrics-file, the
 # fields of picotron's metrics file that the benchmark reads.
 #
-# GPU mode (--device cuda, bench/vs_pytorch.sh with DEVICE=cuda): the obvious alternative
-# as people write it: the model as the transformers library builds it
-# (LlamaForCausalLM, attn_implementation="sdpa", tied embeddings), fp32 weights under
-# torch.autocast(bf16) (picotron's bf16 recipe: bf16 compute, fp32 master weights),
-# torch.optim.AdamW(fused=True), the same clipping and schedule; the timer waits for the
-# GPU (loss.item()).
+# GPU mode (--device cuda, bench/vs_pytorch.sh with DEVICE=cuda): what a user would
+# otherwise run, with picotron's bf16 recipe (fp32 weights under torch.autocast(bf16),
+# torch.optim.AdamW(fused=True)), the same clipping and schedule; the timer waits for the
+# GPU (loss.item()). Two models:
+#   --impl minimal       the model above as a student writes it for a GPU: one GEMM for
+#                        q/k/v and one for gate/up, SDPA with enable_gqa (no K/V copies);
+#                        --compile runs it under torch.compile
+#   --impl transformers  LlamaForCausalLM as the transformers library builds it
+#                        (attn_implementation="sdpa", tied embeddings)
+# Each step also writes peak_mem_bytes (torch.cuda.max_memory_allocated of that step).
 import argparse
 import json
 import math
@@ -68,32 +72,51 @@ class Attention(nn.Module):
         super().__init__()
         self.nh, self.nkv, self.hd = a.num_attention_heads, a.num_key_value_heads, a.hidden_size // a.num_attention_heads
         h = a.hidden_size
-        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=False)
-        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
-        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
+        self.fused = a.device == "cuda"  # GPU: q, k, v from one GEMM, and SDPA reads K/V per group
+        if self.fused:
+            self.qkv_proj = nn.Linear(h, (self.nh + 2 * self.nkv) * self.hd, bias=False)
+        else:
+            self.q_proj = nn.Linear(h, self.nh * self.hd, bias=False)
+            self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
+            self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
 
     def forward(self, x, cos, sin):  # [B, S, H] -> [B, S, H]
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.nh, self.hd).transpose(1, 2)   # [B, nH, S, Hd]
-        k = self.k_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)  # [B, nKV, S, Hd]
-        v = self.v_proj(x).view(b, s, self.nkv, self.hd).transpose(1, 2)  # [B, nKV, S, Hd]
+        if self.fused:
+            q, k, v = self.qkv_proj(x).split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, s, self.nh, self.hd).transpose(1, 2)    # [B, nH, S, Hd]
+        k = k.view(b, s, self.nkv, self.hd).transpose(1, 2)   # [B, nKV, S, Hd]
+        v = v.view(b, s, self.nkv, self.hd).transpose(1, 2)   # [B, nKV, S, Hd]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        group = self.nh // self.nkv
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [B, nH, S, Hd]
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)               # [B, nH, S, Hd]
+        if self.fused:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # [B, nH, S, Hd]
+        else:
+            group = self.nh // self.nkv
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [B, nH, S, Hd]
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)               # [B, nH, S, Hd]
         return self.o_proj(out.transpose(1, 2).reshape(b, s, self.nh * self.hd))
 
 
 class MLP(nn.Module):
     def __init__(self, a):
         super().__init__()
-        self.gate_proj = nn.Linear(a.hidden_size, a.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(a.hidden_size, a.intermediate_size, bias=False)
+        self.fused = a.device == "cuda"  # GPU: gate and up from one GEMM
+        if self.fused:
+            self.gate_up_proj = nn.Linear(a.hidden_size, 2 * a.intermediate_size, bias=False)
+        else:
+            self.gate_proj = nn.Linear(a.hidden_size, a.intermediate_size, bias=False)
+            self.up_proj = nn.Linear(a.hidden_size, a.intermediate_size, bias=False)
         self.down_proj = nn.Linear(a.intermediate_size, a.hidden_size, bias=False)
 
     def forward(self, x):  # [B, S, H] -> [B, S, H]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [B, S, I] each
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -115,14 +138,15 @@ class Llama(nn.Module):  # tied head: logits = norm(x) @ embed_tokens.weight^T
         self.embed_tokens = nn.Embedding(a.vocab_size, a.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(a) for _ in range(a.num_hidden_layers))
         self.norm = RMSNorm(a.hidden_size, a.rms_norm_eps)
-        cos, sin = rope_tables(a.hidden_size // a.num_attention_heads, a.rope_theta, a.seq_len, torch.float32)
+        table_dtype = torch.bfloat16 if a.device == "cuda" else torch.float32  # the compute dtype (autocast)
+        cos, sin = rope_tables(a.hidden_size // a.num_attention_heads, a.rope_theta, a.seq_len, table_dtype)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         for p in self.parameters():
             if p.dim() >= 2:
                 nn.init.normal_(p, mean=0.0, std=0.02)
 
-    def loss(self, tokens, targets):  # [B, S], [B, S] -> scalar
+    def forward(self, tokens, targets):  # [B, S], [B, S] -> scalar: the mean loss
         x = self.embed_tokens(tokens)                                   # [B, S, H]
         cos, sin = self.cos[: tokens.size(1)], self.sin[: tokens.size(1)]
         for layer in self.layers:
@@ -157,6 +181,15 @@ def transformers_llama(a):
     return model
 
 
+def build(a):
+    """-> (the module whose parameters train, loss(tokens, targets))."""
+    if a.impl == "transformers":
+        model = transformers_llama(a)
+        return model, model.loss
+    model = Llama(a).to(a.device)
+    return model, (torch.compile(model) if a.compile else model)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--hidden-size", type=int, default=128)
@@ -178,12 +211,17 @@ def main():
     p.add_argument("--metrics-file", default="")
     p.add_argument("--dry-run", action="store_true", help="print the parameter count and exit")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                   help="cuda: transformers' LlamaForCausalLM (sdpa), bf16 autocast, fused AdamW")
+                   help="cuda: bf16 autocast over fp32 weights, fused AdamW")
+    p.add_argument("--impl", choices=["minimal", "transformers"], default="minimal",
+                   help="minimal: the model of this file; transformers: LlamaForCausalLM (sdpa), cuda only")
+    p.add_argument("--compile", action="store_true", help="the minimal model under torch.compile")
     a = p.parse_args()
+    if a.impl == "transformers" and (a.device != "cuda" or a.compile):
+        p.error("--impl transformers runs on --device cuda, without --compile")
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    model = Llama(a) if a.device == "cpu" else transformers_llama(a)
+    model, loss_of = build(a)
     total = sum(t.numel() for t in model.parameters())  # the tied head is counted once
     print(f"total parameters   {total} ({total:,})", flush=True)
     if a.dry_run:
@@ -193,6 +231,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=a.device == "cuda")
     precision = "fp32" if a.device == "cpu" else "bf16 autocast, fp32 weights, sdpa, fused AdamW"
+    precision += f", {a.impl}" + (" under torch.compile" if a.compile else "")
     print(f"pytorch {torch.__version__}, {a.device}, {torch.get_num_threads()} thread(s), {precision}, "
           f"batch {a.micro_batch_size} x {a.seq_len}", flush=True)
     tokens_per_step = a.micro_batch_size * a.seq_len
@@ -206,8 +245,10 @@ def main():
             g["lr"] = lr_at(step, a)
         opt.zero_grad(set_to_none=True)
         rows = rows.to(a.device)
+        if a.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.device == "cuda"):
-            loss = model.loss(rows[:, :-1], rows[:, 1:])
+            loss = loss_of(rows[:, :-1], rows[:, 1:])
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -215,8 +256,11 @@ def main():
         seconds = time.perf_counter() - t0
         tps = tokens_per_step / seconds
         if metrics:
-            metrics.write(json.dumps({"step": step + 1, "loss": loss_value, "lr": lr_at(step, a),
-                                      "grad_norm": norm.item(), "tokens_per_s": tps}) + "\n")
+            row = {"step": step + 1, "loss": loss_value, "lr": lr_at(step, a), "grad_norm": norm.item(),
+                   "tokens_per_s": tps}
+            if a.device == "cuda":
+                row["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+            metrics.write(json.dumps(row) + "\n")
             metrics.flush()
         if step == 0 or step + 1 == a.steps:
             print(f"step {step + 1:5d}/{a.steps} | loss {loss_value:.6g} | {tps:,.0f} tok/s", flush=True)

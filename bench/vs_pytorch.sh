@@ -22,11 +22,20 @@
 #   model shape (default 11,654,208 parameters: SmolLM-135M's width and heads, 4 layers,
 #   byte vocabulary): HIDDEN 576  INTER 1152  LAYERS 4  HEADS 9  KV_HEADS 3  VOCAB 256
 #
-# GPU mode, DEVICE=cuda: for each preset of MODELS (default "smollm-360m smollm-1.7b"), at
-# SEQ 2048, BATCH 2, bf16: build/train --device cuda --dtype bf16 --kernels KERNELS (default
-# aten; fused for the CUDA kernels) against the model as the transformers library builds
-# it (sdpa attention, bf16 autocast over fp32 weights, fused AdamW: bench/vs_pytorch.py),
-# the same GPU, alternately, in the same call; the shape comes from picotron's --dry-run.
+# GPU mode, DEVICE=cuda: the comparison of the GPU speed issue, in one call, on one GPU, bf16,
+# seq 2048, synthetic data, STEPS (20) steps each, one run per program (ROUNDS 1):
+#   picotron aten      build/train --kernels aten
+#   picotron fused     build/train --kernels fused (attention through SDPA)
+#   minimal eager      bench/vs_pytorch.py --impl minimal: a LLaMA as a student writes it for
+#                      a GPU (one GEMM for q/k/v and for gate/up, SDPA, autocast, fused AdamW)
+#   minimal compile    the same under torch.compile
+#   transformers       LlamaForCausalLM (sdpa), autocast, fused AdamW
+# for each CASES entry MODEL:MICRO_BATCH (default "smollm-1.7b:4 smollm-360m:8"), then a
+# table: tokens/s (median of the steps after SKIP), MFU (picotron's FLOPs per token and
+# peak: the same model on every side), peak memory, and the ratios to minimal eager and
+# minimal compile. PROFILE=DIR adds --profile DIR to the first case's picotron fused run
+# (steps 3:4, before the measured ones). PRINT_ONLY=1 prints the commands and runs none
+# (it needs no GPU: ctest -R cli.vs_pytorch_gpu_commands checks it on the CPU).
 #   DEVICE=cuda bench/vs_pytorch.sh          # scripts/gpu_check.sh --long runs this
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +45,7 @@ TRAIN=${TRAIN:-build/train}
 DEVICE=${DEVICE:-cpu}
 [ "$DEVICE" = cpu ] || [ "$DEVICE" = cuda ] || die "DEVICE must be cpu or cuda, got '$DEVICE'"
 if [ "$DEVICE" = cuda ]; then
-  BATCH=${BATCH:-2} SEQ=${SEQ:-2048} MODELS=${MODELS:-"smollm-360m smollm-1.7b"} KERNELS=${KERNELS:-aten}
+  SEQ=${SEQ:-2048} STEPS=${STEPS:-20}  # (the micro-batch comes with each of CASES)
 fi
 ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-30} SKIP=${SKIP:-5} THREADS=${THREADS:-2} BATCH=${BATCH:-4} SEQ=${SEQ:-128}
 for v in ROUNDS STEPS THREADS BATCH SEQ; do
@@ -111,16 +120,75 @@ if [ "$DEVICE" = cpu ]; then
   compare "${shape[*]}"
   exit 0
 fi
-precision="bf16 (picotron --kernels $KERNELS; pytorch: transformers' LlamaForCausalLM, sdpa, autocast, fused AdamW)"
-for model in $MODELS; do
+# ---- GPU mode -----------------------------------------------------------------------------
+CASES=${CASES:-"smollm-1.7b:4 smollm-360m:8"}
+ROUNDS=${GPU_ROUNDS:-1}
+# gpu_row LABEL METRICS LOG: "tokens/s peak_GiB mfu" of one run (mfu "-" for the python side)
+gpu_row() {
+  "$PYTHON" - "$1" "$SKIP" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+after = [r for r in rows if r["step"] > int(sys.argv[2])] or rows
+tps = statistics.median(r["tokens_per_s"] for r in after)
+peak = max(r.get("peak_mem_bytes", 0) for r in rows) / 2**30
+mfu = [r["mfu"] for r in after if r.get("mfu") is not None and r["mfu"] >= 0]
+print(f"{tps:.0f} {peak:.2f} {statistics.median(mfu) if mfu else '-'}")
+PY
+}
+first_case=1
+for case in $CASES; do
+  model=${case%%:*} batch=${case#*:}
+  [[ $batch =~ ^[1-9][0-9]*$ ]] && [ "$model" != "$case" ] || die "CASES entries are MODEL:MICRO_BATCH, got '$case'"
   # "model smollm-360m: H=960 I=2560 L=32 nH=15 nKV=5 Hd=64 V=49152 rope_theta=10000 tied=yes"
-  line=$("$TRAIN" --model "$model" --dry-run 2>&1 | grep -m1 "^model ") || die "$TRAIN --model $model --dry-run printed no model line"
+  # (the whole output first, then the line: grep -m1 in a pipe would close it early, and
+  # train, killed by SIGPIPE, would fail the pipeline under pipefail)
+  dry=$("$TRAIN" --model "$model" --dry-run 2>&1) || die "$TRAIN --model $model --dry-run failed: $(tail -n 1 <<<"$dry")"
+  line=$(grep -m1 "^model " <<<"$dry") || die "$TRAIN --model $model --dry-run printed no model line"
   field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
   shape=(--hidden-size "$(field H)" --intermediate-size "$(field I)" --num-hidden-layers "$(field L)"
          --num-attention-heads "$(field nH)" --num-key-value-heads "$(field nKV)" --vocab-size "$(field V)"
          --rope-theta "$(field rope_theta)")
-  cpp=("$TRAIN" --device cuda --dtype bf16 --kernels "$KERNELS" --model "$model" --data synthetic "${common[@]}"
-       --generate 0 --log-every 1000)
-  py=("$PYTHON" bench/vs_pytorch.py --device cuda "${common[@]}" "${shape[@]}")
-  compare "$model (${shape[*]})"
+  gpu_common=(--steps "$STEPS" --warmup-steps 1 --seq-len "$SEQ" --micro-batch-size "$batch")
+  cpp=("$TRAIN" --device cuda --dtype bf16 --model "$model" --data synthetic "${gpu_common[@]}" --generate 0 --log-every 1000)
+  py=("$PYTHON" bench/vs_pytorch.py --device cuda "${gpu_common[@]}" "${shape[@]}")
+  profile=()
+  [ -n "${PROFILE:-}" ] && [ $first_case -eq 1 ] && profile=(--profile "$PROFILE" --profile-steps 3:4)
+  first_case=0
+  names=("picotron aten" "picotron fused" "minimal eager" "minimal compile" "transformers")
+  commands=("${cpp[*]} --kernels aten" "${cpp[*]} --kernels fused ${profile[*]}" "${py[*]} --impl minimal"
+            "${py[*]} --impl minimal --compile" "${py[*]} --impl transformers")
+  echo "== $model, B=$batch x S=$SEQ, bf16, $STEPS steps (median after step $SKIP), $ROUNDS round(s)"
+  if [ -n "${PRINT_ONLY:-}" ]; then
+    for i in "${!names[@]}"; do echo "${names[$i]}: ${commands[$i]}"; done
+    continue
+  fi
+  declare -A tps=() peak=() mfu=()
+  params=""
+  for r in $(seq 1 "$ROUNDS"); do
+    for i in "${!names[@]}"; do
+      log=$tmp/run-$r-$i.log metrics=$tmp/run-$r-$i.jsonl
+      # shellcheck disable=SC2086  # a command line of words
+      if ! ${commands[$i]} --metrics-file "$metrics" >"$log" 2>&1; then
+        echo "${names[$i]}: failed (last lines below)"; tail -n 5 "$log"; continue
+      fi
+      n=$(params "$log")
+      [ -z "$params" ] && params=$n
+      [ "$n" = "$params" ] || die "${names[$i]}: $n parameters, picotron aten had $params: not the same model"
+      read -r t p m <<<"$(gpu_row "$metrics")"
+      tps[$i]=$t peak[$i]=$p
+      [ "$m" != "-" ] && mfu[$i]=$m
+    done
+  done
+  # MFU of the python programs: the same FLOPs per token as picotron's, so MFU scales with tokens/s.
+  per_tps=""
+  for i in 0 1; do [ -n "${mfu[$i]:-}" ] && [ -n "${tps[$i]:-}" ] && per_tps=$(awk -v m="${mfu[$i]}" -v t="${tps[$i]}" 'BEGIN { print m / t }'); done
+  printf "%-16s %10s %7s %10s %9s %11s\n" program "tokens/s" MFU "peak" "vs eager" "vs compile"
+  for i in "${!names[@]}"; do
+    [ -n "${tps[$i]:-}" ] || { printf "%-16s %10s\n" "${names[$i]}" failed; continue; }
+    m=${mfu[$i]:-}; [ -z "$m" ] && [ -n "$per_tps" ] && m=$(awk -v p="$per_tps" -v t="${tps[$i]}" 'BEGIN { print p * t }')
+    ratio() { [ -n "${tps[$1]:-}" ] && awk -v a="${tps[$i]}" -v b="${tps[$1]}" 'BEGIN { printf "%.2fx", a / b }' || echo "-"; }
+    printf "%-16s %10s %7s %7s GiB %9s %11s\n" "${names[$i]}" "$(printf "%'d" "${tps[$i]}")" \
+      "$([ -n "$m" ] && awk -v m="$m" 'BEGIN { printf "%.1f%%", 100 * m }' || echo -)" "${peak[$i]}" "$(ratio 2)" "$(ratio 3)"
+  done
+  unset tps peak mfu
 done

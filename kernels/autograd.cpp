@@ -144,11 +144,22 @@ struct LinearCrossEntropyFn : torch::autograd::Function<LinearCrossEntropyFn> {
 
 // fwd: tiled causal attention, never the S x S scores   bwd: recompute them tile by tile
 struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
-  static tensor_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  using Forward = decltype(&reference::flash_attention_forward);
+  using Backward = decltype(&reference::flash_attention_backward);
+  static Forward forward_of(bool gpu, FlashRung rung) {
+    if (!gpu) return reference::flash_attention_forward;
+    return rung == FlashRung::kMma ? cuda::flash_attention_mma_forward : cuda::flash_attention_forward;
+  }
+  static Backward backward_of(bool gpu, FlashRung rung) {
+    if (!gpu) return reference::flash_attention_backward;
+    return rung == FlashRung::kMma ? cuda::flash_attention_mma_backward : cuda::flash_attention_backward;
+  }
+  static tensor_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             int64_t rung) {
     const double scale = 1.0 / std::sqrt(double(q.size(-1)));
     auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-    auto [out, lse] = (on_gpu(qc) ? cuda::flash_attention_forward : reference::flash_attention_forward)(
-        qc, kc, vc, scale, /*causal=*/true);  // [B, nH, S, Hd], [B, nH, S]
+    auto [out, lse] = forward_of(on_gpu(qc), FlashRung(rung))(qc, kc, vc, scale, /*causal=*/true);  // [B, nH, S, Hd], [B, nH, S]
+    ctx->saved_data["rung"] = rung;
     ctx->save_for_backward({qc, kc, vc, out, lse});
     ctx->mark_non_differentiable({lse});
     return {out, lse};
@@ -157,9 +168,9 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
     const auto s = ctx->get_saved_variables();
     const double scale = 1.0 / std::sqrt(double(s[0].size(-1)));
     auto dout = grads[0].contiguous();
-    auto [dq, dk, dv] = (on_gpu(dout) ? cuda::flash_attention_backward : reference::flash_attention_backward)(
-        dout, s[0], s[1], s[2], s[3], s[4], scale, /*causal=*/true);
-    return {dq, dk, dv};
+    const auto rung = FlashRung(ctx->saved_data["rung"].toInt());
+    auto [dq, dk, dv] = backward_of(on_gpu(dout), rung)(dout, s[0], s[1], s[2], s[3], s[4], scale, /*causal=*/true);
+    return {dq, dk, dv, at::Tensor()};
   }
 };
 
@@ -185,8 +196,9 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   return LinearCrossEntropyFn::apply(hidden, weight, targets, chunk_rows);
 }
 
-std::tuple<at::Tensor, at::Tensor> flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  auto out = FlashAttentionFn::apply(q, k, v);
+std::tuple<at::Tensor, at::Tensor> flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                   FlashRung rung) {
+  auto out = FlashAttentionFn::apply(q, k, v, static_cast<int64_t>(rung));
   return {out[0], out[1]};
 }
 

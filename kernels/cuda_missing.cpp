@@ -49,5 +49,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
                                                                         bool) {
   no_kernels("flash_attention_backward");
 }
+std::tuple<at::Tensor, at::Tensor> flash_attention_mma_forward(const at::Tensor&, const at::Tensor&,
+                                                               const at::Tensor&, double, bool) {
+  no_kernels("flash_attention_mma_forward");
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_mma_backward(const at::Tensor&, const at::Tensor&,
+                                                                            const at::Tensor&, const at::Tensor&,
+                                                                            const at::Tensor&, const at::Tensor&,
+                                                                            double, bool) {
+  no_kernels("flash_attention_mma_backward");
+}
 
 }  // namespace picotron::kernels::cuda

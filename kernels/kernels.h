@@ -34,6 +34,14 @@ namespace reference {
 
 namespace cuda {
 #include "kernels/ops.h"
+// The ladder's second rung (kernels/flash_attention_mma.cu), the same contract as
+// flash_attention_forward / _backward above; its reference is reference::flash_attention_*.
+std::tuple<at::Tensor, at::Tensor> flash_attention_mma_forward(const at::Tensor& q, const at::Tensor& k,
+                                                               const at::Tensor& v, double scale, bool causal);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_mma_backward(const at::Tensor& dout, const at::Tensor& q,
+                                                                            const at::Tensor& k, const at::Tensor& v,
+                                                                            const at::Tensor& out, const at::Tensor& lse,
+                                                                            double scale, bool causal);
 }  // namespace cuda
 
 // ---- which implementation runs ---------------------------------------------------
@@ -54,9 +62,15 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
 // of rows at a time (chunk_rows x V), never whole. Gradients for hidden and weight.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 int64_t chunk_rows = 4096);
+// The rungs of the hand-written FlashAttention-2 ladder (kernels/README.md), slowest first:
+//   kWmma  kernels/flash_attention.cu: WMMA 16x16x16, S, P and O staged in shared memory
+//   kMma   kernels/flash_attention_mma.cu: mma.sync m16n8k16, S, P, O in registers, cp.async
+enum class FlashRung { kWmma, kMma };
 // Causal attention, GQA without repeating K/V: q [B, nH, S, Hd], k, v [B, nKV, S, Hd]
 // -> (out [B, nH, S, Hd], lse [B, nH, S] fp32). Gradients for q, k, v (not through lse).
-std::tuple<at::Tensor, at::Tensor> flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// On CUDA tensors the rung's kernels run; elsewhere the reference.
+std::tuple<at::Tensor, at::Tensor> flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                   FlashRung rung = FlashRung::kWmma);
 // The multi-tensor AdamW step on the tensors' device (cuda:: on a GPU, else reference::).
 void adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& master,
                 const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& exp_avg,
@@ -68,17 +82,25 @@ namespace picotron {
 class LlamaForCausalLMImpl;
 struct AdamWOptions;
 namespace kernels {
-// Whether the CUDA kernels have passed their tests (tests/test_kernels.cpp, "[gpu]") on a
-// GPU. Until then --kernels auto means aten everywhere: a user's first GPU run must not
-// execute code no one has executed. --kernels fused still runs them. Set it to true in the
-// change that records a passing GPU run of those tests (kernels/README.md says where).
-inline constexpr bool kVerifiedOnGpu = false;
+// Whether the kernels --kernels auto selects have passed their tests (tests/test_kernels.cpp,
+// "[gpu]") on a GPU: a user's first GPU run must not execute code no one has executed.
+// They have (RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW on an H100: kernels/README.md,
+// "Measured"), so auto means fused on CUDA in bf16/fp16/fp32, with attention through SDPA.
+inline constexpr bool kVerifiedOnGpu = true;
+
+// The attention core under --kernels fused (--attention).
+//   kSdpa       ATen's scaled_dot_product_attention (its flash / cuDNN / memory-efficient
+//               kernels): the fastest verified on a GPU, the default
+//   kFlashWmma  the ladder's first rung (FlashRung::kWmma)     kFlashMma  its second
+enum class Attention { kSdpa, kFlashWmma, kFlashMma };
+Attention parse_attention(const std::string& name);  // "sdpa" | "flash-wmma" | "flash-mma"
 
 // --kernels fused: RMSNorm, RoPE and SwiGLU through the ops above; the attention core
-// and the loss too where they are still the model's defaults (a technique's ring
-// attention or vocabulary-parallel loss stays) and the kernel takes the dtype and head
-// dim (flash attention: bf16/fp16, Hd 64 or 128). Returns one line: what is fused.
-std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype);
+// (`attention`) and the loss too where they are still the model's defaults (a
+// technique's ring attention or vocabulary-parallel loss stays); the hand-written flash
+// attention where it takes the dtype and head dim (bf16/fp16, Hd 64 or 128), SDPA
+// otherwise. Returns one line: what is fused.
+std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype, Attention attention = Attention::kSdpa);
 // --kernels fused: AdamW's whole update in one multi-tensor launch (kernels/adamw.cu).
 void use_fused_adamw(AdamWOptions& opts);
 }  // namespace kernels

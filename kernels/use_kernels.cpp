@@ -3,6 +3,8 @@
 //
 // Test: build/tests/unit_tests "[kernels]" (the fused model equals the ATen one on the CPU,
 // where each op runs its reference pair)
+#include <stdexcept>
+
 #include <torch/torch.h>
 
 #include "kernels/kernels.h"
@@ -11,26 +13,41 @@
 
 namespace picotron::kernels {
 
-std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype) {
+Attention parse_attention(const std::string& name) {
+  if (name == "sdpa") return Attention::kSdpa;
+  if (name == "flash-wmma") return Attention::kFlashWmma;
+  if (name == "flash-mma") return Attention::kFlashMma;
+  throw std::invalid_argument("--attention must be sdpa, flash-wmma or flash-mma, got '" + name + "'");
+}
+
+std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype, Attention attention) {
   std::string summary = "kernels: fused RMSNorm, RoPE, SwiGLU";
   if (model.model->norm) model.model->norm->fused = rms_norm;
   const int64_t hd = model.config.head_dim();
+  // The hand-written rungs take bf16/fp16 and Hd 64 or 128; anything else attends through SDPA.
   const bool flash_fits = (dtype == at::kBFloat16 || dtype == at::kHalf) && (hd == 64 || hd == 128);
-  bool flash = false;
+  const bool hand = attention != Attention::kSdpa && flash_fits;
+  const FlashRung rung = attention == Attention::kFlashMma ? FlashRung::kMma : FlashRung::kWmma;
+  bool replaced = false;  // the default core was found (no technique installed its own)
   for (auto& [index, layer] : model.model->layers->items) {
     layer->input_layernorm->fused = layer->post_attention_layernorm->fused = rms_norm;
     layer->self_attn->fused_rope = rope;
     if (layer->mlp) layer->mlp->fused_swiglu = swiglu;  // (a mixture of experts' experts: ATen)
     using Core = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
     const Core* core = layer->self_attn->core.target<Core>();
-    if (flash_fits && core && *core == &causal_attention) {  // the default core: not a technique's
-      layer->self_attn->core = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        return std::get<0>(flash_attention(q, k, v));  // [B, nH, S, Hd]
+    if (!core || *core != &causal_attention) continue;  // a technique's core (ring attention) stays
+    replaced = true;
+    // SDPA: the model's own core already is ATen's scaled_dot_product_attention.
+    if (hand)
+      layer->self_attn->core = [rung](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return std::get<0>(flash_attention(q, k, v, rung));  // [B, nH, S, Hd]
       };
-      flash = true;
-    }
   }
-  summary += flash ? ", flash attention" : ", attention through ATen (flash attention takes bf16/fp16 and Hd 64 or 128)";
+  if (!replaced) summary += ", attention of the technique that replaced the core";
+  else if (hand) summary += rung == FlashRung::kMma ? ", flash attention (mma rung)" : ", flash attention (wmma rung)";
+  else if (attention != Attention::kSdpa)
+    summary += ", attention through SDPA (the hand-written flash attention takes bf16/fp16 and Hd 64 or 128)";
+  else summary += ", attention through SDPA";
   if (!model.loss_fn && !model.head) {  // the single-process head and loss
     LlamaForCausalLMImpl* self = &model;
     model.loss_fn = [self](const torch::Tensor& hidden, const torch::Tensor& targets) {

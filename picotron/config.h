@@ -96,6 +96,8 @@ struct TrainConfig {
   int pp_virtual_stages = 1;           // model chunks per pp rank (interleaved: >= 2)
   std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
   std::string kernels = "auto";        // auto | aten | fused: fused CUDA kernels (kernels/README.md); auto = fused on CUDA
+  std::string attention = "sdpa";      // --kernels fused: the attention core: sdpa (ATen's fastest, flash/cuDNN) |
+                                       //   flash-wmma | flash-mma (the hand-written FlashAttention-2 ladder, kernels/)
   std::string recompute = "none";      // none | selective | full: activations recomputed in backward (picotron/recompute.h)
   std::string cp_layout = "zigzag";    // contiguous | zigzag: which tokens each cp rank holds (context_parallel/)
   int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state
@@ -107,6 +109,9 @@ struct TrainConfig {
   // --- output ---
   std::string metrics_file;            // one JSON object per step (empty: none)
   std::string memory_trace;            // one JSON object per phase of each step: tensor memory (empty: none)
+  std::string profile;                 // --profile DIR: the LibTorch profiler's trace per rank + a top-operator table
+  int64_t profile_first = 0;           // --profile-steps A:B, the steps recorded (0: two steps after warm-up)
+  int64_t profile_last = 0;
   std::string save_params;             // write final full parameters here, safetensors (empty: none)
   std::string export_hf;               // write a Hugging Face folder (config.json + model.safetensors) here
   std::string eval;                    // a JSON file {"input_ids": [[...], ...]}: print the loss on it at the end

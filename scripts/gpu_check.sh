@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh — verify the GPU path in one command, on a machine with a GPU: the
-# first thing to run whenever one is available. It builds for sm_90 (H100 / H200), runs
-# what can only run there, and writes OUT/report.md (and every log under OUT/logs):
+# first thing to run whenever one is available. It builds for sm_90 (H100 / H200) (or runs
+# what --build-only --stage built elsewhere: --prebuilt), runs what can only run there, and
+# writes OUT/report.md (and every log under OUT/logs):
 #
 #   1. the GPU unit tests (unit_tests "[gpu]": bf16 model, NCCL watchdog, every fused
 #      kernel against its reference), one line each: passed / FAILED / skipped
@@ -9,17 +10,30 @@
 #      (smollm-135m, 50 steps): the largest loss difference, and both speeds
 #   3. several ranks on the one GPU: NCCL refuses two ranks on one device of one host, so
 #      each rank gets its own NCCL_HOSTID (another "host": sockets over loopback). If NCCL
-#      accepts, the dp2, tp2, pp2 and cp2 equivalence cases on CUDA in fp32 against the
-#      1-rank CUDA run (tests/equivalence.sh, rtol 1e-5); if not, NCCL's message
-#   4. bench_kernels (each fused kernel against ATen) and the end-to-end aten vs fused
-#      training throughput (bench/kernels_e2e.sh, smollm-360m)
-#   --long instead runs the end-to-end comparison with PyTorch eager (bench/vs_pytorch.sh
-#   in its GPU mode: smollm-360m and smollm-1.7b, seq 2048, bf16) and both e2e models.
+#      accepts, seven layouts' equivalence cases on CUDA in fp64 against the 1-rank CUDA
+#      run, rtol 1e-9 (tests/equivalence.sh: dp2, tp2, pp2 1f1b, cp2, dp2 x tp2 + sp +
+#      ZeRO-1, pp2 x cp2 zb-h1, dp2 + ZeRO-3), and one fp32 case at rtol 1e-4 (fp32
+#      rounding, amplified by AdamW's 1/sqrt(v) over 6 steps, moved parameters by 1-5e-5
+#      on the first GPU run while losses agreed to 1e-7); if not, NCCL's message
+#   4. bench_kernels (each fused kernel against ATen, the attention ladder against SDPA)
+#      and the end-to-end aten vs fused training throughput (bench/kernels_e2e.sh, smollm-360m)
+#   --long: the speed check alone (run the default check first: it proves the path):
+#   bench_kernels, then the end-to-end comparison with PyTorch (bench/vs_pytorch.sh's GPU
+#   mode), smollm-1.7b B=4 and smollm-360m B=8 at seq 2048, bf16: picotron aten and fused against a minimal
+#   PyTorch LLaMA (eager and torch.compile) and transformers' model (tokens/s, MFU, peak
+#   memory, ratios), and a --profile of smollm-1.7b's fused steps 3-4 (OUT/profile/: the
+#   per-kernel table in the report, the Perfetto trace beside it).
 #
 #   scripts/gpu_check.sh --out DIR [--long] [--deps DIR] [--build-dir DIR] [--budget S]
 #   scripts/gpu_check.sh --report DIR      # (re)write DIR/report.md from DIR's results
-#   scripts/gpu_check.sh --build-only --out DIR   # only the build (no GPU needed): checks
-#                                          # the recipe on the development machine
+#   scripts/gpu_check.sh --build-only --out DIR [--stage STAGE]
+#                                          # only the build (no GPU needed), on the
+#                                          # development machine; --stage: then copy what the
+#                                          # checks run into STAGE (scripts/gpu_stage.sh, <= 40 MB)
+#   scripts/gpu_check.sh --prebuilt STAGE --out DIR [--long]
+#                                          # on the GPU machine: no build; the binaries and
+#                                          # Open MPI from STAGE, LibTorch, CUDA and NCCL
+#                                          # from its python3's torch (the same version)
 #
 #   --out DIR        where the report and logs go (default: $OUT, the device tool's folder)
 #   --deps DIR       what scripts/gpu_deps.sh gathered on the development machine
@@ -33,14 +47,16 @@
 # that ran passed, 1 otherwise. Where it runs: docs/testing.md ("On a GPU").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-} long=0 deps=$root/.gpu_deps build=$root/build-gpu budget=570 report_only="" build_only=0
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+out=${OUT:-} long=0 deps=$root/.gpu_deps build=$root/build-gpu budget=570 report_only="" build_only=0 stage="" prebuilt=""
+usage() { sed -n '2,49p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_check: error: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) [ $# -ge 2 ] || die "--out needs a folder"; out=$2; shift ;;
     --long) long=1 ;;
     --build-only) build_only=1 ;;
+    --stage) [ $# -ge 2 ] || die "--stage needs a folder"; stage=$2; shift ;;
+    --prebuilt) [ $# -ge 2 ] || die "--prebuilt needs the folder --build-only --stage made"; prebuilt=$2; shift ;;
     --deps) [ $# -ge 2 ] || die "--deps needs a folder"; deps=$2; shift ;;
     --build-dir) [ $# -ge 2 ] || die "--build-dir needs a folder"; build=$2; shift ;;
     --budget) [ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || die "--budget needs a number of seconds"; budget=$2; shift ;;
@@ -56,6 +72,13 @@ if [ -n "$report_only" ]; then
   exec "$PYTHON" "$root/scripts/gpu_report.py" "$report_only"
 fi
 [ -n "$out" ] || die "no report folder: give --out DIR (or set OUT)"
+[ -z "$stage" ] || [ $build_only -eq 1 ] || die "--stage goes with --build-only (it stages what that build made)"
+[ -z "$prebuilt" ] || [ $build_only -eq 0 ] || die "--prebuilt runs what was built before: not with --build-only"
+if [ -n "$prebuilt" ]; then
+  [ -x "$prebuilt/train" ] && [ -f "$prebuilt/MANIFEST.txt" ] ||
+    die "--prebuilt $prebuilt: no staged build there (make one with scripts/gpu_check.sh --build-only --stage $prebuilt)"
+  prebuilt=$(cd "$prebuilt" && pwd)
+fi
 
 # ---- is there a GPU? ---------------------------------------------------------------
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -120,19 +143,35 @@ build_it() {
       { echo "the CUDA parts were not configured (see above): no NCCL or no CUDA LibTorch"; return 1; }; } &&
     cmake --build "$build" -j "$(nproc)" --target train unit_tests bench_kernels compare_runs
 }
+if [ -n "$prebuilt" ]; then
+  # The staged binaries: LibTorch, CUDA and NCCL from this machine's torch wheel (the same
+  # version as the build's), the rest from the stage.
+  build=$prebuilt ompi=$prebuilt/openmpi
+  torch_libs=$("$PYTHON" -c 'import os, glob, torch; d = os.path.dirname(torch.__file__); print(":".join([d + "/lib"] + sorted(glob.glob(os.path.join(d, "..", "nvidia", "*", "lib")))))') ||
+    die "$PYTHON cannot import torch: the staged binaries need its libraries"
+  export LD_LIBRARY_PATH=$prebuilt/lib:$torch_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH LD_LIBRARY_PATH=$ompi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export root build deps ompi PYTHON
 build_limit=420  # --build-only: the whole budget (a 2-core development machine needs longer)
 [ $build_only -eq 1 ] && build_limit=$budget
-if ! step build 120 "$build_limit" bash -c "$(declare -f build_it); build_it"; then
+if [ -n "$prebuilt" ]; then
+  step loads 1 60 "$prebuilt/train" --help || { "$PYTHON" "$root/scripts/gpu_report.py" "$out"; exit 1; }  # the libraries resolve
+elif ! step build 120 "$build_limit" bash -c "$(declare -f build_it); build_it"; then
   "$PYTHON" "$root/scripts/gpu_report.py" "$out"
   exit 1
 fi
 train=$build/train
-[ $build_only -eq 1 ] && { "$PYTHON" "$root/scripts/gpu_report.py" "$out"; exit 0; }
+if [ $build_only -eq 1 ]; then
+  [ -z "$stage" ] || step stage 1 300 "$root/scripts/gpu_stage.sh" "$build" "$deps" "$stage"
+  "$PYTHON" "$root/scripts/gpu_report.py" "$out"
+  ! grep -qP '\t(failed|timeout)\t' "$out/steps.tsv"
+  exit
+fi
 
-# ---- 1. the GPU unit tests -------------------------------------------------------------
+# ---- 1. the GPU unit tests (1-3: not under --long) -------------------------------------
+if [ $long -eq 0 ]; then
 step unit_gpu 30 180 "$build/tests/unit_tests" "[gpu]" -r xml -o "$out/unit_gpu.xml"
 
 # ---- 2. bf16 at world size 1: aten and fused -------------------------------------------
@@ -152,24 +191,31 @@ SH
 chmod +x "$hostid"
 if step nccl_two_ranks 30 120 mpirun --oversubscribe --bind-to none -np 2 "$hostid" "$train" --device cuda --dtype fp32 \
      --dp 2 --model tiny --steps 2 --generate 0 --log-every 1; then
-  eq_flags=(--device cuda --dtype fp32 --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
+  eq_flags=(--device cuda --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
             --seq-len 32 --micro-batch-size 2 --steps 6 --warmup-steps 2 --lr 3e-3 --min-lr 3e-4 --grad-clip 0.5
             --generate 0 --log-every 1)
-  for case in "dp2:--dp 2" "tp2:--tp 2" "pp2:--pp 2 --grad-acc-steps 4" "cp2:--cp 2"; do
-    name=${case%%:*}
+  # name:ranks:dtype:rtol:flags. fp64 proves the NCCL path exactly (1e-9, as on the CPU);
+  # the fp32 case is a sanity check of the dtype the GPU trains in (see the header).
+  for case in "dp2:2:fp64:1e-9:--dp 2" "tp2:2:fp64:1e-9:--tp 2" "pp2:2:fp64:1e-9:--pp 2 --grad-acc-steps 4" \
+              "cp2:2:fp64:1e-9:--cp 2" "dp2_tp2_sp_zero1:4:fp64:1e-9:--dp 2 --tp 2 --sp --zero 1" \
+              "pp2_cp2_zbh1:4:fp64:1e-9:--pp 2 --cp 2 --pp-schedule zb-h1 --grad-acc-steps 4" \
+              "dp2_zero3:2:fp64:1e-9:--dp 2 --zero 3" "dp2_fp32:2:fp32:1e-4:--dp 2"; do
+    IFS=: read -r name ranks dtype rtol flags <<<"$case"
     # shellcheck disable=SC2086  # the case's flags are words
-    TRAIN_WRAPPER=$hostid step "equivalence_$name" 30 120 "$root/tests/equivalence.sh" "$out/eq_$name" 1e-5 2 -- \
-      "$train" "${eq_flags[@]}" ${case#*:}
+    TRAIN_WRAPPER=$hostid step "equivalence_$name" 30 120 "$root/tests/equivalence.sh" "$out/eq_$name" "$rtol" "$ranks" -- \
+      "$train" "${eq_flags[@]}" --dtype "$dtype" $flags
   done
 fi
 
+fi  # (1-3)
+
 # ---- 4. speed ------------------------------------------------------------------------------
+step bench_kernels 60 150 "$build/bench/bench_kernels"
 if [ $long -eq 0 ]; then
-  step bench_kernels 60 150 "$build/bench/bench_kernels"
   TRAIN=$train MODELS=smollm-360m STEPS=20 MICRO_BATCHES="8 4" step kernels_e2e 90 240 "$root/bench/kernels_e2e.sh"
 else
-  TRAIN=$train MODELS="smollm-360m smollm-1.7b" STEPS=20 MICRO_BATCHES="8 4 2" step kernels_e2e 120 300 "$root/bench/kernels_e2e.sh"
-  TRAIN=$train DEVICE=cuda ROUNDS=1 PYTHON=$PYTHON step vs_pytorch 120 300 "$root/bench/vs_pytorch.sh"
+  TRAIN=$train DEVICE=cuda PYTHON=$PYTHON PROFILE=$out/profile CASES="smollm-1.7b:4 smollm-360m:8" \
+    step vs_pytorch 120 480 "$root/bench/vs_pytorch.sh"
 fi
 
 "$PYTHON" "$root/scripts/gpu_report.py" "$out"

@@ -401,3 +401,27 @@ if(NO_TRANSFORMERS EQUAL 0)
   set_tests_properties(data.text_end_to_end PROPERTIES LABELS cli TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1"
     PASS_REGULAR_EXPRESSION "text data ok" FAIL_REGULAR_EXPRESSION "FAILED")
 endif()
+
+# --profile: LibTorch's profiler around steps 2-3 of a CPU run, on 2 ranks: each rank's
+# Chrome trace holds train.cpp's phases and ATen operators; rank 0 prints its table.
+add_test(NAME cli.mpi_profile COMMAND sh -c "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/profile && ${MPIRUN_LINE} -np 2 ${TRAIN} \
+--device cpu --dp 2 --steps 4 --seq-len 16 --micro-batch-size 2 --generate 0 --threads 1 \
+--profile ${CMAKE_CURRENT_BINARY_DIR}/profile --profile-steps 2:3 > ${CMAKE_CURRENT_BINARY_DIR}/profile.log 2>&1 \
+&& python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_profile.py ${CMAKE_CURRENT_BINARY_DIR}/profile 2 ${CMAKE_CURRENT_BINARY_DIR}/profile.log")
+set_tests_properties(cli.mpi_profile PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "profile ok")
+picotron_cli_test(cli.bad_profile_steps ${EXPECT_FAIL} "error: --profile-steps: '3' is not A:B" -- ${TRAIN} --profile p --profile-steps 3)
+picotron_cli_test(cli.bad_profile_range ${EXPECT_FAIL} "error: --profile-steps 4:9 ends after the last step \\(--steps 5\\)" --
+  ${TRAIN} --steps 5 --profile p --profile-steps 4:9)
+picotron_cli_test(cli.bad_profile_steps_alone ${EXPECT_FAIL} "error: --profile-steps needs --profile DIR" -- ${TRAIN} --profile-steps 1:2)
+picotron_cli_test(cli.bad_attention_aten ${EXPECT_FAIL} "error: --attention flash-mma is a kernel of kernels/: it needs --kernels fused" --
+  ${TRAIN} --attention flash-mma)
+picotron_cli_test(cli.bad_attention_name ${EXPECT_FAIL} "error: --attention must be sdpa, flash-wmma or flash-mma, got 'flash3'" --
+  ${TRAIN} --kernels fused --attention flash3)
+
+# bench/vs_pytorch.sh's GPU mode, its commands printed (no GPU needed): the model shapes come
+# from train --dry-run (read whole: a grep -m1 in a pipe killed train with SIGPIPE, and the
+# script exited 141 under pipefail before measuring anything).
+picotron_cli_test(cli.vs_pytorch_gpu_commands sh -c "DEVICE=cuda PRINT_ONLY=1 PROFILE=${CMAKE_CURRENT_BINARY_DIR}/vs_profile TRAIN=${TRAIN} ${CMAKE_SOURCE_DIR}/bench/vs_pytorch.sh")
+set_tests_properties(cli.vs_pytorch_gpu_commands PROPERTIES PASS_REGULAR_EXPRESSION
+  "== smollm-1.7b, B=4 .*picotron fused: [^\n]*--kernels fused --profile[^\n]*\nminimal eager: [^\n]*--hidden-size 2048 --intermediate-size 8192 --num-hidden-layers 24 --num-attention-heads 32 --num-key-value-heads 32 --vocab-size 49152.*minimal compile: [^\n]*--compile.*== smollm-360m, B=8.*transformers: [^\n]*--impl transformers")

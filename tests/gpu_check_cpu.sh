@@ -30,7 +30,7 @@ expect "$tmp/nogpu.log" '^gpu_check: no GPU on this machine' "no GPU: says so"
 env -u OUT "$check" >"$tmp/b.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/b.log" "no report folder: give --out DIR" "no --out and no OUT" || bad "no --out: exit 1"
 "$check" --out "$tmp/o" --budget soon >"$tmp/c.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/c.log" "--budget needs a number of seconds" "a bad --budget" || bad "a bad --budget: exit 1"
 "$check" --report "$tmp/nothing" >"$tmp/d.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/d.log" "no results there" "--report of an empty folder" || bad "--report of an empty folder: exit 1"
-"$check" --help >"$tmp/h.log" 2>&1 && expect "$tmp/h.log" "--long instead runs the end-to-end comparison with PyTorch" "--help" || bad "--help: exit 0"
+"$check" --help >"$tmp/h.log" 2>&1 && expect "$tmp/h.log" "--long: the speed check alone" "--help" || bad "--help: exit 0"
 
 # 3. The report, from real outputs.
 r=$tmp/r; mkdir -p "$r/logs"
@@ -49,4 +49,23 @@ expect "$r/report.md" '^Loss agreement over 8 common steps: largest \|fused - at
 expect "$r/report.md" '^Two ranks on one GPU: failed' "the multi-rank attempt"
 expect "$r/report.md" 'error' "the failed run's own words"
 expect "$r/report.md" '^\| nccl_two_ranks \| failed \| 1 \| exit 1 \|$' "the steps table"
+# 4. The staged build (--build-only --stage, then --prebuilt on the GPU machine): this
+# machine's build staged, its binaries run from the stage, and --prebuilt's arguments.
+build=$(dirname "$train")
+"$check" --stage "$tmp/s" --out "$tmp/o" >"$tmp/e.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/e.log" "--stage goes with --build-only" "--stage without --build-only" || bad "--stage without --build-only: exit 1"
+"$check" --prebuilt "$tmp/none" --out "$tmp/o" >"$tmp/f.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/f.log" "no staged build there" "--prebuilt of an empty folder" || bad "--prebuilt of an empty folder: exit 1"
+if "$here/../scripts/gpu_stage.sh" "$build" "$tmp/no_deps" "$tmp/stage" >"$tmp/stage.log" 2>&1; then
+  ok "gpu_stage.sh: $(tail -n 1 "$tmp/stage.log")"
+  for b in train tests/unit_tests tests/compare_runs bench/bench_kernels; do
+    [ -x "$tmp/stage/$b" ] && ok "staged $b" || bad "staged $b"
+  done
+  expect "$tmp/stage/MANIFEST.txt" "^# from the GPU machine's torch wheel .*libtorch" "the manifest names what torch provides"
+  LD_LIBRARY_PATH=$tmp/stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/stage/train" --help >"$tmp/staged_help.log" 2>&1 &&
+    expect "$tmp/staged_help.log" "--attention" "the staged train runs" || bad "the staged train runs"
+  env OUT= "$check" --prebuilt "$tmp/stage" --out "$tmp/o3" >"$tmp/g.log" 2>&1; rc=$?
+  [ $rc -eq 2 ] && expect "$tmp/g.log" "^gpu_check: no GPU on this machine" "--prebuilt without a GPU: exit 2" || bad "--prebuilt without a GPU: exit 2 (got $rc)"
+else
+  bad "gpu_stage.sh"; cat "$tmp/stage.log"
+fi
+
 [ $fail -eq 0 ] && echo "GPU CHECK CPU SIDE OK" || echo "FAILED"

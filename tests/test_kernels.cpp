@@ -138,8 +138,10 @@ TEST_CASE("kernels: attention reference = causal_attention (GQA), out, lse and g
   CHECK(rel_diff(dq, want[0]) < 1e-10);
   CHECK(rel_diff(dk, want[1]) < 1e-10);
   CHECK(rel_diff(dv, want[2]) < 1e-10);
-  auto got = grads_of(std::get<0>(K::flash_attention(q, k, v)), probe, {q, k, v});
-  for (int i = 0; i < 3; ++i) CHECK(rel_diff(got[i], want[i]) < 1e-10);
+  for (const auto rung : {K::FlashRung::kWmma, K::FlashRung::kMma}) {  // on the CPU each rung runs the reference
+    auto got = grads_of(std::get<0>(K::flash_attention(q, k, v, rung)), probe, {q, k, v});
+    for (int i = 0; i < 3; ++i) CHECK(rel_diff(got[i], want[i]) < 1e-10);
+  }
 }
 
 TEST_CASE("kernels: the multi-tensor AdamW reference = AdamW::step", "[kernels]") {
@@ -166,6 +168,9 @@ TEST_CASE("kernels: the multi-tensor AdamW reference = AdamW::step", "[kernels]"
 }
 
 TEST_CASE("kernels: a model with --kernels fused (references on the CPU) = the ATen model", "[kernels]") {
+  // Each --attention; in fp64 the hand-written rungs (bf16/fp16 only) give way to SDPA,
+  // and the summary says so. (The rungs' autograd wiring: the attention case above.)
+  const auto attention = GENERATE(K::Attention::kSdpa, K::Attention::kFlashWmma, K::Attention::kFlashMma);
   LlamaConfig c = preset("tiny");
   c.num_hidden_layers = 2;
   LlamaForCausalLM plain(c), fused(c);
@@ -173,8 +178,10 @@ TEST_CASE("kernels: a model with --kernels fused (references on the CPU) = the A
   fused->to(torch::kFloat64);
   init_parameters(*plain, 5, 0.02);
   init_parameters(*fused, 5, 0.02);
-  const std::string summary = K::use_fused_kernels(*fused, torch::kFloat64);
+  const std::string summary = K::use_fused_kernels(*fused, torch::kFloat64, attention);
+  INFO(summary);
   CHECK(summary.find("linear + cross-entropy") != std::string::npos);
+  CHECK(summary.find("attention through SDPA") != std::string::npos);  // fp64: the rungs take bf16/fp16 only
   auto tokens = torch::randint(0, c.vocab_size, {2, 16}), targets = torch::randint(0, c.vocab_size, {2, 16});
   auto l_plain = plain->loss(tokens, targets), l_fused = fused->loss(tokens, targets);
   CHECK(l_fused.item<double>() == Approx(l_plain.item<double>()).epsilon(1e-6));  // per-row losses in fp32
@@ -301,8 +308,19 @@ TEST_CASE("kernels on the GPU: flash attention = the reference (GQA, causal, odd
         auto dout = torch::randn_like(o);
         auto [dq, dk, dv] = K::cuda::flash_attention_backward(dout, q, k, v, o, lse, scale, causal);
         auto [dq_ref, dk_ref, dv_ref] = K::reference::flash_attention_backward(dout, q, k, v, o_ref, lse_ref, scale, causal);
-        CHECK(rel_diff(dq, dq_ref) < 2 * tolerance(dt));  // P and dS rounded to 16 bits before their products
-        CHECK(rel_diff(dk, dk_ref) < 2 * tolerance(dt));
-        CHECK(rel_diff(dv, dv_ref) < 2 * tolerance(dt));
+        CHECK(rel_diff(dv, dv_ref) < 2 * tolerance(dt));  // P and dS rounded to 16 bits before their products
+        if (s == 1) {
+          // One key: P = 1 whatever the scores, so softmax's gradient dS = P (dP - D) is exactly 0
+          // (dP = dO.v = D), and so are dq and dk. Both sides hold rounding noise there (the
+          // reference's in 16-bit arithmetic), and a relative difference of two noises is
+          // meaningless (it read 0.7-4.8 on the H100): check that the kernel's are ~0 against
+          // the gradients' own size, |dv|.
+          const double size = dv_ref.abs().max().item<double>();
+          CHECK(dq.abs().max().item<double>() <= 1e-2 * size);
+          CHECK(dk.abs().max().item<double>() <= 1e-2 * size);
+        } else {
+          CHECK(rel_diff(dq, dq_ref) < 2 * tolerance(dt));
+          CHECK(rel_diff(dk, dk_ref) < 2 * tolerance(dt));
+        }
       }
 }

@@ -283,7 +283,8 @@ const std::vector<Flag>& flag_table() {
     t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
     t.push_back(text("pp-trace", "Parallelism", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
     t.push_back(integer("cp", "Parallelism", "context-parallel size: each sequence split over cp ranks, attention by ring", of(&TrainConfig::cp), {">=", 1, double(k << 16)}));
-    t.push_back(choice("kernels", "Parallelism", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (aten until the fused kernels have passed their GPU tests, then fused on CUDA: kernels/README.md)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
+    t.push_back(choice("kernels", "Parallelism", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA in bf16/fp16/fp32, aten on the CPU and in fp64: kernels/README.md)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
+    t.push_back(choice("attention", "Parallelism", "with --kernels fused: the attention core. sdpa (ATen's scaled_dot_product_attention: its flash / cuDNN kernels, the fastest measured) | flash-wmma | flash-mma (the hand-written FlashAttention-2 of kernels/: the WMMA rung, the register-resident mma.sync rung; kernels/README.md)", of(&TrainConfig::attention), {"sdpa", "flash-wmma", "flash-mma"}));
     t.push_back(choice("recompute", "Parallelism", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", of(&TrainConfig::recompute), {"none", "selective", "full"}));
     Flag layout = text("cp-layout", "Parallelism", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", of(&TrainConfig::cp_layout));
     layout.set = [](TrainConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
@@ -308,6 +309,27 @@ const std::vector<Flag>& flag_table() {
     // ---- Output ----
     t.push_back(text("metrics-file", "Output", "write one JSON object per step to this file", of(&TrainConfig::metrics_file)));
     t.push_back(text("memory-trace", "Output", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
+    t.push_back(text("profile", "Output", "record steps with LibTorch's profiler (CPU ops, CUDA kernels) into DIR/trace-rank<R>.json, which Perfetto (ui.perfetto.dev) and chrome://tracing open, and print the top operators and kernels by time (DIR/top-rank<R>.txt)", of(&TrainConfig::profile)));
+    Flag profile_steps{"profile-steps", "Output", "with --profile: the steps recorded, A:B (1-based, inclusive; default: two steps after warm-up, 3:4)"};
+    profile_steps.set = [](TrainConfig& c, const std::string& text) {
+      const size_t colon = text.find(':');
+      if (colon == std::string::npos)
+        throw std::invalid_argument("--profile-steps: '" + text + "' is not A:B (first and last step, e.g. 3:4)");
+      c.profile_first = to_integer("profile-steps", text.substr(0, colon));
+      c.profile_last = to_integer("profile-steps", text.substr(colon + 1));
+    };
+    profile_steps.show = [](const TrainConfig& c) {
+      return c.profile_first == 0 ? std::string("") : str(c.profile_first) + ":" + str(c.profile_last);
+    };
+    profile_steps.check = [](const TrainConfig& c, Problems& p) {
+      if (c.profile_first == 0 && c.profile_last == 0) return;
+      if (c.profile_first < 1 || c.profile_last < c.profile_first)
+        p.push_back("--profile-steps must be A:B with 1 <= A <= B, got " + str(c.profile_first) + ":" + str(c.profile_last));
+      else if (c.profile_last > c.steps)
+        p.push_back("--profile-steps " + str(c.profile_first) + ":" + str(c.profile_last) + " ends after the last step (--steps " +
+                    str(c.steps) + ")");
+    };
+    t.push_back(profile_steps);
     t.push_back(text("save-params", "Output", "write the final full parameters to this file (safetensors, Hugging Face names)", of(&TrainConfig::save_params)));
     t.push_back(text("save-dir", "Output", "write checkpoints (master weights, AdamW moments, step, loss scale) into this directory, one step-NNNNNN/ each", of(&TrainConfig::save_dir)));
     t.push_back(integer("save-every", "Output", "a checkpoint every N steps (0: only at the end of the run; always at the end when --save-dir is set)", of(&TrainConfig::save_every), {">=", 0, kNoLimit, " (0: only at the end)"}));

@@ -87,7 +87,7 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
        {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
         {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
         {"--eval-logits", cfg.eval_logits, false}, {"--save-dir", cfg.save_dir, true},
-        {"--export-hf", cfg.export_hf, true}}) {
+        {"--export-hf", cfg.export_hf, true}, {"--profile", cfg.profile, true}}) {
     if (path.empty()) continue;
     if (auto p = output_path_problem(flag, path, directory, cfg.data); !p.empty()) {
       problems.push_back(p);

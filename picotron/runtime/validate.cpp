@@ -29,6 +29,9 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
        "--kernels fused runs the CUDA kernels of kernels/: it needs --device cuda (on the CPU: --kernels aten)");
   need(!(c.kernels == "fused" && c.dtype_given && c.dtype == Precision::kFP64),
        "--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
+  need(c.attention == "sdpa" || c.kernels == "fused",
+       "--attention " + c.attention + " is a kernel of kernels/: it needs --kernels fused (and --device cuda)");
+  need(c.profile_first == 0 || !c.profile.empty(), "--profile-steps needs --profile DIR (where the trace goes)");
   const std::string& w = c.wait_for_debugger;
   const bool wait_rank = !w.empty() && w.size() < 9 && w.find_first_not_of("0123456789") == std::string::npos;
   need(w == "none" || w == "all" || wait_rank, "--wait-for-debugger takes none, all or a rank number, got '" + w + "'");
