@@ -20,19 +20,27 @@
 //   dV_j += P^T dO_i and dK_j += dS^T Q_i with P^T, dS^T repacked as A fragments; dS_i
 //   through shared memory to dQ_i += scale dS_i K_j (fp32 atomics, as FA2).
 //
-// What changed from the WMMA rung, and why it is faster:
-//   - S_ij, P_ij and O_i never touch shared memory. The WMMA rung stores S (fp32), reads
-//     it for the softmax, writes P, reads P and reads + writes O for every key tile: at
-//     Hd 128 about 100 KB of shared traffic per warp per tile beside the 36 KB of K/V
-//     operands. Here a C fragment's layout is known (flash_mma.cuh), so the softmax works
-//     on it in place and the quad shuffles replace shared-memory row reductions.
-//   - Q_i's A fragments are loaded once into registers; only K_j, V_j stream from shared.
-//   - cp.async copies K_{j+1}, V_{j+1} into the second buffer while the tensor cores work
-//     on K_j, V_j (the WMMA rung loads with ordinary loads and then waits); no registers
-//     hold data in transit.
+// What changed from the WMMA rung, and why it is faster (per warp and key tile, Hd 128):
+//   - S_ij, P_ij and O_i never touch shared memory. The WMMA rung writes S in fp32 and
+//     reads it for the softmax, writes P and re-reads it for every 16 output columns,
+//     rescales O in shared memory and loads + stores it around every P V_j step, and
+//     re-reads Q_i's fragments: ~74 KiB of shared traffic beside the 32 KiB of K_j, V_j
+//     operands both rungs read. Here a C fragment's layout is known (flash_mma.cuh): the
+//     softmax works on it in place (a row reduction: 2 shuffles within a quad), and P's
+//     A fragments are S's registers repacked. Only K_j, V_j come from shared memory.
+//   - Q_i's A fragments are loaded once into registers, for the whole row of tiles.
+//   - cp.async copies K_j+1, V_j+1 into the second buffer while the tensor cores work on
+//     K_j, V_j (the WMMA rung loads, then waits at a barrier), and holds no registers.
 //   - The shared layout is XOR-swizzled: ldmatrix without bank conflicts, no padding.
-// Tile sizes and registers (ptxas, sm_90): see the launchers; smem: forward 80 KiB at Hd
-// 128 (Q_i + 2 x K_j + 2 x V_j), 40 KiB at 64; backward 68 / 56 KiB.
+// Shared memory: forward 80 KiB at Hd 128 (Q_i + 2 K_j + 2 V_j), 40 KiB at Hd 64;
+// backward 68 / 56 KiB (K_j, V_j, 2 Q_i, 2 dO_i, dS_i). Registers (ptxas, CUDA 13.0,
+// sm_90, no spills): forward 228 at Hd 128, 133 at Hd 64; backward 255 / 245. So at Hd 128
+// two blocks (8 warps) per SM, both for registers and shared memory.
+// The next knob: 32 query rows per warp (Br = 128, 4 warps), so that each K/V fragment
+// feeds two mma. At 16 rows a warp reads 32 KiB of shared memory per 0.5 MFLOP per key
+// tile; at 128 B/clock per SM that is ~1.4x the time mma.sync needs for the FLOPs (an
+// estimate): shared bandwidth, not the tensor cores, likely bounds this rung. Beyond it:
+// wgmma reading K/V from shared memory directly, TMA, warp specialisation (FA3).
 //
 // FLOPs: forward 4 B nH S^2 Hd (halved when causal), backward 2.5x that (S recomputed).
 // reference: reference::flash_attention_forward / _backward (kernels/reference.cpp), the
@@ -424,8 +432,7 @@ void check_scale(double scale) {
 
 }  // namespace
 
-// Forward: grid (query tile i, b * nH + h), 128 threads; registers per thread (ptxas):
-// see kernels/README.md. Shared: FwdLayoutMma<Hd>::bytes (80 KiB at Hd 128: 2 blocks/SM).
+// Forward: grid (query tile i, b * nH + h) x 128 threads, FwdLayoutMma<Hd>::bytes of shared.
 std::tuple<at::Tensor, at::Tensor> flash_attention_mma_forward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, double scale, bool causal) {
   const int64_t nKV = check_qkv(q, k, v);
@@ -451,7 +458,8 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_mma_forward(const at::Tensor&
   return {out, lse};
 }
 
-// Backward: D, then grid (key tile j, b * nKV + kv) x 128 threads, then dQ fp32 -> dtype.
+// Backward: D; grid (key tile j, b * nKV + kv) x 128 threads, BwdLayoutMma<Hd>::bytes of
+// shared; dQ fp32 -> dtype.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_mma_backward(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, double scale, bool causal) {

@@ -12,11 +12,11 @@
 //
 //   A, 16 x 16 (row-major), 8 halves a0..a7     B, 16 x 8 ("col"), 4 halves b0..b3
 //   in 4 registers {a0a1}{a2a3}{a4a5}{a6a7}     in 2 registers {b0b1}{b2b3}
-//          cols 0..7        cols 8..15                 cols (n) 0..7
-//        +---------------+---------------+            +-----------------+
-//   row g|  a0 a1 @2t    |  a4 a5 @8+2t  |   k 2t,2t+1|  b0 b1  @col g  |
-//  row g+8| a2 a3 @2t    |  a6 a7 @8+2t  |   k 8+2t.. |  b2 b3  @col g  |
-//        +---------------+---------------+            +-----------------+
+//              cols 0..7       cols 8..15                    col (n) g
+//          +---------------+---------------+            +-----------------+
+//   row g  |   a0 a1 @2t   |  a4 a5 @8+2t  | k 2t, 2t+1 |      b0 b1      |
+//   row g+8|   a2 a3 @2t   |  a6 a7 @8+2t  | k 8+2t, .. |      b2 b3      |
+//          +---------------+---------------+            +-----------------+
 //
 //   C = D, 16 x 8 fp32, c0..c3 (4 registers)     so one lane holds rows g and g + 8 of every
 //        row g:    c0 c1 at cols 2t, 2t + 1      tile: a row's 8 columns live in the 4 lanes of
@@ -41,8 +41,8 @@
 // rows; unswizzled, with a row stride of 128 or 256 B, all 8 sit in the same 4 banks (an
 // 8-way conflict). XOR-ing spreads the 8 rows over 8 different chunks = all 32 banks,
 // costs no extra bytes (padding each row by 16 B, as the WMMA rung does, works too but
-// wastes 6-12% of the tile and breaks the rows' 128-byte alignment), and is the same
-// 128-byte swizzle Hopper's TMA and wgmma use: the next rung keeps the layout.
+// wastes 6-12% of the tile and breaks the rows' 128-byte alignment), and on 128-byte rows
+// (64 elements) is exactly Hopper's 128-byte swizzle, the layout TMA writes and wgmma reads.
 //
 //   row 0:  c0 c1 c2 c3 c4 c5 c6 c7        physical chunk = chunk ^ (row % 8)
 //   row 1:  c1 c0 c3 c2 c5 c4 c7 c6        (chunk 0 of rows 0..7 lands in columns 0..7)

@@ -2,8 +2,8 @@
 # or allocating a tensor (a 6 GiB address-space limit, as the dry runs), prints its counts
 # and the best layouts with their command lines; the cheatsheet's answers for an 8B model
 # on one node (one technique), 70B on 64 GPUs (TP in the node with PP or ZeRO-3, or ZeRO-3
-# alone), a GPU-poor single GPU (full recompute + accumulation), 70B on one GPU (what
-# would fit), and Mixtral 8x7B on 64 GPUs (expert parallelism in the list). The unit tests check the same cases in detail: unit_tests "[plan]".
+# alone), a GPU-poor single GPU (the optimizer offloaded; at 4096 tokens the fused loss too),
+# 70B on one GPU (what would fit), and Mixtral 8x7B on 64 GPUs (expert parallelism in the list). The unit tests check the same cases in detail: unit_tests "[plan]".
 set(PLAN_TRAIN $<TARGET_FILE:train>)
 function(picotron_plan_test name regex)
   string(JOIN " " flags ${ARGN})
@@ -20,8 +20,13 @@ picotron_plan_test(cli.plan_llama3_70b_64gpus
   " 1\\. dp [0-9]+ x tp [1-8] x pp [0-9]+ x cp 1[^\n]*\n[^\n]*\n    rule: (TP within the node|ZeRO-3 alone)[^\n]*\n    mpirun -np 64 build/train --device cuda --model llama3-70b"
   --model llama3-70b --gpus 64 --seq-len 4096)
 picotron_plan_test(cli.plan_gpu_poor
-  " 1\\. dp 1 x tp 1 x pp 1 x cp 1, zero 0, recompute full, micro-batch [0-9]+ x grad-acc [0-9]+[^\n]*\n[^\n]*\n    rule: one GPU, GPU-poor: full recompute \\+ accumulation"
+  " 1\\. dp 1 x tp 1 x pp 1 x cp 1, zero 1 \\+offload, recompute none, micro-batch [0-9]+ x grad-acc [0-9]+[^\n]*\n[^\n]*\n    rule: one GPU, ZeRO-Offload: the optimizer state in CPU memory[^\n]*\n    mpirun -np 1 [^\n]* --zero 1 --zero-offload --kernels fused\n"
   --model llama3.2-1b --gpus 1 --gpu-memory 24 --seq-len 1024)
+# At 4096 tokens nothing fits with the optimizer on the GPU (28.9 GB at least: its 18 bytes
+# a parameter and ATen's [T, V] logits); offloaded it does, with the fused kernels.
+picotron_plan_test(cli.plan_gpu_poor_4096
+  " 1\\. dp 1 x tp 1 x pp 1 x cp 1, zero 1 \\+offload, [^\n]*\n    memory [0-9.]+ GB \\|[^\n]* \\+ offload [0-9]+ \\|[^\n]*\n[^\n]*\n    mpirun -np 1 build/train --device cuda --model llama3.2-1b [^\n]* --zero 1 --zero-offload --kernels fused\n"
+  --model llama3.2-1b --gpus 1 --gpu-memory 24 --seq-len 4096)
 # A mixture of experts: --ep is searched too (the experts over ep ranks of dp; their
 # all-to-alls in the step's split), and the command line carries it.
 picotron_plan_test(cli.plan_mixtral_64gpus

@@ -281,10 +281,10 @@ const std::vector<Flag>& flag_table() {
     schedule.set = [](TrainConfig& c, const std::string& name) { c.pp_schedule = schedule_name(parse_schedule(name)); };
     t.push_back(schedule);
     t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
-    t.push_back(text("pp-trace", "Parallelism", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
+    t.push_back(text("pp-trace", "Learning", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
     t.push_back(integer("cp", "Parallelism", "context-parallel size: each sequence split over cp ranks, attention by ring", of(&TrainConfig::cp), {">=", 1, double(k << 16)}));
-    t.push_back(choice("kernels", "Parallelism", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA in bf16/fp16/fp32, aten on the CPU and in fp64: kernels/README.md)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
-    t.push_back(choice("attention", "Parallelism", "with --kernels fused: the attention core. sdpa (ATen's scaled_dot_product_attention: its flash / cuDNN kernels, the fastest measured) | flash-wmma | flash-mma (the hand-written FlashAttention-2 of kernels/: the WMMA rung, the register-resident mma.sync rung; kernels/README.md)", of(&TrainConfig::attention), {"sdpa", "flash-wmma", "flash-mma"}));
+    t.push_back(choice("kernels", "Hardware", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA in bf16/fp16/fp32, aten on the CPU and in fp64: kernels/README.md)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
+    t.push_back(choice("attention", "Hardware", "with --kernels fused: the attention core. sdpa (ATen's scaled_dot_product_attention: its flash / cuDNN kernels, the fastest measured) | flash-wmma | flash-mma (the hand-written FlashAttention-2 of kernels/: the WMMA rung, the register-resident mma.sync rung; kernels/README.md)", of(&TrainConfig::attention), {"sdpa", "flash-wmma", "flash-mma"}));
     t.push_back(choice("recompute", "Parallelism", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", of(&TrainConfig::recompute), {"none", "selective", "full"}));
     Flag layout = text("cp-layout", "Parallelism", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", of(&TrainConfig::cp_layout));
     layout.set = [](TrainConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
@@ -305,12 +305,12 @@ const std::vector<Flag>& flag_table() {
     dp_mode.show = [](const TrainConfig& c) { return std::string(dp_mode_name(c.dp_mode)); };
     t.push_back(dp_mode);
     t.push_back(real("dp-bucket-mb", "Parallelism", "bucket size of bucketed data parallelism (and ZeRO-1/2), MiB", of(&TrainConfig::dp_bucket_mb), {">", 0, double(k << 20)}));
-    t.push_back(integer("timeout-s", "Parallelism", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
+    t.push_back(integer("timeout-s", "Hardware", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
     // ---- Output ----
     t.push_back(text("metrics-file", "Output", "write one JSON object per step to this file", of(&TrainConfig::metrics_file)));
-    t.push_back(text("memory-trace", "Output", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
-    t.push_back(text("profile", "Output", "record steps with LibTorch's profiler (CPU ops, CUDA kernels) into DIR/trace-rank<R>.json, which Perfetto (ui.perfetto.dev) and chrome://tracing open, and print the top operators and kernels by time (DIR/top-rank<R>.txt)", of(&TrainConfig::profile)));
-    Flag profile_steps{"profile-steps", "Output", "with --profile: the steps recorded, A:B (1-based, inclusive; default: two steps after warm-up, 3:4)"};
+    t.push_back(text("memory-trace", "Learning", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
+    t.push_back(text("profile", "Learning", "record steps with LibTorch's profiler (CPU ops, CUDA kernels) into DIR/trace-rank<R>.json, which Perfetto (ui.perfetto.dev) and chrome://tracing open, and print the top operators and kernels by time (DIR/top-rank<R>.txt)", of(&TrainConfig::profile)));
+    Flag profile_steps{"profile-steps", "Learning", "with --profile: the steps recorded, A:B (1-based, inclusive; default: two steps after warm-up, 3:4)"};
     profile_steps.set = [](TrainConfig& c, const std::string& text) {
       const size_t colon = text.find(':');
       if (colon == std::string::npos)
@@ -367,9 +367,9 @@ const std::vector<Flag>& flag_table() {
     };
     t.push_back(prompt);
     t.push_back(integer("log-every", "Output", "print a line every N steps (0: every step of short runs, ~50 lines otherwise)", of(&TrainConfig::log_every), {">=", 0, kNoLimit, " (0: automatic)"}));
-    t.push_back(on_off("comm-report", "Output", "print, at the end, the calls and elements of every collective per group and per step", of(&TrainConfig::comm_report)));
-    t.push_back(text("wait-for-debugger", "Output", "none | all | RANK: that rank (or every rank) prints its pid and waits until a debugger attaches (gdb -p PID, VS Code: scripts/vscode/launch.json)", of(&TrainConfig::wait_for_debugger)));
-    t.push_back(on_off("explain", "Output", "narrate the first step, rank by rank: what each rank holds, every communication with its group, shapes and line of code", of(&TrainConfig::explain)));
+    t.push_back(on_off("comm-report", "Learning", "print, at the end, the calls and elements of every collective per group and per step", of(&TrainConfig::comm_report)));
+    t.push_back(text("wait-for-debugger", "Learning", "none | all | RANK: that rank (or every rank) prints its pid and waits until a debugger attaches (gdb -p PID, VS Code: scripts/vscode/launch.json)", of(&TrainConfig::wait_for_debugger)));
+    t.push_back(on_off("explain", "Learning", "narrate the first step, rank by rank: what each rank holds, every communication with its group, shapes and line of code", of(&TrainConfig::explain)));
     t.push_back(integer("generate", "Output", "samples printed after training (0: none)", of(&TrainConfig::generate), {">=", 0, double(k << 20)}));
     add_planner_flags(t);
     return t;
@@ -386,14 +386,28 @@ const Flag* find_flag(const std::string& name) {
 std::string help_text() {
   const TrainConfig d;  // the defaults
   cxxopts::Options opts("train", "picotron: train a LLaMA-like model with 4D parallelism");
-  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Output", "Planner"};
+  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Learning", "Output", "Planner"};
   for (const Flag& f : flag_table()) {
     auto value = f.is_switch ? cxxopts::value<bool>() : cxxopts::value<std::string>();
     if (f.shows_default && !f.is_switch && !f.show(d).empty()) value->default_value(f.show(d));
     opts.add_options(f.group)(f.name, f.help, value);
   }
   opts.add_options("Output")("h,help", "print this help");
-  return opts.help(groups);
+  // A layout needs one process per rank: dp x pp x cp x tp of them, from mpirun (or torchrun).
+  return opts.help(groups) + R"(
+Examples:
+  one process (the CPU or one GPU):
+    build/train --steps 200
+  data x tensor parallelism, 2 x 2 = 4 processes (--oversubscribe: more ranks than cores):
+    mpirun --oversubscribe -np 4 build/train --device cpu --dp 2 --tp 2 --steps 50
+  a pipeline of 2 stages, 4 micro-batches per step, 1F1B, narrated:
+    mpirun --oversubscribe -np 2 build/train --device cpu --pp 2 --grad-acc-steps 4 --steps 3 --explain
+
+Where to learn:
+  --explain               narrates the first step: every collective, its group, shapes and line of code
+  scripts/debug.sh        stops a technique in gdb at its communication (scripts/debug.sh --help)
+  docs/stepping.md        recorded debugger sessions, technique by technique
+  README.md               the reading order, and each technique's folder README)";
 }
 
 // The command line as (flag, text) pairs, checked: two dashes, a known flag, a value

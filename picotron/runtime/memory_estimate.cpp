@@ -9,6 +9,7 @@
 
 #include "picotron/recompute.h"
 #include "picotron/runtime/memory_moe.h"
+#include "picotron/runtime/memory_per_token.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_layout.h"
@@ -25,51 +26,6 @@ double MemoryEstimate::peak_bytes() const { return state_bytes() + activations.b
 namespace {
 
 std::string n(double v) { return with_commas(int64_t(v)); }
-
-// Bytes per token of one micro-batch, each piece named after the tensors model.cpp keeps.
-struct PerToken {
-  double layer = 0;      // one decoder layer, under the recompute mode
-  double layer_none = 0; // one decoder layer without recompute (full recompute rebuilds it)
-  double head = 0;       // final norm + log-softmax output + the targets
-  double moe = 0;        // a mixture of experts: its block, in place of the MLP (0: dense)
-  std::string layer_formula, head_formula, moe_formula;
-};
-
-PerToken per_token(const TrainConfig& c, double e, double a) {
-  const LlamaConfig& m = c.llama;
-  const double H = double(m.hidden_size), Hd = double(m.head_dim()), tp = c.tp;
-  const double nH = double(m.num_attention_heads) / tp, nKV = double(m.num_key_value_heads) / tp;
-  const double I = double(m.intermediate_size) / tp, V = double(m.vocab_size) / tp;
-  // RMSNorm keeps x (in the accumulation dtype), 1/rms, the normalised x, and its output
-  // (kept by the projections that read it). Sequence parallelism is counted as without it
-  // (memory_summary says so).
-  const double norm = H * a + a + 2 * H * e;
-  const double attention = 4 * nH * Hd * e + nH * a;  // q, K and V repeated to nH heads, out; log-sum-exp
-  PerToken t;
-  if (m.is_moe()) t.moe = moe_per_token(c, e, a, &t.moe_formula);  // picotron/runtime/memory_moe.h
-  const double mlp = m.is_moe() ? t.moe : 4 * I * e;  // gate, silu(gate), up, silu(gate)*up; or the experts
-  const std::string mlp_text = m.is_moe() ? "A_moe" : "4(I/tp).e";
-  t.layer_none = 2 * norm + attention + mlp;
-  const Recompute mode = parse_recompute(c.recompute);
-  std::ostringstream f;
-  if (mode == Recompute::kNone) {
-    t.layer = t.layer_none;
-    f << "2(H.a + a + 2H.e) + 4(nH/tp).Hd.e + (nH/tp).a + " << mlp_text;
-  } else if (mode == Recompute::kSelective) {
-    // norms keep their input and output; the attention core keeps q, k, v (before the
-    // GQA repeat) and its output; SwiGLU keeps gate and up, and the product the down
-    // projection reads. (A mixture of experts is not recomputed: all of it stays.)
-    t.layer = 2 * (2 * H * e) + (2 * nH + 2 * nKV) * Hd * e + (m.is_moe() ? t.moe : 3 * I * e);
-    f << "2(2H.e) + (2nH + 2nKV)/tp.Hd.e + " << (m.is_moe() ? "A_moe" : "3(I/tp).e");
-  } else {
-    t.layer = H * e;  // the layer's input only
-    f << "H.e (the layer's input)";
-  }
-  t.layer_formula = f.str() + " = " + n(t.layer) + " B";
-  t.head = H * a + a + 2 * H * e + V * a + 8;  // final norm, log-softmax output, int64 targets
-  t.head_formula = "H.a + a + 2H.e + (V/tp).a + 8 = " + n(t.head) + " B";
-  return t;
-}
 
 // The layers of pipeline chunk `chunk` of this rank (all of them without pp).
 int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
@@ -141,13 +97,14 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
 
   // ---- activations: what the forwards in flight keep ----
   const PerToken t = per_token(c, e, a);
+  const double head = t.head + t.head_fixed / T;  // per token, the fused loss's dW spread over the micro-batch
   const int P_ = c.pp, v = c.pp_virtual_stages;
   const int last_vs = P_ * v - 1;
   // Bytes per token that micro-batch activations of chunk `k` hold.
   auto chunk_bytes = [&](int chunk) {
     const int vs = virtual_stage(P_, here.pp, chunk);
     double b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
-    if (vs == last_vs) b += t.head;
+    if (vs == last_vs) b += head;
     if (vs == 0) b += 8;                  // int64 token ids
     if (vs != last_vs) b += H * e;        // the chunk's output, kept for its backward
     return b;
@@ -171,7 +128,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   std::ostringstream af;
   if (P_ == 1)
     af << "T x (L x A_layer + A_head + 8 token ids) = " << n(T) << " x (" << m.num_hidden_layers << " x " << n(t.layer)
-       << " + " << n(t.head) << " + 8)";
+       << " + " << n(t.head) << " + 8)" << (t.head_fixed > 0 ? " + dW " + n(t.head_fixed) + " B" : "");
   else
     af << "T x the most the forwards in flight keep = " << n(T) << " x " << n(kept) << " B (" << in_flight
        << " micro-batch" << (in_flight > 1 ? "es" : "") << " in flight under " << c.pp_schedule
@@ -199,14 +156,17 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   }
 
   // ---- the backward's peak: the loss's gradient, or the last layer's MLP ----
+  // (the fused loss: its forward's chunk loop, memory_per_token.h; its backward only scales dh and dW)
   const Recompute mode = parse_recompute(c.recompute);
   const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk) == last_vs;
+  const FusedPieces fused = fused_pieces(c);
   const double at_loss = newest_has_head ? 2 * V * a : 0;  // d(log-softmax) and d(logits), [T, V/tp] each
   double at_mlp = H * e + 2 * I * e;                 // d(output), and dgated, dsilu, dup - gated
   if (m.is_moe()) at_mlp = moe_backward_per_token(c, e);
-  else if (mode == Recompute::kSelective) at_mlp += 2 * I * e;  // silu(gate) and the product, recomputed
+  else if (mode == Recompute::kSelective)  // silu(gate) and the product, recomputed (fused: the product)
+    at_mlp += (fused.on ? 1 : 2) * I * e;
   if (mode == Recompute::kFull) at_mlp += t.layer_none - H * a + H * e;  // the layer, rebuilt
-  if (newest_has_head) at_mlp -= t.head;                   // the head's backward is over
+  if (newest_has_head) at_mlp -= head;                     // the head's backward is over
   double extra = 0;
   std::string extra_formula;
   if (tied_here) extra += V * H * e, extra_formula += " + the head's gradient of the tied matrix (V/tp) x H x e";
@@ -239,8 +199,11 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     }
   }
   const double layer_peak = T * at_mlp + extra;
-  const double loss_peak = T * at_loss;
-  if (newest_has_head && loss_peak >= layer_peak)
+  std::string loss_formula;
+  const double loss_peak = fused.loss ? fused_loss_peak(c, T, e, a, &loss_formula) : T * at_loss;
+  if (newest_has_head && fused.loss && loss_peak >= layer_peak)
+    est.transient = {"forward peak (fused loss, a chunk)", loss_peak, loss_formula};
+  else if (newest_has_head && loss_peak >= layer_peak)
     est.transient = {"backward peak (at the loss)", loss_peak,
                      "T x 2(V/tp).a = " + n(T) + " x " + n(2 * V * a) + " B: d(log-softmax), d(logits)"};
   else
@@ -249,14 +212,19 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   if (m.is_moe() && c.ep > 1 && newest_has_head) {
     // Expert parallelism: the last layer's forward can top the backward (the head's
     // activations are not allocated yet then; the dispatch buffers are).
-    const double fwd = ep_forward_per_token(c, e) - t.head;
+    const double fwd = ep_forward_per_token(c, e) - head;
     if (T * fwd > est.transient.bytes)
       est.transient = {"forward peak (last layer's all-to-all)", T * fwd,
                        "T x (3k.H.e + 2H.e + 16k - A_head) = " + n(T) + " x " + n(fwd) +
                            " B: dispatch rows out, in, results; the combine"};
   }
   est.terms = {"A_layer = " + t.layer_formula + " per token per layer (--recompute " + c.recompute + ")",
-               "A_head = " + t.head_formula + " per token (final norm, log-softmax, targets)"};
+               "A_head = " + t.head_formula};
+  if (fused.on)
+    est.terms.push_back(std::string("--kernels fused (picotron/runtime/memory_per_token.h): a norm keeps x, 1/rms, y; "
+                                    "SwiGLU gate, up, the product") +
+                        (fused.hand_flash ? "; the hand-written flash attention q, k, v, out, its copy" : "") +
+                        (fused.loss ? "; the loss dh and dW, never the [T, V] logits" : ""));
   if (m.is_moe())
     est.terms.push_back("A_moe = " + t.moe_formula + " per token per layer (router, top-" +
                         std::to_string(m.num_experts_per_tok) + " of E = " + std::to_string(m.num_local_experts) +

@@ -8,6 +8,9 @@
 // real steps and checks the prediction against the measured peak (the CPU counting
 // allocator, picotron/utils.h) within 10%.
 //
+// What one token keeps per layer and at the head, with ATen's ops or with --kernels fused
+// (whose norms, SwiGLU and chunked loss keep less), is memory_per_token.h's.
+//
 // A mixture of experts (picotron/moe.h) counts its block as autograd keeps it: the router's
 // probabilities and top-k, every (token, slot) pair's rows through its expert, and under
 // --ep the all-to-all buffers. Routing is assumed balanced: the experts of a rank get k.T
@@ -42,7 +45,7 @@ struct MemoryEstimate {
 };
 
 // The estimate for the rank at `here` (its shard plan `plan`), with the micro-batch,
-// sequence, dtype, recompute, mesh and ZeRO stage of `c`. Pure arithmetic.
+// sequence, dtype, recompute, kernels, mesh and ZeRO stage of `c`. Pure arithmetic.
 MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan);
 
 // The --dry-run text: rank 0's lines with formulas, then the peak of each distinct rank.

@@ -9,6 +9,7 @@
 
 #include "picotron/runtime/flags.h"
 #include "picotron/runtime/memory_estimate.h"
+#include "picotron/runtime/memory_per_token.h"
 
 namespace picotron {
 namespace {
@@ -54,11 +55,36 @@ class PlanCache {
   std::map<std::tuple<int, int, int, int, int>, ShardPlan> plans_;
 };
 
-// Same layout but for the micro-batch, --sp (whose saving the estimate does not model) and
-// how the cp x dp group is split (CP's ring hides behind attention: the model predicts the
-// same for cp 4 x dp 2 as for dp 8): the top list shows each once, its best (or simplest).
+// Same layout but for the micro-batch, --sp (whose saving the estimate does not model), the
+// kernels (the same time: plan_cost.h) and how the cp x dp group is split (CP's ring hides
+// behind attention: the model predicts the same for cp 4 x dp 2 as for dp 8): the top list
+// shows each once, its best (or simplest).
 auto layout_key(const TrainConfig& c) {
-  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.recompute, c.pp_schedule, c.pp_virtual_stages);
+  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_offload, c.recompute, c.pp_schedule,
+                         c.pp_virtual_stages);
+}
+
+// The variants of a layout that change its memory but cannot make it faster, plainest
+// first: the kernels --kernels auto picks on CUDA, then the other (the same time: plan_cost.h);
+// then the optimizer offloaded (slower by its copies and CPU step), under ZeRO, or at cp x dp
+// = 1 under ZeRO-1 or -2 (whose slice is then the whole optimizer). --kernels aten|fused keeps
+// to the one named, --zero-offload to the offloaded.
+struct Variant {
+  std::string kernels;
+  int zero;
+  bool offload;
+};
+std::vector<Variant> variants_of(const TrainConfig& base, const TrainConfig& c, bool group) {
+  std::vector<std::string> kernels{base.kernels};
+  if (base.kernels == "auto") kernels = auto_means_fused(c) ? std::vector<std::string>{"fused", "aten"}
+                                                            : std::vector<std::string>{"aten", "fused"};
+  std::vector<Variant> out;
+  for (const std::string& k : kernels)
+    if (!base.zero_offload) out.push_back({k, c.zero, false});
+  for (int zero : group ? std::vector<int>{c.zero} : std::vector<int>{1, 2})
+    for (const std::string& k : kernels)
+      if (zero > 0) out.push_back({k, zero, true});
+  return out;
 }
 
 // The step time and what follows from it, for a layout whose memory is known.
@@ -85,7 +111,10 @@ int complexity(const TrainConfig& c) {
   const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + 6 * (c.ep > 1);
   const int recompute = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;
   const int schedule = c.pp > 1 && c.pp_schedule != "1f1b" ? 1 : 0;
-  return axes + c.zero + recompute + schedule + c.sp;
+  // The kernels --kernels auto picks on CUDA before the others; offloading the optimizer
+  // is one more moving part (its copies and CPU step are in the time already).
+  const int kernels = fused_pieces(c).on != auto_means_fused(c) ? 1 : 0;
+  return axes + c.zero + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
 }
 
 PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan_for, int top) {
@@ -95,12 +124,55 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
   PlanCache plans(plan_for);
   const int64_t rows = std::max<int64_t>(1, (base.global_batch_tokens + base.seq_len - 1) / base.seq_len);
   std::vector<Candidate> fits;
+  // One layout: micro-batches of 1, 2, 4, ... sequences, while one step's rows do not
+  // overshoot; at each, its variants in order until one fits (the later ones would rank
+  // after it). Memory grows with the micro-batch: past one where none fits, none is estimated.
+  const auto consider = [&](TrainConfig c, const std::vector<Variant>& variants) {
+    bool too_big = false;
+    for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
+      bool estimated = false, fitted = false;
+      for (const Variant& v : variants) {
+        c.kernels = v.kernels, c.zero = v.zero, c.zero_offload = v.offload;
+        c.micro_batch_size = B;
+        c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, c.pp);
+        ++result.considered;
+        if (!validate(c, gpus).empty()) continue;
+        ++result.valid;
+        if (too_big || fitted) continue;
+        Candidate cand;
+        double params = 0;
+        // Every role (pipeline stage); stop once it neither fits nor can be the least.
+        const double& least = result.least_peak_bytes;
+        bool exact = true;
+        for (int stage = 0; stage < c.pp; ++stage) {
+          if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
+            exact = false;
+            break;
+          }
+          const ShardPlan& plan = plans.at(c, stage);
+          const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+          if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+          params = std::max(params, double(local_parameter_count(plan)));
+        }
+        estimated = true;
+        if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
+        if (cand.peak_bytes > hw.memory_bytes) continue;
+        ++result.fit;
+        fitted = true;
+        cand.cfg = c;
+        predict_time(cand, hw, params);
+        fits.push_back(std::move(cand));
+      }
+      if (estimated && !fitted) too_big = true;
+    }
+  };
   for (int tp : divisors(gpus))
     for (int pp : divisors(gpus / tp))
       for (int cp : divisors(gpus / tp / pp))
         for (bool sp : {false, true}) {
           if (sp && tp == 1) continue;
-          for (int zero = 0; zero <= (gpus / tp / pp > 1 ? 3 : 0); ++zero)  // ZeRO needs a cp x dp group
+          const bool group = gpus / tp / pp > 1;  // a cp x dp group for ZeRO to shard over
+          for (int zero = 0; zero <= (group ? 3 : 0); ++zero)
             for (const char* recompute : {"none", "selective", "full"})
               for (const Schedule& s : schedules_for(pp))
                 for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
@@ -110,41 +182,7 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
                   c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
                   c.zero = zero, c.recompute = recompute;
                   c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
-                  // Micro-batches of 1, 2, 4, ... sequences, while one step's rows do not overshoot.
-                  // Memory grows with the micro-batch: past one that does not fit, none is estimated.
-                  bool too_big = false;
-                  for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
-                    c.micro_batch_size = B;
-                    c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, pp);
-                    ++result.considered;
-                    if (!validate(c, gpus).empty()) continue;
-                    ++result.valid;
-                    if (too_big) continue;
-                    Candidate cand;
-                    double params = 0;
-                    // Every role (pipeline stage); stop once it neither fits nor can be the least.
-                    const double& least = result.least_peak_bytes;
-                    bool exact = true;
-                    for (int stage = 0; stage < pp; ++stage) {
-                      if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
-                        exact = false;
-                        break;
-                      }
-                      const ShardPlan& plan = plans.at(c, stage);
-                      const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
-                      if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
-                      params = std::max(params, double(local_parameter_count(plan)));
-                    }
-                    if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
-                    if (cand.peak_bytes > hw.memory_bytes) {
-                      too_big = true;
-                      continue;
-                    }
-                    ++result.fit;
-                    cand.cfg = c;
-                    predict_time(cand, hw, params);
-                    fits.push_back(std::move(cand));
-                  }
+                  consider(c, variants_of(base, c, group));
                 }
         }
   // Best first, in bands of kTieBand below the best (the cost model is not more accurate

@@ -1,11 +1,14 @@
 // picotron/runtime/plan.h — `build/train --plan`: the Ultra-Scale Playbook's cheatsheet as
 // a search. For --gpus N it enumerates every layout
 //
-//   dp x tp x pp x cp = N, --sp (with tp), --zero 0-3 (with cp x dp > 1), --recompute none/selective/full,
-//   the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1), for a mixture of
-//   experts --ep (each divisor of dp that divides E; the all-to-alls in plan_cost.h), the micro-batch
-//   (1, 2, 4, ...) and the grad-acc that reaches --global-batch-tokens (the smallest not
-//   below; interleaved needs m % P == 0, zb-h1 m >= P: rounded up)
+//   dp x tp x pp x cp = N, --sp (with tp), --zero 0-3 (with cp x dp > 1), --zero-offload
+//   (with --zero >= 1; at cp x dp = 1 ZeRO only so), --recompute none/selective/full,
+//   --kernels aten | fused (both unless --kernels names one; what fused keeps:
+//   memory_per_token.h), the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1),
+//   for a mixture of experts --ep (each divisor of dp that divides E; the all-to-alls in
+//   plan_cost.h), the micro-batch (1, 2, 4, ...) and the grad-acc that reaches
+//   --global-batch-tokens (the smallest not below; interleaved needs m % P == 0, zb-h1
+//   m >= P: rounded up)
 //
 // keeps those validate() accepts (picotron/runtime/validate.cpp: the same rules a run is
 // held to), predicts each one's peak memory with estimate_memory() for every pipeline
@@ -40,7 +43,7 @@ namespace picotron {
 using PlanFor = std::function<ShardPlan(const TrainConfig&, const MeshCoords&)>;
 
 struct Candidate {
-  TrainConfig cfg;         // the layout: mesh, sp, zero, recompute, schedule, micro-batch, grad-acc
+  TrainConfig cfg;         // the layout: mesh, sp, zero (offload), recompute, kernels, schedule, micro-batch, grad-acc
   double peak_bytes = 0;   // predicted peak of the worst pipeline stage
   int worst_stage = 0;
   std::vector<double> stage_peak_bytes;  // every stage's predicted peak (evaluate_layout; the search stops early)
@@ -55,7 +58,7 @@ struct Candidate {
 constexpr double kTieBand = 0.05;
 // The simplicity order within a band, the cheatsheet's: fewer parallel axes (DP and TP
 // before PP and CP, which are for big models and long sequences), a lower ZeRO stage, less
-// recompute, 1f1b, no --sp.
+// recompute, 1f1b, no --sp, the kernels --kernels auto picks, no offload.
 int complexity(const TrainConfig& c);
 
 // The --ep sizes the search tries at `dp` data-parallel ranks: {1}, and for a mixture of

@@ -51,6 +51,21 @@ double expert_all_to_all_time(const TrainConfig& c, const Hardware& hw) {
   return per_step * leaving / link(ep_crosses_nodes(c, hw), hw);
 }
 
+double offload_time(const TrainConfig& c, double params_per_gpu) {
+  if (!c.zero_offload) return 0;
+  const LlamaConfig& m = c.llama;
+  const double a = c.dtype == Precision::kFP64 ? 8 : 4;
+  const int n = c.dp * c.cp;
+  double slice = params_per_gpu / n;  // ψ: this rank's part of ZeRO's layout
+  if (m.is_moe() && c.ep > 1) {       // the experts' part: over their replicas, n/ep ranks
+    const double experts = double(m.num_hidden_layers) / c.pp * double(m.num_local_experts) / c.ep * 3 *
+                           double(m.hidden_size) * double(m.intermediate_size);
+    slice = (params_per_gpu - experts) / n + experts / (n / c.ep);
+  }
+  const double copy = slice * a / kPcieBytesPerS;         // one direction
+  return copy + std::max(slice / kCpuAdamWElementsPerS, copy);  // down, then AdamW with the copies up behind it
+}
+
 double tokens_per_step(const TrainConfig& c) {
   return double(c.micro_batch_size) * double(c.grad_acc_steps) * c.dp * double(c.seq_len);
 }
@@ -145,6 +160,9 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
 
   // ---- expert parallelism: the tokens' all-to-alls to their experts and back ----
   t.ep = expert_all_to_all_time(c, hw);
+
+  // ---- ZeRO-Offload: the optimizer step on the CPU ----
+  t.offload = offload_time(c, params_per_gpu);
 
   // ---- data parallelism / ZeRO over cp x dp ----
   const int n = c.dp * c.cp;

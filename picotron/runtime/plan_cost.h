@@ -35,6 +35,15 @@
 //          Compute counts the k active experts of E only (flops_per_token). Under tp without sp
 //          the experts run whole on every tp rank: F + (tp-1) 18 k H I L; and tp's all-reduces
 //          are the attention's only, (L/P + 1) per pass.
+//   offload  --zero-offload (zero/README.md, "Offload"): after the backward the rank's
+//          gradient slice ψ = Ψ/(cp x dp) (a MoE's experts under --ep: theirs/(cp x dp/ep))
+//          goes down to pinned host memory, AdamW runs on the CPU bucket by bucket, and each
+//          bucket's fp32 master goes back up while the CPU does the next (non-blocking: it is
+//          converted to the compute dtype on the GPU):
+//            offload = ψ a / kPcieBytesPerS + max(ψ / kCpuAdamWElementsPerS, ψ a / kPcieBytesPerS)
+//          exposed: nothing runs beside the optimizer step.
+//   --kernels fused changes the memory (memory_per_token.h), not the time: the cost model
+//          has no measured end-to-end speed-up of the fused kernels, so aten and fused cost the same.
 //
 // A group crosses nodes when its members are not on one node: the rank order is
 // [dp][pp][cp][tp], tp fastest (picotron/mesh.h), so an axis spans (the sizes inside it) x
@@ -56,6 +65,17 @@ constexpr double kMaxEfficiency = 0.5;
 constexpr double kRowsHalf = 256;    // tokens per micro-batch (B x S/cp)
 constexpr double kWidthHalf = 128;   // H/tp
 
+// ZeRO-Offload's two constants (the offload term above). PCIe 5.0 x16 carries 64 GB/s per
+// direction; pinned copies reach about 50 GB/s alone, about half when the GPUs of a node
+// copy at once through shared host links (and a PCIe 4.0 card, the GPU-poor case, reaches
+// about 25 alone). Zero1Optimizer::step runs AdamW as eight ATen passes over fp32 arrays,
+// about 80 B of host memory traffic per element (lerp 12, mul 8, addcmul 12, decay 8,
+// sqrt 8, div 8, add 8, addcdiv 16); at about 40 GB/s of host memory bandwidth per GPU
+// (a two-socket DDR5 server's ~350 GB/s over 8 GPUs, or a desktop's dual channel) that is
+// 0.5 G elements/s.
+constexpr double kPcieBytesPerS = 25e9;
+constexpr double kCpuAdamWElementsPerS = 0.5e9;
+
 struct Hardware {
   int gpus_per_node = 8;
   double memory_bytes = 80e9;
@@ -76,12 +96,13 @@ struct StepTime {
   double compute = 0;      // s: forward + backward (+ recompute), this GPU's share
   double bubble = 0;       // s: pipeline idle time
   double tp = 0, cp = 0, pp = 0, dp = 0, ep = 0;  // s: exposed communication of each technique
+  double offload = 0;      // s: --zero-offload's copies and CPU AdamW
   double exposed() const { return tp + cp + pp + dp + ep; }
-  double total() const { return compute + bubble + exposed(); }
+  double total() const { return compute + bubble + exposed() + offload; }
 };
 
-// The predicted step of layout `c` (dp, tp, pp, cp, sp, zero, recompute, schedule,
-// micro-batch, grad-acc; dtype). `params_per_gpu`: the parameters the busiest rank holds
+// The predicted step of layout `c` (dp, tp, pp, cp, sp, zero, zero-offload, recompute,
+// schedule, micro-batch, grad-acc; dtype). `params_per_gpu`: the parameters the busiest rank holds
 // (its shard plan's local count, before ZeRO).
 StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu);
 
@@ -89,6 +110,8 @@ double compute_efficiency(const TrainConfig& c);      // eff above
 double pipeline_imbalance(const TrainConfig& c);      // imbalance above (>= 1)
 double tokens_per_step(const TrainConfig& c);         // B x m x dp x S
 double model_flops_per_token(const TrainConfig& c);   // F (MFU counts no recompute)
+// The offload term above: 0 without --zero-offload.
+double offload_time(const TrainConfig& c, double params_per_gpu);
 // The all-to-all seconds of one step under --ep (0 without experts or at ep 1), the ep term above.
 double expert_all_to_all_time(const TrainConfig& c, const Hardware& hw);
 

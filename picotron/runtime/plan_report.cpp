@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "picotron/runtime/flags.h"
+#include "picotron/runtime/memory_per_token.h"
 #include "picotron/runtime/plan.h"
 #include "picotron/utils.h"
 
@@ -25,13 +26,15 @@ std::string general(double v) {  // 4 significant digits: 989, 0.02134
 std::string gb(double bytes) { return fixed(bytes / 1e9, 1) + " GB"; }
 std::string ms(double s) { return fixed(s * 1e3, 0); }
 
-// "dp 4 x tp 2 x pp 1 x cp 1, ep 2, zero 1, recompute selective, ..." (ep: a mixture of experts)
+// "dp 4 x tp 2 x pp 1 x cp 1, ep 2, zero 1 +offload, recompute selective, kernels fused, ..."
+// (ep: a mixture of experts; kernels: where they are not what --kernels auto picks)
 std::string layout_text(const TrainConfig& c) {
   std::ostringstream o;
   o << "dp " << c.dp << " x tp " << c.tp << " x pp " << c.pp << " x cp " << c.cp;
   if (c.ep > 1) o << ", ep " << c.ep;
   if (c.sp) o << " +sp";
-  o << ", zero " << c.zero << ", recompute " << c.recompute;
+  o << ", zero " << c.zero << (c.zero_offload ? " +offload" : "") << ", recompute " << c.recompute;
+  if (fused_pieces(c).on != auto_means_fused(c)) o << ", kernels " << (fused_pieces(c).on ? "fused" : "aten");
   if (c.pp > 1) o << ", " << c.pp_schedule << (c.pp_virtual_stages > 1 ? " v" + std::to_string(c.pp_virtual_stages) : "");
   o << ", micro-batch " << c.micro_batch_size << " x grad-acc " << c.grad_acc_steps;
   return o.str();
@@ -58,7 +61,8 @@ std::string layout_prediction_text(const TrainConfig& given, const PlanFor& plan
   o << "  step " << fixed(t.total() * 1e3, 1) << " ms = compute " << fixed(t.compute * 1e3, 1) << " + communication "
     << fixed(t.exposed() * 1e3, 1) << " (tp " << fixed(t.tp * 1e3, 1) << ", cp " << fixed(t.cp * 1e3, 1) << ", pp "
     << fixed(t.pp * 1e3, 1) << ", dp " << fixed(t.dp * 1e3, 1) << (c.llama.is_moe() ? ", ep " + fixed(t.ep * 1e3, 1) : "")
-    << ") + bubble " << fixed(t.bubble * 1e3, 1) << " | "
+    << ") + bubble " << fixed(t.bubble * 1e3, 1) << (c.zero_offload ? " + offload " + fixed(t.offload * 1e3, 1) : "")
+    << " | "
     << with_commas(int64_t(p.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU " << fixed(p.mfu * 100, 1) << "%";
   return o.str();
 }
@@ -86,6 +90,9 @@ std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
   }
   if (c.ep > 1) rules.push_back(std::string("EP: the experts over ") + std::to_string(c.ep) + " dp ranks" +
                                 (ep_crosses_nodes(c, hw) ? " (all-to-all across nodes)" : " of a node"));
+  if (c.zero_offload) rules.push_back("ZeRO-Offload: the optimizer state in CPU memory");
+  if (fused_pieces(c).loss && !auto_means_fused(c))
+    rules.push_back("fused kernels: the loss's logits a chunk at a time");
   if (c.recompute == "full" && c.grad_acc_steps > 1) rules.push_back("GPU-poor: full recompute + accumulation");
   else if (c.recompute != "none") rules.push_back(c.recompute + " recompute to fit");
   else if (c.grad_acc_steps > 1) rules.push_back("accumulation to reach the batch");
@@ -110,7 +117,11 @@ std::string command_line(const Candidate& cand) {
   if (c.cp > 1) o << " --cp " << c.cp;
   if (c.ep > 1) o << " --ep " << c.ep;
   if (c.zero > 0) o << " --zero " << c.zero;
+  if (c.zero_offload) o << " --zero-offload";
   if (c.recompute != "none") o << " --recompute " << c.recompute;
+  // The kernels, named whenever fused (and aten where --kernels auto would pick fused).
+  if (fused_pieces(c).on) o << " --kernels fused";
+  else if (auto_means_fused(c)) o << " --kernels aten";
   return o.str();
 }
 
@@ -130,7 +141,8 @@ std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
     << with_commas(base.global_batch_tokens) << " tokens\n";
   o << "  cost model: " << fixed(base.peak_tflops, 0) << " TFLOP/s peak at <= " << fixed(kMaxEfficiency * 100, 0)
     << "% efficiency; links " << fixed(base.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.inter_node_gbps, 0)
-    << " GB/s between nodes (README.md, \"Choosing a layout\")\n";
+    << " GB/s between nodes; offload: PCIe " << fixed(kPcieBytesPerS / 1e9, 0) << " GB/s, CPU AdamW "
+    << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (README.md, \"Choosing a layout\")\n";
   const PlanResult r = search_layouts(base, base.gpus, plan_for, base.plan_top);
   o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass validate(), "
     << with_commas(r.fit) << " fit in " << fixed(base.gpu_memory_gb, 0) << " GB\n";
@@ -146,8 +158,8 @@ std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
         << " | step " << ms(t.total()) << " ms = compute " << ms(t.compute) << " + communication " << ms(t.exposed())
         << " (tp " << ms(t.tp) << ", cp " << ms(t.cp) << ", pp " << ms(t.pp) << ", dp " << ms(t.dp)
         << (c.cfg.llama.is_moe() ? ", ep " + ms(t.ep) : "") << ") + bubble "
-        << ms(t.bubble) << " | " << with_commas(int64_t(c.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU "
-        << fixed(c.mfu * 100, 1) << "%\n";
+        << ms(t.bubble) << (c.cfg.zero_offload ? " + offload " + ms(t.offload) : "") << " | "
+        << with_commas(int64_t(c.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU " << fixed(c.mfu * 100, 1) << "%\n";
       o << "    rule: " << cheatsheet_rule(c, hw) << "\n";
       o << "    " << command_line(c) << "\n";
     }

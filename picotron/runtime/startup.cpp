@@ -140,6 +140,7 @@ std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, con
   const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
   TrainConfig resolved = cfg;
   if (!cfg.dtype_given) resolved.dtype = on_cpu ? Precision::kFP32 : Precision::kBF16;  // what run() picks
+  resolved.device = on_cpu ? "cpu" : "cuda";  // (--kernels auto's choice follows the device)
   const MeshCoords here = coords_of(MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp}, launch.rank);
   const double need = estimate_memory(resolved, here, plan_of(here)).peak_bytes();
   double available = 0;

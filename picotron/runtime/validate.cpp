@@ -74,9 +74,11 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
        "--seq-len " + str(c.seq_len) + " exceeds --max-position-embeddings " + str(m.max_position_embeddings));
   if (c.dp >= 1 && c.tp >= 1 && c.pp >= 1 && c.cp >= 1) {
     const int64_t product = int64_t(c.dp) * c.pp * c.cp * c.tp;
+    // One process per rank: say the launch line that gives this layout its processes.
     need(product == world_size, "--dp " + str(c.dp) + " x --pp " + str(c.pp) + " x --cp " + str(c.cp) + " x --tp " +
                                     str(c.tp) + " = " + str(product) + " ranks, but the job has " + str(world_size) +
-                                    " processes");
+                                    " processes: launch it as mpirun -np " + str(product) + " build/train ... (with --oversubscribe where the "
+                                    "machine has fewer cores than ranks)");
   }
   if (c.tp > 1) {  // every rank holds whole heads, whole MLP columns, whole vocabulary rows
     for (auto [flag, v] : {std::pair{"--num-attention-heads", m.num_attention_heads},
