@@ -7,7 +7,7 @@
 //   samples (full weights gathered on rank 0)
 //
 // What keeps a run safe (flag checks, start-up checks, checkpoints, the step line and
-// its files, divergence) is one call each into picotron/runtime/.
+// its files, divergence) is one call each into runtime/.
 //
 //   build/train --help                              every flag
 //   build/train                                     tiny model, arithmetic data, CPU or GPU
@@ -40,20 +40,20 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
 // the runtime that keeps it safe
-#include "picotron/runtime/checkpoint.h"
-#include "picotron/runtime/distributed.h"
-#include "picotron/runtime/explain.h"
-#include "picotron/runtime/flags.h"
-#include "picotron/runtime/generate.h"
-#include "picotron/runtime/hf.h"
-#include "picotron/runtime/memory_estimate.h"
-#include "picotron/runtime/plan.h"
-#include "picotron/runtime/profile.h"
-#include "picotron/runtime/holdings.h"
-#include "picotron/runtime/report.h"
-#include "picotron/runtime/resume.h"
-#include "picotron/runtime/startup.h"
-#include "picotron/runtime/validation.h"
+#include "runtime/checkpoint.h"
+#include "picotron/distributed.h"
+#include "runtime/explain.h"
+#include "runtime/flags.h"
+#include "runtime/generate.h"
+#include "runtime/hf.h"
+#include "runtime/memory_estimate.h"
+#include "runtime/plan.h"
+#include "runtime/profile.h"
+#include "runtime/holdings.h"
+#include "runtime/report.h"
+#include "runtime/resume.h"
+#include "runtime/startup.h"
+#include "runtime/validation.h"
 
 using namespace picotron;
 
@@ -156,7 +156,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   apply_recompute(model, parse_recompute(cfg.recompute));
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, plan, cfg.seed, cfg.init_std);
-  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (picotron/runtime/hf.h)
+  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (runtime/hf.h)
     load_hf_weights(cfg.init_from, *model, plan, cfg.llama);
     print0(rank, "initialised from " + cfg.init_from + " (Hugging Face weights)");
   }
@@ -184,7 +184,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
 
-  // ---- checkpoints (picotron/runtime/resume.h): resume on any mesh, save what this rank owns --
+  // ---- checkpoints (runtime/resume.h): resume on any mesh, save what this rank owns --
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
   if (!cfg.save_dir.empty() && rank == 0) lock_save_dir(cfg.save_dir);  // one run per --save-dir at a time
   int64_t start_step = 0;
@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
     report_error(-1, e.what());  // the launch environment itself is broken: no rank to tell
     return 2;
   }
-  // Everything that can be wrong before any rank communicates (picotron/runtime/startup.h):
+  // Everything that can be wrong before any rank communicates (runtime/startup.h):
   // every rank finds the same problems and prints them.
   std::optional<TrainConfig> config = args.config;
   std::vector<std::string> problems = config ? config_problems(*config, launch)  // flags that did not parse:

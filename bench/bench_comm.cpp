@@ -24,7 +24,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 
 using namespace picotron;
 

@@ -30,8 +30,8 @@
 #include <exception>
 #include <utility>
 
-#include "picotron/runtime/comm_internal.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/comm_internal.h"
+#include "picotron/distributed.h"
 
 namespace picotron {
 

@@ -26,7 +26,7 @@
 #include <thread>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/comm_internal.h"
+#include "picotron/comm_internal.h"
 
 namespace picotron {
 

@@ -17,7 +17,7 @@
 //                 caching allocator does not hand their memory out while NCCL uses it.
 //
 // The watchdog that bounds the synchronous calls, and the communicator it belongs to:
-// picotron/runtime/nccl_watchdog.h.
+// picotron/nccl_watchdog.h.
 //
 // NCCL's unique id (rank 0 creates it, every rank needs it before ncclCommInitRank):
 //   MPI up (mpirun, srun, single)  MPI_Bcast of its 128 bytes
@@ -42,9 +42,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/comm_internal.h"
-#include "picotron/runtime/nccl_watchdog.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/comm_internal.h"
+#include "picotron/nccl_watchdog.h"
+#include "picotron/distributed.h"
 
 namespace picotron {
 

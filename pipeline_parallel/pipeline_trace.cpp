@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/runtime/output_file.h"
+#include "picotron/output_file.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 
 namespace picotron {

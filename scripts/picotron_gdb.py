@@ -6,7 +6,7 @@
 
 Without it, an at::Tensor prints as an intrusive pointer to a TensorImpl. This
 pretty-printer asks the stopped program itself: it calls picotron_tensor_impl_text
-(picotron/runtime/debug_text.cpp, linked into build/train) on the tensor's TensorImpl,
+(runtime/debug_text.cpp, linked into build/train) on the tensor's TensorImpl,
 so it needs a live process (not a core file). `info pretty-printer` lists it; `disable pretty-printer global picotron`
 turns it off.
 

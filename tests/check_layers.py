@@ -1,25 +1,27 @@
 #!/usr/bin/env python3
 """tests/check_layers.py ROOT — the include arrows point one way (README.md, "Layout").
 
-  the step         picotron/*.{h,cpp}: includes the step's headers, and of the runtime
-                   only the launch plumbing Comm is built on (STEP_MAY_USE below);
-                   never a technique folder, never kernels/ (the model reaches the fused
-                   kernels through its slots)
+  the step         picotron/: config, Comm and its launch plumbing, mesh, shard, model,
+                   init, data, optim, recompute, output files. Includes only the step.
   the techniques   data_parallel/ tensor_parallel/ pipeline_parallel/ context_parallel/
-                   zero/ kernels/: the step and the runtime, never another technique
-  the runtime      picotron/runtime/: used by train.cpp and the tests; may read any
-                   technique's pure arithmetic (the estimator walks ZeRO's layout and the
-                   pipeline schedules)
+                   zero/ expert_parallel/ kernels/: the step and their own folder, never
+                   another technique, never the runtime
+  the runtime      runtime/: flags and their rules, checkpoints, Hugging Face folders,
+                   estimator, planner, reports, explain, profile, tokenizer, validation,
+                   generation. The step and the techniques (it reads their pure
+                   arithmetic: schedules, layouts), never train.cpp
+  train.cpp        on top: anything
 
-Every violation is one line; exit 1 if any. Run by ctest (label unit: layers.include_rules).
+No exceptions: there is no list of allowed crossings. Every violation is one line; exit
+1 if any. Run by ctest (label unit: layers.include_rules).
 """
 import pathlib
 import re
 import sys
 
-TECHNIQUES = ["data_parallel", "tensor_parallel", "pipeline_parallel", "context_parallel", "zero", "kernels"]
-STEP_MAY_USE = {"picotron/runtime/distributed.h", "picotron/runtime/comm_internal.h",
-                "picotron/runtime/nccl_watchdog.h"}
+TECHNIQUES = ["data_parallel", "tensor_parallel", "pipeline_parallel", "context_parallel", "zero",
+              "expert_parallel", "kernels"]
+LAYERS = ["picotron", "runtime"] + TECHNIQUES
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -27,34 +29,34 @@ def includes(path):
     return INCLUDE.findall(path.read_text(errors="replace"))
 
 
-def folder(rel):
-    parts = rel.split("/")
-    if parts[0] == "picotron":
-        return "runtime" if len(parts) > 2 and parts[1] == "runtime" else "step"
-    return parts[0] if parts[0] in TECHNIQUES else None
+def layer_of(rel):
+    """'step', 'runtime', a technique's folder, or None (a library header, tests/, ...)."""
+    top = rel.split("/")[0]
+    if top == "picotron":
+        return "step"
+    return top if top in LAYERS else None
+
+
+def allowed(layer, target):
+    if target is None or target == layer or target == "step":
+        return True
+    if layer == "runtime":
+        return target in TECHNIQUES  # the runtime sits above every technique
+    return False  # the step includes only itself; a technique only the step and itself
 
 
 def main(root):
     root = pathlib.Path(root)
     problems = []
-    sources = [p for d in ["picotron"] + TECHNIQUES for p in (root / d).rglob("*")
-               if p.suffix in (".h", ".cpp", ".cu", ".cuh")]
+    sources = [p for d in LAYERS for p in (root / d).rglob("*") if p.suffix in (".h", ".cpp", ".cu", ".cuh")]
     for path in sorted(sources):
         rel = path.relative_to(root).as_posix()
-        layer = folder(rel)
+        layer = layer_of(rel)
         for inc in includes(path):
-            target = folder(inc)
-            if target is None:
-                continue
-            if layer == "step" and target != "step" and inc not in STEP_MAY_USE:
-                problems.append(f"{rel}: the step includes {inc} ({target})")
-            if layer in TECHNIQUES and target in TECHNIQUES and target != layer:
-                problems.append(f"{rel}: technique {layer} includes another technique's {inc}")
-    # The runtime headers the step may use must themselves stay inside the step.
-    for inc in sorted(STEP_MAY_USE):
-        for sub in includes(root / inc):
-            if folder(sub) not in (None, "step") and sub not in STEP_MAY_USE:
-                problems.append(f"{inc}: included by the step, but includes {sub}")
+            target = layer_of(inc)
+            if not allowed(layer, target):
+                problems.append(f"{rel}: the {layer if layer != 'step' else 'step (picotron/)'} includes {inc} "
+                                f"({target})")
     for p in problems:
         print(p)
     print(f"{len(sources)} files checked, {len(problems)} include(s) against the rules")

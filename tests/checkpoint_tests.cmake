@@ -1,4 +1,4 @@
-# Checkpoints (picotron/runtime/resume.h). Three kinds of case:
+# Checkpoints (runtime/resume.h). Three kinds of case:
 #  - bit-exact resume: k steps + save + resume + k steps on the same layout gives the bits
 #    of 2k steps straight (losses, grad norms, every byte of the final parameters);
 #  - the table: save on layout X, resume on layout Y, against Y's uninterrupted run within

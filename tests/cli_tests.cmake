@@ -303,7 +303,7 @@ if(NO_TRANSFORMERS EQUAL 0)
 else()
   message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip, hf.mixtral and hf.untrusted_folders are not registered (scripts/setup.sh installs it)")
 endif()
-# The C++ tokenizer (picotron/runtime/tokenizer.h) against the tokenizers library: three byte-level
+# The C++ tokenizer (runtime/tokenizer.h) against the tokenizers library: three byte-level
 # BPE styles (GPT-2, Llama-3, SmolLM) trained on the project's docs, the same ids on every
 # paragraph and on hard cases, and decoding back to the text.
 add_executable(tokenizer_check tokenizer_check.cpp)
@@ -335,7 +335,7 @@ else()
   message(STATUS "no matplotlib in ${PICOTRON_PYTHON}: the plot-script test is not registered")
 endif()
 
-# The memory estimator of --dry-run (picotron/runtime/memory_estimate.h) against the measured peak
+# The memory estimator of --dry-run (runtime/memory_estimate.h) against the measured peak
 # of two real steps (rank 0, CPU counting allocator), one line per case: within 2%
 # (the issue asks for 10%; at 2% dropping any one term of the estimate fails some case).
 # Tiny and a 25.3M model (H 512, I 1536, 8 layers), seq 128 and 512, micro-batch 1 and 8,

@@ -43,7 +43,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 #include "picotron/mesh.h"
 
 using namespace picotron;

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/runtime/checkpoint.h"
+#include "runtime/checkpoint.h"
 
 namespace {
 

@@ -57,7 +57,7 @@ picotron_equivalence(dp2_bucketed_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --dp 2 --d
 add_executable(dp_overlap_test test_data_parallel.cpp)
 target_link_libraries(dp_overlap_test PRIVATE picotron_core)
 target_link_options(dp_overlap_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(dp_overlap_test REUSE_FROM picotron_runtime)
+target_precompile_headers(dp_overlap_test REUSE_FROM picotron_comm)
 picotron_mpi_test(NAME data_parallel.overlap NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
 # Its parts alone, for the assignment tasks (tests/assignments.cmake) that each one grades.
@@ -178,7 +178,7 @@ picotron_equivalence(mesh8_dp2_tp2_pp2_sp_fp32 NP 8 RTOL 1e-5 DTYPE fp32 ARGS --
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)
 target_link_libraries(tensor_parallel_tests PRIVATE picotron_core)
 target_link_options(tensor_parallel_tests PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(tensor_parallel_tests REUSE_FROM picotron_runtime)
+target_precompile_headers(tensor_parallel_tests REUSE_FROM picotron_comm)
 picotron_mpi_test(NAME tensor_parallel.np4 NP 4 TIMEOUT 120 COMMAND $<TARGET_FILE:tensor_parallel_tests>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
 
@@ -187,7 +187,7 @@ picotron_mpi_test(NAME tensor_parallel.np4 NP 4 TIMEOUT 120 COMMAND $<TARGET_FIL
 add_executable(cp_ring_test test_context_parallel.cpp)
 target_link_libraries(cp_ring_test PRIVATE picotron_core)
 target_link_options(cp_ring_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(cp_ring_test REUSE_FROM picotron_runtime)
+target_precompile_headers(cp_ring_test REUSE_FROM picotron_comm)
 foreach(np 2 4)
   picotron_mpi_test(NAME context_parallel.ring_${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:cp_ring_test>
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")
@@ -274,7 +274,7 @@ picotron_equivalence(moe_recompute_full_ep2_pp2 NP 4 SAME_MICRO_BATCHES ${MOE} -
 add_executable(expert_parallel_test test_expert_parallel.cpp)
 target_link_libraries(expert_parallel_test PRIVATE picotron_core)
 target_link_options(expert_parallel_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(expert_parallel_test REUSE_FROM picotron_runtime)
+target_precompile_headers(expert_parallel_test REUSE_FROM picotron_comm)
 foreach(np 2 4)
   picotron_mpi_test(NAME expert_parallel.np${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:expert_parallel_test>
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")
@@ -302,7 +302,7 @@ picotron_recompute(full_zero3 2 full --dp 2 --zero 3)
 picotron_equivalence(recompute_full_dp2 NP 2 ARGS --recompute full --dp 2)
 picotron_equivalence(recompute_selective_tp2 NP 2 ARGS --recompute selective --tp 2)
 
-# --explain narrates the first step (picotron/runtime/explain.h) and must leave the numbers
+# --explain narrates the first step (runtime/explain.h) and must leave the numbers
 # alone; explain.narration checks what it prints.
 picotron_equivalence(explain_dp2_tp2_sp_zero1 NP 4 ARGS --dp 2 --tp 2 --sp --zero 1 --grad-acc-steps 2 --explain)
 add_test(NAME explain.narration COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/explain_check.sh $<TARGET_FILE:train>)
@@ -317,7 +317,7 @@ set_tests_properties(gpu_check.cpu_side PROPERTIES TIMEOUT 120 ENVIRONMENT "${PI
 
 # --val-data: the validation loss is computed as the training loss is (forward only; a
 # pipeline runs its schedule's forwards), so it must be equal across layouts too
-# (picotron/runtime/validation.h); compare_runs compares it on the steps that have one.
+# (runtime/validation.h); compare_runs compares it on the steps that have one.
 set(VAL_FLAGS --val-data ${CMAKE_SOURCE_DIR}/docs/testing.md --eval-every 3 --eval-batches 2)
 picotron_equivalence(val_dp2_pp2 NP 4 ARGS --dp 2 --pp 2 --grad-acc-steps 2 ${VAL_FLAGS})
 picotron_equivalence(val_tp2_cp2_sp NP 4 ARGS --tp 2 --cp 2 --sp ${VAL_FLAGS})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# explain_check.sh TRAIN: --explain narrates what it claims (picotron/runtime/explain.h).
+# explain_check.sh TRAIN: --explain narrates what it claims (runtime/explain.h).
 # Two runs on CPU: tp2 with sequence parallelism, and pp2 x cp2. Each must print, on rank 0,
 # what every rank holds and every rank's communications with group, shapes and the line
 # that issued them. (That --explain leaves the numbers alone: equivalence.explain_*.)

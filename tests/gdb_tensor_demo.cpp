@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>
 
-#include "picotron/runtime/debug_text.h"
+#include "runtime/debug_text.h"
 
 __attribute__((noinline)) double show(const at::Tensor& x) { return x.sum().item<double>(); }
 

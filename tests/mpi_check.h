@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 
 namespace picotron::testing {
 

@@ -1,4 +1,4 @@
-# build/train --plan (picotron/runtime/plan.h): the search runs without launching anything
+# build/train --plan (runtime/plan.h): the search runs without launching anything
 # or allocating a tensor (a 6 GiB address-space limit, as the dry runs), prints its counts
 # and the best layouts with their command lines; the cheatsheet's answers for an 8B model
 # on one node (one technique), 70B on 64 GPUs (TP in the node with PP or ZeRO-3, or ZeRO-3

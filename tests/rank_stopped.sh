@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/rank_stopped.sh — a rank that stops (SIGSTOP) at a given moment must not hang the
 # job: start-up rendezvous (MPI_Init, communicator set-up) are bounded by --timeout-s
-# (RendezvousDeadline, picotron/runtime/distributed.h) and training collectives by Comm's timeout.
+# (RendezvousDeadline, picotron/distributed.h) and training collectives by Comm's timeout.
 #
 #   rank_stopped.sh DELAY_S TIMEOUT_S -- mpirun ... -- build/train FLAGS...
 #   (rank 1 is stopped DELAY_S seconds after it starts; DELAY_S 0 = before MPI_Init)

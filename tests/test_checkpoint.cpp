@@ -7,9 +7,9 @@
 
 #include <unistd.h>
 
-#include "picotron/runtime/checkpoint.h"
-#include "picotron/runtime/checkpoint_format.h"
-#include "picotron/runtime/safetensors.h"
+#include "runtime/checkpoint.h"
+#include "runtime/checkpoint_format.h"
+#include "runtime/safetensors.h"
 #include "picotron/utils.h"
 
 using namespace picotron;

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "picotron/config.h"
-#include "picotron/runtime/flags.h"
+#include "runtime/flags.h"
 
 using namespace picotron;
 

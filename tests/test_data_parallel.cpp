@@ -19,7 +19,7 @@
 #include "data_parallel/data_parallel.h"
 #include "picotron/comm.h"
 #include "picotron/data.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"

@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 
 #include <catch2/catch.hpp>
 

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"

@@ -7,7 +7,7 @@
 
 #include "picotron/init.h"
 #include "picotron/model.h"
-#include "picotron/runtime/report.h"
+#include "runtime/report.h"
 
 using namespace picotron;
 

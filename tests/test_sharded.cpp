@@ -13,9 +13,9 @@
 #include <cstring>
 #include <iostream>
 
-#include "picotron/runtime/checkpoint.h"
+#include "runtime/checkpoint.h"
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 #include "picotron/init.h"
 #include "picotron/mesh.h"
 #include "picotron/model.h"

@@ -1,8 +1,8 @@
-// Unit tests of picotron/runtime/startup.h that need no second rank: the out-of-memory line.
+// Unit tests of runtime/startup.h that need no second rank: the out-of-memory line.
 // (The checks against real files, memory and ranks: ctest -L reliability.)
 #include <catch2/catch.hpp>
 
-#include "picotron/runtime/startup.h"
+#include "runtime/startup.h"
 
 using namespace picotron;
 

@@ -16,7 +16,7 @@
 #include <iostream>
 
 #include "picotron/comm.h"
-#include "picotron/runtime/distributed.h"
+#include "picotron/distributed.h"
 #include "picotron/mesh.h"
 #include "tensor_parallel/tensor_parallel.h"
 

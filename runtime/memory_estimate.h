@@ -1,0 +1,54 @@
+// runtime/memory_estimate.h — what one rank's training step will hold at its peak,
+// predicted from the flags alone (--dry-run prints it): parameters, gradients, master
+// weights, AdamW moments, the activations that forward keeps for backward, and the
+// temporaries of the backward at its peak, each with its formula.
+//
+// The activation formulas are derived tensor by tensor from model.cpp in
+// docs/memory.md ("Where the memory goes"); tests/check_memory_estimate.sh runs
+// real steps and checks the prediction against the measured peak (the CPU counting
+// allocator, picotron/utils.h) within 10%.
+//
+// What one token keeps per layer and at the head, with ATen's ops or with --kernels fused
+// (whose norms, SwiGLU and chunked loss keep less), is memory_per_token.h's.
+//
+// A mixture of experts (picotron/moe.h) counts its block as autograd keeps it: the router's
+// probabilities and top-k, every (token, slot) pair's rows through its expert, and under
+// --ep the all-to-all buffers. Routing is assumed balanced: the experts of a rank get k.T
+// rows per micro-batch (a rank whose experts are popular holds more).
+//
+// Test: ctest -R memory_estimate
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "picotron/config.h"
+#include "picotron/shard.h"
+
+namespace picotron {
+
+struct MemoryLine {
+  std::string name;     // "weights", "activations kept", ...
+  double bytes = 0;
+  std::string formula;  // how the bytes follow from the shapes, e.g. "P x e = 820,352 x 4"
+};
+
+struct MemoryEstimate {
+  std::vector<MemoryLine> state;  // held for the whole step
+  MemoryLine activations;         // kept by the forwards in flight, freed by their backwards
+  MemoryLine transient;           // the extra at the backward's peak moment
+  std::vector<std::string> terms; // the per-token terms the formulas use, explained
+  double state_bytes() const;
+  double peak_bytes() const;      // state + activations + transient
+};
+
+// The estimate for the rank at `here` (its shard plan `plan`), with the micro-batch,
+// sequence, dtype, recompute, kernels, mesh and ZeRO stage of `c`. Pure arithmetic.
+MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan);
+
+// The --dry-run text: rank 0's lines with formulas, then the peak of each distinct rank.
+std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(const MeshCoords&)>& plan_of);
+
+}  // namespace picotron

@@ -1,0 +1,242 @@
+// runtime/plan.cpp — the search of plan.h: enumerate, validate(), estimate_memory()
+// for every pipeline stage, predict_step(), rank. The text, the rules and the command lines:
+// plan_report.cpp.
+#include "runtime/plan.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "runtime/flags.h"
+#include "runtime/memory_estimate.h"
+#include "runtime/memory_per_token.h"
+
+namespace picotron {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int k = 1; k <= n; ++k)
+    if (n % k == 0) d.push_back(k);
+  return d;
+}
+
+struct Schedule {
+  const char* name;
+  int v;
+};
+std::vector<Schedule> schedules_for(int pp) {
+  if (pp == 1) return {{"1f1b", 1}};
+  return {{"afab", 1}, {"1f1b", 1}, {"interleaved", 2}, {"interleaved", 4}, {"zb-h1", 1}};
+}
+
+// Micro-batches per step that reach `rows` sequences with B per micro-batch on dp ranks:
+// the smallest not below, then what the schedule needs (interleaved m % P == 0, zb-h1 m >= P).
+int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedule, int pp) {
+  int64_t m = std::max<int64_t>(1, (rows + B * dp - 1) / (B * dp));
+  if (schedule == "interleaved") m = (m + pp - 1) / pp * pp;
+  if (schedule == "zb-h1") m = std::max<int64_t>(m, pp);
+  return m;
+}
+
+// Shard plans by (tp, pp, v, ep, stage): every layout with those sizes holds the same shares.
+class PlanCache {
+ public:
+  explicit PlanCache(const PlanFor& plan_for) : plan_for_(plan_for) {}
+  const ShardPlan& at(const TrainConfig& c, int stage) {
+    const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.ep, stage);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) it = plans_.emplace(key, plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
+    return it->second;
+  }
+
+ private:
+  const PlanFor& plan_for_;
+  std::map<std::tuple<int, int, int, int, int>, ShardPlan> plans_;
+};
+
+// Same layout but for the micro-batch, --sp (whose saving the estimate does not model), the
+// kernels (the same time: plan_cost.h) and how the cp x dp group is split (CP's ring hides
+// behind attention: the model predicts the same for cp 4 x dp 2 as for dp 8): the top list
+// shows each once, its best (or simplest).
+auto layout_key(const TrainConfig& c) {
+  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_offload, c.recompute, c.pp_schedule,
+                         c.pp_virtual_stages);
+}
+
+// The variants of a layout that change its memory but cannot make it faster, plainest
+// first: the kernels --kernels auto picks on CUDA, then the other (the same time: plan_cost.h);
+// then the optimizer offloaded (slower by its copies and CPU step), under ZeRO, or at cp x dp
+// = 1 under ZeRO-1 or -2 (whose slice is then the whole optimizer). --kernels aten|fused keeps
+// to the one named, --zero-offload to the offloaded.
+struct Variant {
+  std::string kernels;
+  int zero;
+  bool offload;
+};
+std::vector<Variant> variants_of(const TrainConfig& base, const TrainConfig& c, bool group) {
+  std::vector<std::string> kernels{base.kernels};
+  if (base.kernels == "auto") kernels = auto_means_fused(c) ? std::vector<std::string>{"fused", "aten"}
+                                                            : std::vector<std::string>{"aten", "fused"};
+  std::vector<Variant> out;
+  for (const std::string& k : kernels)
+    if (!base.zero_offload) out.push_back({k, c.zero, false});
+  for (int zero : group ? std::vector<int>{c.zero} : std::vector<int>{1, 2})
+    for (const std::string& k : kernels)
+      if (zero > 0) out.push_back({k, zero, true});
+  return out;
+}
+
+// The step time and what follows from it, for a layout whose memory is known.
+void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu) {
+  const TrainConfig& c = cand.cfg;
+  cand.time = predict_step(c, hw, params_per_gpu);
+  cand.tokens_per_s_per_gpu = tokens_per_step(c) / cand.time.total() / (c.dp * c.tp * c.pp * c.cp);
+  cand.mfu = model_flops_per_token(c) * cand.tokens_per_s_per_gpu / hw.peak_flops;
+}
+
+}  // namespace
+
+std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp) {
+  if (!m.is_moe()) return {1};
+  std::vector<int> sizes;
+  for (int ep : divisors(dp))
+    if (m.num_local_experts % ep == 0) sizes.push_back(ep);
+  return sizes;
+}
+
+int complexity(const TrainConfig& c) {
+  // PP for big models, CP for long sequences: each weighs more than a ZeRO stage and recompute
+  // EP: one more group and its all-to-alls, for experts that do not fit or whose gradients cost
+  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + 6 * (c.ep > 1);
+  const int recompute = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;
+  const int schedule = c.pp > 1 && c.pp_schedule != "1f1b" ? 1 : 0;
+  // The kernels --kernels auto picks on CUDA before the others; offloading the optimizer
+  // is one more moving part (its copies and CPU step are in the time already).
+  const int kernels = fused_pieces(c).on != auto_means_fused(c) ? 1 : 0;
+  return axes + c.zero + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
+}
+
+PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan_for, int top) {
+  const Hardware hw = hardware_of(base);
+  PlanResult result;
+  result.gpus = gpus;
+  PlanCache plans(plan_for);
+  const int64_t rows = std::max<int64_t>(1, (base.global_batch_tokens + base.seq_len - 1) / base.seq_len);
+  std::vector<Candidate> fits;
+  // One layout: micro-batches of 1, 2, 4, ... sequences, while one step's rows do not
+  // overshoot; at each, its variants in order until one fits (the later ones would rank
+  // after it). Memory grows with the micro-batch: past one where none fits, none is estimated.
+  const auto consider = [&](TrainConfig c, const std::vector<Variant>& variants) {
+    bool too_big = false;
+    for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
+      bool estimated = false, fitted = false;
+      for (const Variant& v : variants) {
+        c.kernels = v.kernels, c.zero = v.zero, c.zero_offload = v.offload;
+        c.micro_batch_size = B;
+        c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, c.pp);
+        ++result.considered;
+        if (!validate(c, gpus).empty()) continue;
+        ++result.valid;
+        if (too_big || fitted) continue;
+        Candidate cand;
+        double params = 0;
+        // Every role (pipeline stage); stop once it neither fits nor can be the least.
+        const double& least = result.least_peak_bytes;
+        bool exact = true;
+        for (int stage = 0; stage < c.pp; ++stage) {
+          if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
+            exact = false;
+            break;
+          }
+          const ShardPlan& plan = plans.at(c, stage);
+          const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+          if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+          params = std::max(params, double(local_parameter_count(plan)));
+        }
+        estimated = true;
+        if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
+        if (cand.peak_bytes > hw.memory_bytes) continue;
+        ++result.fit;
+        fitted = true;
+        cand.cfg = c;
+        predict_time(cand, hw, params);
+        fits.push_back(std::move(cand));
+      }
+      if (estimated && !fitted) too_big = true;
+    }
+  };
+  for (int tp : divisors(gpus))
+    for (int pp : divisors(gpus / tp))
+      for (int cp : divisors(gpus / tp / pp))
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;
+          const bool group = gpus / tp / pp > 1;  // a cp x dp group for ZeRO to shard over
+          for (int zero = 0; zero <= (group ? 3 : 0); ++zero)
+            for (const char* recompute : {"none", "selective", "full"})
+              for (const Schedule& s : schedules_for(pp))
+                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
+                  TrainConfig c = base;
+                  c.plan = false;
+                  c.device = "cuda";
+                  c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
+                  c.zero = zero, c.recompute = recompute;
+                  c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                  consider(c, variants_of(base, c, group));
+                }
+        }
+  // Best first, in bands of kTieBand below the best (the cost model is not more accurate
+  // than that): within a band the simpler layout first (the cheatsheet's order), then speed.
+  double fastest = 0;
+  for (const auto& cand : fits) fastest = std::max(fastest, cand.tokens_per_s_per_gpu);
+  for (auto& cand : fits) cand.band = int((1 - cand.tokens_per_s_per_gpu / fastest) / kTieBand);
+  std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.band != b.band) return a.band < b.band;
+    if (complexity(a.cfg) != complexity(b.cfg)) return complexity(a.cfg) < complexity(b.cfg);
+    if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+    return a.peak_bytes < b.peak_bytes;
+  });
+  std::vector<decltype(layout_key(base))> shown;
+  for (auto& cand : fits) {
+    if (int(result.best.size()) >= top) break;
+    const auto key = layout_key(cand.cfg);
+    if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
+    shown.push_back(key);
+    result.best.push_back(std::move(cand));
+  }
+  return result;
+}
+
+Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for) {
+  Candidate cand;
+  cand.cfg = c;
+  double params = 0;
+  for (int stage = 0; stage < c.pp; ++stage) {  // every role: tp, cp and dp ranks of a stage hold equal shares
+    const ShardPlan plan = plan_for(c, MeshCoords{0, stage, 0, 0});
+    const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+    cand.stage_peak_bytes.push_back(peak);
+    if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+    params = std::max(params, double(local_parameter_count(plan)));
+  }
+  predict_time(cand, hardware_of(c), params);
+  return cand;
+}
+
+WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const PlanFor& plan_for) {
+  WhatWouldFit w;
+  w.memory_bytes = at_n.least_peak_bytes;
+  for (int64_t n = int64_t(at_n.gpus) * 2; n <= 4096; n *= 2)  // more GPUs: the same search at 2N, 4N, ...
+    if (search_layouts(base, int(n), plan_for, 1).fit > 0) {
+      w.gpus = int(n);
+      break;
+    }
+  TrainConfig shorter = base;  // a shorter sequence: halved until a layout fits (down to 64 tokens)
+  for (shorter.seq_len = base.seq_len / 2; shorter.seq_len >= 64; shorter.seq_len /= 2)
+    if (search_layouts(shorter, at_n.gpus, plan_for, 1).fit > 0) {
+      w.seq_len = shorter.seq_len;
+      break;
+    }
+  return w;
+}
+
+}  // namespace picotron

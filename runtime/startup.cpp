@@ -1,0 +1,269 @@
+// runtime/startup.cpp — see startup.h.
+#include "runtime/startup.h"
+
+#include "runtime/flags.h"
+#include "runtime/hf.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <sys/prctl.h>
+#include <unistd.h>
+#include <tuple>
+
+#include "runtime/checkpoint_format.h"
+#include "runtime/memory_estimate.h"
+#include "picotron/output_file.h"
+#include "runtime/safetensors.h"
+#include "runtime/tokenizer.h"  // apply_tokenizer
+#include "picotron/utils.h"
+
+#include <nlohmann/json.hpp>
+
+#ifdef PICOTRON_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace picotron {
+
+#ifdef PICOTRON_WITH_CUDA
+constexpr bool kFusedKernelsBuilt = true;  // the .cu kernels are compiled with the CUDA parts
+#else
+constexpr bool kFusedKernelsBuilt = false;
+#endif
+
+namespace {
+
+// Free memory of the GPU this rank will use (local_rank % device count), or -1 when it
+// cannot be read. cudaMemGetInfo: what is free now, other processes' use excluded.
+double gpu_free_bytes(int local_rank) {
+#ifdef PICOTRON_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return -1;
+  size_t free = 0, total = 0;
+  if (cudaSetDevice(local_rank % count) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) return -1;
+  return double(free);
+#else
+  (void)local_rank;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+namespace {
+namespace fs = std::filesystem;
+// Where a path really leads: absolute, with symlinks, "." and ".." resolved as far as it
+// exists (an output need not exist yet; a symlink to an input is that input).
+fs::path real_path(const std::string& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p), ec);
+  r = (ec ? fs::absolute(p) : r).lexically_normal();
+  return r.filename().empty() ? r.parent_path() : r;  // "dir/" and "dir/." are "dir"
+}
+bool within(const fs::path& inner, const fs::path& outer) {  // inner is outer, or under it
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i)
+    if (i == inner.end() || *i != *o) return false;
+  return true;
+}
+}  // namespace
+
+std::vector<std::string> output_problems(const TrainConfig& cfg) {
+  std::vector<std::string> problems;
+  // Paths compared where they really lead (real_path: through symlinks and "dir/."). Two
+  // outputs on one path would overwrite each other; an output on an input, or on a file
+  // inside an input folder, would destroy it. --save-dir may be the --resume folder: a
+  // run goes on in place.
+  const std::vector<std::pair<std::string, std::string>> inputs = {
+      {"--eval", cfg.eval},       {"--init-from", cfg.init_from}, {"--resume", cfg.resume},
+      {"--data", cfg.data},       {"--val-data", cfg.val_data},   {"--tokenizer", cfg.tokenizer}};
+  std::vector<std::pair<std::string, fs::path>> seen;  // (flag, real path) of the outputs so far
+  for (const auto& [flag, path, directory] :
+       {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
+        {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
+        {"--eval-logits", cfg.eval_logits, false}, {"--save-dir", cfg.save_dir, true},
+        {"--export-hf", cfg.export_hf, true}, {"--profile", cfg.profile, true}}) {
+    if (path.empty()) continue;
+    if (auto p = output_path_problem(flag, path, directory, cfg.data); !p.empty()) {
+      problems.push_back(p);
+      continue;
+    }
+    const fs::path out = real_path(path);
+    std::error_code ec;
+    for (const auto& [input_flag, input] : inputs) {
+      if (input.empty() || !fs::exists(input, ec) || (std::string(flag) == "--save-dir" && input_flag == "--resume")) continue;
+      const fs::path in = real_path(input);
+      if (out == in)
+        problems.push_back(std::string(flag) + " " + path + ": is the " + input_flag + " input, which it would overwrite");
+      else if (fs::is_directory(in, ec) && within(out, in) && fs::exists(out, ec))
+        problems.push_back(std::string(flag) + " " + path + ": is a file of the " + input_flag + " folder " + input +
+                           ", which it would overwrite");
+    }
+    // A --save-dir that holds finished checkpoints belongs to the run they came from: only
+    // that run, resumed from one of them, goes on saving there (else pruning would delete
+    // this run's checkpoints in favour of the other's, and --resume D would continue the other).
+    if (std::string(flag) == "--save-dir" && fs::is_directory(out, ec)) {
+      const auto steps = checkpoint_format::finished_steps(out);
+      if (!steps.empty() && (cfg.resume.empty() || !within(real_path(cfg.resume), out)))
+        problems.push_back("--save-dir " + path + ": holds the checkpoints of another run (newest " +
+                           checkpoint_format::step_name(steps.back()) + "): give another folder, or --resume " + path +
+                           " to continue that run");
+    }
+    for (const auto& [other_flag, other] : seen)
+      if (out == other)
+        problems.push_back(std::string(flag) + " " + path + ": is also the " + other_flag +
+                           " path; give each output its own file");
+    seen.emplace_back(flag, out);
+  }
+  return problems;
+}
+
+std::vector<std::string> machine_problems(const TrainConfig& cfg) {
+  std::vector<std::string> problems;
+  if (cfg.device == "cuda" && !torch::cuda::is_available())
+    problems.push_back("--device cuda: no CUDA device is visible to this process");
+  if (cfg.kernels == "fused" && !kFusedKernelsBuilt)
+    problems.push_back("--kernels fused: this build has no CUDA kernels (configure with a CUDA toolkit and a CUDA "
+                       "LibTorch), use --kernels aten");
+  if (cfg.zero_offload && !torch::cuda::is_available())  // --device auto on a CPU machine
+    problems.push_back("--zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is "
+                       "visible to this process");
+  return problems;
+}
+
+std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of) {
+  const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
+  TrainConfig resolved = cfg;
+  if (!cfg.dtype_given) resolved.dtype = on_cpu ? Precision::kFP32 : Precision::kBF16;  // what run() picks
+  resolved.device = on_cpu ? "cpu" : "cuda";  // (--kernels auto's choice follows the device)
+  const MeshCoords here = coords_of(MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp}, launch.rank);
+  const double need = estimate_memory(resolved, here, plan_of(here)).peak_bytes();
+  double available = 0;
+  std::string where;
+  if (on_cpu) {  // the node's memory, shared by its ranks
+    const int ranks_here = std::max(1, launch.local_world_size);
+    available = double(available_memory_bytes()) / ranks_here;
+    where = "(MemAvailable / " + std::to_string(ranks_here) + " rank(s) on this node)";
+  } else {  // one GPU per rank
+    available = gpu_free_bytes(launch.local_rank);
+    where = "(free on its GPU, cudaMemGetInfo)";
+  }
+  if (available <= 0 || need <= available) return "";
+  return "this rank needs about " + human_bytes(need) + " of memory (--dry-run shows where it goes) but " +
+         human_bytes(available) + " is available to it " + where +
+         ": lower --micro-batch-size or --seq-len, use --recompute, --zero or more --tp/--pp ranks, or a smaller --model";
+}
+
+std::string out_of_memory_message(const std::string& error, const TrainConfig& cfg) {
+  const bool oom = error.find("out of memory") != std::string::npos ||       // CUDA, c10::OutOfMemoryError
+                   error.find("can't allocate memory") != std::string::npos ||  // the CPU allocator
+                   error.find("std::bad_alloc") != std::string::npos;
+  if (!oom) return "";
+  // What failed: "you tried to allocate 67108864 bytes" (CPU) or "Tried to allocate 2.00 GiB" (CUDA).
+  std::string what = error.substr(0, error.find('\n'));
+  if (const auto at = error.find("to allocate "); at != std::string::npos) {
+    const auto rest = error.substr(at + 12);
+    if (const auto bytes = rest.find(" bytes"); bytes != std::string::npos && bytes > 0 &&
+                                                 rest.find_first_not_of("0123456789") == bytes)
+      what = "an allocation of " + human_bytes(std::stod(rest.substr(0, bytes))) + " failed";
+    else
+      what = "an allocation of " + rest.substr(0, rest.find_first_of(".\n", rest.find(' ') + 1)) + " failed";
+  }
+  return "out of memory on " + cfg.device + ": " + what + "; the run needed more than --dry-run's estimate "
+         "or than was free: lower --micro-batch-size (" + std::to_string(cfg.micro_batch_size) + ") or --seq-len (" +
+         std::to_string(cfg.seq_len) + "), use --recompute full, --zero or more --tp/--pp ranks";
+}
+
+std::string config_mismatch(const std::optional<TrainConfig>& config, const LaunchInfo& launch,
+                            const Distributed& dist) {
+  if (launch.world_size == 1) return "";
+  std::vector<std::pair<std::string, std::string>> fields;
+  if (config) fields = config_fields(*config);
+  // [parsed?, hash of each setting's text]; a rank whose flags did not parse sends zeros.
+  std::vector<uint64_t> mine(1 + config_fields(TrainConfig{}).size(), 0);
+  mine[0] = config ? 1 : 0;
+  for (size_t i = 0; i < fields.size(); ++i) mine[i + 1] = fnv1a64(fields[i].second.data(), fields[i].second.size());
+  const int timeout = config ? config->timeout_s : TrainConfig{}.timeout_s;
+  const auto all = dist.all_gather(mine, std::chrono::seconds(timeout));
+  if (dist.has_mpi() && all.empty())
+    return "some rank did not reach the start-up check within --timeout-s " + std::to_string(timeout) + " s";
+  for (int r = 0; r < launch.world_size && !all.empty(); ++r) {
+    const uint64_t* theirs = all.data() + size_t(r) * mine.size();
+    if (theirs[0] == 0 || mine[0] == 0) continue;  // a rank whose flags did not parse says so itself
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (theirs[i + 1] != mine[i + 1])
+        return "the ranks were given different configurations: " + fields[i].first + " is '" + fields[i].second +
+               "' on rank " + std::to_string(launch.rank) + " but not on rank " + std::to_string(r) +
+               " (every rank must get the same flags)";
+  }
+  return "";
+}
+
+std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& launch) {
+  std::vector<std::string> problems;
+  if (!cfg.init_from.empty()) problems = apply_hf_config(cfg);  // the shape comes from its config.json
+  if (problems.empty()) problems = apply_tokenizer(cfg);         // V follows --tokenizer or the data's manifest
+  if (problems.empty()) problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
+  return problems;
+}
+
+std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of,
+                                      DataSources& data) {
+  std::vector<std::string> problems = output_problems(cfg);  // every output writable: now, not after the run
+  if (problems.empty() && !cfg.eval.empty()) {  // read after training: a missing one or a FIFO is named now
+    try {
+      open_input_file("--eval " + cfg.eval, cfg.eval);
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+  }
+  if (problems.empty()) problems = machine_problems(cfg);    // a GPU, the CUDA kernels, where the flags need them
+  if (problems.empty())  // the memory this rank will need, before allocating any of it
+    if (auto p = memory_problem(cfg, launch, plan_of); !p.empty()) problems.push_back(p);
+  if (problems.empty()) {
+    try {
+      data.train = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);
+      if (!cfg.val_data.empty()) data.val = open_data(cfg.val_data, cfg.llama.vocab_size, cfg.seq_len);
+    } catch (const std::exception& e) {
+      std::string message = e.what();  // open_data names "--data"; the validation tokens are --val-data's
+      if (data.train && message.rfind("--data ", 0) == 0) message.replace(0, 6, "--val-data");
+      problems.push_back(message);
+    }
+  }
+  return problems;
+}
+
+namespace {
+bool debugger_attached() {  // /proc/self/status: "TracerPid:\t0" when no debugger is attached
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("TracerPid:", 0) == 0) return std::stol(line.substr(10)) != 0;
+  return false;
+}
+}  // namespace
+
+void wait_for_debugger(const TrainConfig& cfg, int rank) {
+  if (cfg.wait_for_debugger != "all" && cfg.wait_for_debugger != std::to_string(rank)) return;
+#ifdef PR_SET_PTRACER
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // any debugger of this user may attach
+#endif
+  std::cerr << "[rank " << rank << "] pid " << ::getpid() << " waits for a debugger: gdb -p " << ::getpid()
+            << " (or VS Code's \"attach to a rank\"), then continue" << std::endl;
+  while (!debugger_attached()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::cerr << "[rank " << rank << "] debugger attached" << std::endl;
+}
+
+torch::Device choose_device(TrainConfig& cfg, const Distributed& dist) {
+  if (cfg.device == "auto") cfg.device = torch::cuda::is_available() ? "cuda" : "cpu";
+  if (!cfg.dtype_given) cfg.dtype = cfg.device == "cuda" ? Precision::kBF16 : Precision::kFP32;
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.local_world_size()));
+  return cfg.device == "cuda" ? torch::Device(torch::kCUDA, dist.select_cuda_device()) : torch::Device(torch::kCPU);
+}
+
+}  // namespace picotron
