@@ -53,6 +53,7 @@
 #include "runtime/report.h"
 #include "runtime/resume.h"
 #include "runtime/startup.h"
+#include "runtime/step_watch.h"
 #include "runtime/validation.h"
 
 using namespace picotron;
@@ -64,7 +65,7 @@ namespace {
 // gather for sampling and --save-params does). Each technique that cuts parameters adds
 // its line: tensor parallelism splits the projections over tp, pipeline parallelism keeps
 // a stage's layers. (ZeRO then slices what this plan holds over cp x dp, in zero/.)
-ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
+ShardPlan shard_plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);  // data parallelism: everything, everywhere
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);  // projections, vocabulary over tp
   if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);  // this stage's layers
@@ -99,8 +100,109 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausal
   return adamw;
 }
 
+// ---- the model on the mesh: this rank's shards, with every technique in its slots ----
+struct ModelOnMesh {
+  ShardPlan plan;                            // what this rank holds (shard_plan_for)
+  LlamaForCausalLM model{nullptr};
+  std::unique_ptr<ExpertParallel> experts;   // --ep: the MoE layers' tokens to their experts and back
+  std::vector<int64_t> my_tokens;            // [S/cp]: this cp rank's positions of every sequence
+  bool fused = false;                        // --kernels: the fused CUDA kernels are in
+};
+
+ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& shard_plan_of, torch::Device device) {
+  const auto dtype = scalar_type(cfg.dtype);
+  const int rank = mesh.rank();
+  ModelOnMesh m;
+  m.plan = shard_plan_of(mesh.coords());
+  m.model = LlamaForCausalLM(cfg.llama, m.plan, torch::TensorOptions().device(device).dtype(dtype));
+  auto& model = m.model;
+  // Techniques replace the model's slots here, one line each (see model.h).
+  if (cfg.tp > 1) apply_tensor_parallel(model, m.plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
+  if (cfg.ep > 1) m.experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep, cfg.cp);
+  if (cfg.llama.is_moe() && (cfg.cp > 1 || cfg.sp))  // the balancing statistics of whole sequences
+    model->router_log->sum_over_ranks = router_stats_sum(cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);
+  const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
+  m.my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);
+  if (cfg.cp > 1) {
+    apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
+    print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
+  }
+  // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
+  // (--attention) and the loss where no technique replaced them.
+  m.fused = kernels::fused_chosen(cfg.kernels, device.is_cuda(), dtype == torch::kFloat64, kernels::fused_built());
+  if (m.fused) print0(rank, kernels::use_fused_kernels(*model, dtype, kernels::parse_attention(cfg.attention)));
+  // Every decoder layer runs inside the layer wrappers (model.h), outermost first:
+  //   pipeline (sends nudged at layer boundaries) -> zero-3 (parameters gathered, released)
+  //   -> recompute (only the input kept) -> the layer
+  // so they go on inner first: recompute here (it also wraps the attention core a
+  // technique installed), ZeRO-3 with the optimizer, the pipeline last.
+  apply_recompute(model, parse_recompute(cfg.recompute));
+  // Then every parameter, whichever module now holds it, gets its slice of the full init.
+  init_parameters(*model, m.plan, cfg.seed, cfg.init_std);
+  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (runtime/hf.h)
+    load_hf_weights(cfg.init_from, *model, m.plan, cfg.llama);
+    print0(rank, "initialised from " + cfg.init_from + " (Hugging Face weights)");
+  }
+  return m;
+}
+
+// ---- one training step ---------------------------------------------------------------
+struct Trainer {  // what a step works with
+  const TrainConfig& cfg;
+  Mesh& mesh;
+  LlamaForCausalLM& model;
+  Optimizer& optimizer;
+  Pipeline* pipeline;  // pp > 1
+  LossScaler& scaler;
+  torch::Device device;
+};
+struct StepResult {
+  double loss, grad_norm, lr;
+  bool stepped;  // false: an fp16 overflow skipped the update
+};
+
+// The step of picotron's train_step: every micro-batch's forward and backward, the
+// gradients synced, one global norm, one clipped AdamW update. `watch` only observes
+// (runtime/step_watch.h: --explain, --profile, --memory-trace).
+StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepWatch& watch) {
+  const int64_t m = t.cfg.grad_acc_steps;
+  t.optimizer.zero_main_grads();
+  watch.begin(step);
+  auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(t.device));  // [1]
+  if (t.pipeline) {  // the schedule decides the order of the micro-batches' forwards and backwards
+    watch.phase(StepPhase::kPipeline);
+    loss_sum = t.pipeline->run_step(step, loader, t.scaler.scale(),
+                                    {[&] { t.optimizer.prepare_backward(/*last_micro_batch=*/false); },
+                                     [&] { t.optimizer.accumulate_grads(); }});
+  } else {
+    for (int64_t micro = 0; micro < m; ++micro) {
+      const Batch batch = loader.micro_batch(step, micro);
+      watch.phase(StepPhase::kForward, micro);
+      t.optimizer.prepare_backward(/*last_micro_batch=*/micro == m - 1);  // only the last one communicates
+      auto loss = t.model->loss(batch.inputs.to(t.device), batch.targets.to(t.device), batch.positions) / double(m);
+      watch.phase(StepPhase::kBackward, micro);
+      (loss * t.scaler.scale()).backward();  // [B, S] -> grads (fp32/fp64: straight into the main grads)
+      t.optimizer.accumulate_grads();        // main_grad += grad, for bf16/fp16 grads no hook took
+      loss_sum += loss.detach().to(torch::kFloat64);
+    }
+  }
+  watch.phase(StepPhase::kGradSync);
+  t.optimizer.sync_grads();  // the cp x dp average, and the sums each technique registered over its axis
+  // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
+  // identically on every rank. Clipping and unscaling are one factor inside the update.
+  watch.phase(StepPhase::kOptimizer);
+  const double norm = t.optimizer.grad_norm(t.mesh.world(), t.mesh.coords()) / t.scaler.scale();
+  const bool finite = std::isfinite(norm);
+  const double lr = lr_at(step, t.cfg);
+  if (finite) t.optimizer.step(lr, clip_coefficient(norm, t.cfg.grad_clip) / t.scaler.scale());
+  t.scaler.update(finite);
+  watch.phase(StepPhase::kLoss);
+  t.mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // the loss of the whole global batch
+  return {loss_sum.item<double>(), norm, lr, finite};  // item(): syncs the device, so the step's timer is honest
+}
+
+// ---- the run: mesh, model on the mesh, optimizer, the loop, the end ---------------------
 int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
-  const std::shared_ptr<TokenSource>& data = sources.train;
   const int rank = dist.rank();
   wait_for_debugger(cfg, rank);  // --wait-for-debugger: a rank's pid printed, and a pause until gdb attaches
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
@@ -116,70 +218,47 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
   Mesh mesh(world, shape);
   setup.disarm();
-  const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(cfg, c); };
-  Explainer explain(cfg, mesh, plan_of);  // --explain: the first step narrated, rank by rank
+  const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
+  Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
   print0(rank, model_summary(cfg));
   print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
                    " process(es), device " + device.str() + ", " + precision_name(cfg.dtype));
   print0(rank, describe_mesh(shape));
-  print0(rank, plan_summary(cfg, shape, plan_of));
-  print0(rank, holdings_summary(cfg, shape, plan_of));
+  print0(rank, plan_summary(cfg, shape, shard_plan_of));
+  print0(rank, holdings_summary(cfg, shape, shard_plan_of));
   const PipelineSchedule schedule = parse_schedule(cfg.pp_schedule);
   if (cfg.pp > 1) print0(rank, pipeline_summary(cfg.llama, schedule, cfg.pp, cfg.pp_virtual_stages));
 
-  // ---- model: only this rank's shards, on its device and dtype -----------------------
-  const ShardPlan plan = plan_of(mesh.coords());
-  LlamaForCausalLM model(cfg.llama, plan, torch::TensorOptions().device(device).dtype(dtype));
-  // Techniques replace the model's slots here, one line each (see model.h).
-  if (cfg.tp > 1) apply_tensor_parallel(model, plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
-  std::unique_ptr<ExpertParallel> experts;  // the MoE layers' tokens to their experts and back, by all-to-all
-  if (cfg.ep > 1) experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep, cfg.cp);
-  if (cfg.llama.is_moe() && (cfg.cp > 1 || cfg.sp))  // the balancing statistics of whole sequences
-    model->router_log->sum_over_ranks = router_stats_sum(cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);
-  const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
-  const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
-  if (cfg.cp > 1) {
-    apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
-    print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
-  }
-  // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
-  // (--attention) and the loss where no technique replaced them. auto: fused on CUDA, except
-  // in fp64, once the kernels have passed their GPU tests (kernels::kVerifiedOnGpu).
-  const bool fused = cfg.kernels == "fused" || (cfg.kernels == "auto" && kernels::kVerifiedOnGpu && device.is_cuda() &&
-                                                kernels::fused_built() && dtype != torch::kFloat64);
-  if (fused) print0(rank, kernels::use_fused_kernels(*model, dtype, kernels::parse_attention(cfg.attention)));
-  // Every decoder layer runs inside the layer wrappers (model.h), outermost first:
-  //   pipeline (sends nudged at layer boundaries) -> zero-3 (parameters gathered, released)
-  //   -> recompute (only the input kept) -> the layer
-  // so they go on inner first: recompute here (it also wraps the attention core a
-  // technique installed), ZeRO-3 with the optimizer, the pipeline last.
-  apply_recompute(model, parse_recompute(cfg.recompute));
-  // Then every parameter, whichever module now holds it, gets its slice of the full init.
-  init_parameters(*model, plan, cfg.seed, cfg.init_std);
-  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (runtime/hf.h)
-    load_hf_weights(cfg.init_from, *model, plan, cfg.llama);
-    print0(rank, "initialised from " + cfg.init_from + " (Hugging Face weights)");
-  }
+  // ---- model on the mesh ------------------------------------------------------------
+  ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
+  LlamaForCausalLM& model = on_mesh.model;
+  ExpertParallel* experts = on_mesh.experts.get();
 
   // ---- optimizer: AdamW, its gradients all-reduced by data parallelism; or ZeRO -------
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, model, plan, mesh, experts.get(), fused);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, model, on_mesh.plan, mesh, experts, on_mesh.fused);
   if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
-  std::vector<TrainableParam>& params = optimizer->params();  // name, tensor, main grad, shard record
-  LossScaler scaler(cfg.dtype == Precision::kFP16);
   std::unique_ptr<Pipeline> pipeline;  // pp > 1: the micro-batches run through the stages in the schedule's order
   if (cfg.pp > 1)
     pipeline = std::make_unique<Pipeline>(
         model, mesh,
         Pipeline::Options{schedule, cfg.pp_virtual_stages, cfg.grad_acc_steps, cfg.micro_batch_size,
-                          cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(), torch::tensor(my_tokens, torch::kInt64)},
+                          cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(),
+                          torch::tensor(on_mesh.my_tokens, torch::kInt64)},
         torch::TensorOptions().device(device).dtype(dtype));
+  // The sums each technique makes over its own axis, after (or within) the cp x dp average.
+  using Held = std::vector<TrainableParam>;
+  if (pipeline) optimizer->add_grad_sum([&](Held& held) { pipeline->sync_tied_embedding(held); });  // lookup + head
+  if (cfg.sp) optimizer->add_grad_sum([&](Held& held) { sync_sequence_parallel_grads(held, mesh.tp()); });  // norm gains saw S/tp tokens
+  if (experts && cfg.zero == 0)
+    optimizer->add_grad_sum([&](Held& held) { experts->sync_expert_grads(held); });  // each expert over its copies, / dp
+  LossScaler scaler(cfg.dtype == Precision::kFP16);
 
-  BatchLoader loader(data, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
+  BatchLoader loader(sources.train, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
                      mesh.coords().dp);
   if (cfg.cp > 1)  // this cp rank's tokens of every sequence (their targets and RoPE positions follow)
-    loader.keep_positions(my_tokens);
+    loader.keep_positions(on_mesh.my_tokens);
   print0(rank, data_summary(cfg, loader));
-  const std::optional<BatchLoader> val = validation_batches(sources.val, cfg, mesh, my_tokens);  // --val-data (validation.h)
+  const std::optional<BatchLoader> val = validation_batches(sources.val, cfg, mesh, on_mesh.my_tokens);  // --val-data
   RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   const double peak_flops = device_peak_flops(device) * dist.world_size();
   const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
@@ -191,101 +270,36 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, *optimizer, scaler, world, dist);
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
+  StepWatch watch(cfg, device, explain, profile, log, start_step);
 
   // ---- the loop ---------------------------------------------------------------------
+  Trainer trainer{cfg, mesh, model, *optimizer, pipeline.get(), scaler, device};
   mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
-    if (step == start_step) explain.begin(step + 1);
-    profile.step_begins(step + 1);
-    reset_peak_memory(device);  // "mem": this step's peak (tensor memory; on the CPU counted exactly)
-    optimizer->zero_main_grads();
-    log.memory(step + 1, "start");
-    auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-    if (pipeline) {  // the schedule decides the order; data parallelism syncs after the last backward
-      explain.phase("the pipeline: every micro-batch's forward and backward, in " + cfg.pp_schedule + " order");
-      profile.phase("pipeline: forward + backward");
-      loss_sum = pipeline->run_step(step, loader, scaler.scale(),
-                                    {[&] { optimizer->prepare_backward(/*last_micro_batch=*/false); },
-                                     [&] { optimizer->accumulate_grads(); }});
-      log.memory(step + 1, "pipeline");
-    } else {
-      for (int64_t micro = 0; micro < cfg.grad_acc_steps; ++micro) {
-        const Batch batch = loader.micro_batch(step, micro);
-        const std::string nth = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(cfg.grad_acc_steps);
-        explain.phase(nth + ": forward");
-        profile.phase("forward");
-        // Only the last micro-batch's backward communicates (no-sync for the others).
-        optimizer->prepare_backward(/*last_micro_batch=*/micro == cfg.grad_acc_steps - 1);
-        auto loss = model->loss(batch.inputs.to(device), batch.targets.to(device), batch.positions) /
-                    double(cfg.grad_acc_steps);
-        log.memory(step + 1, "forward", micro);  // the activations kept for backward are all alive here
-        explain.phase(nth + ": backward");
-        profile.phase("backward");
-        (loss * scaler.scale()).backward();      // [B, S] -> grads (fp32/fp64: straight into the main grads)
-        optimizer->accumulate_grads();           // main_grad += grad, for bf16/fp16 grads no hook took
-        loss_sum += loss.detach().to(torch::kFloat64);
-        log.memory(step + 1, "backward", micro);
-      }
-    }
-    // The cp x dp average of the gradients (ZeRO: of this rank's slice), with the sums the
-    // techniques make over their own axes.
-    explain.phase("gradient sync (what backward did not already send)");
-    profile.phase("grad sync");
-    std::function<void()> fix_ups;  // none when no technique sums over its own axis
-    if (pipeline || cfg.sp || experts)
-      fix_ups = [&] {
-        if (pipeline) pipeline->sync_tied_embedding(params);          // lookup + head parts of a tied embedding
-        if (cfg.sp) sync_sequence_parallel_grads(params, mesh.tp());  // norm gains saw S/tp tokens
-        if (experts && cfg.zero == 0) experts->sync_expert_grads(params);  // each expert over its copies, / dp
-      };
-    optimizer->sync_grads(fix_ups);
-    log.memory(step + 1, "sync");
-    // One norm over every shard, replicas counted once; it also decides an fp16 overflow,
-    // identically on every rank. Clipping and unscaling are one factor inside the update.
-    explain.phase("global gradient norm, then the optimizer step");
-    profile.phase("grad norm + optimizer");
-    const double norm = optimizer->grad_norm(mesh.world(), mesh.coords()) / scaler.scale();
-    const bool finite = std::isfinite(norm);
-    const double lr = lr_at(step, cfg);
-    const double grad_scale = clip_coefficient(norm, cfg.grad_clip) / scaler.scale();
-    if (finite) optimizer->step(lr, grad_scale);
-    scaler.update(finite);
-    log.memory(step + 1, "optimizer");
-    explain.phase("the loss of the whole global batch");
-    profile.phase("loss all-reduce");
-    mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // loss of the whole global batch
-    explain.end(dist);  // --explain: rank 0 prints every rank's narration
-
+    const StepResult r = train_step(trainer, loader, step, watch);
+    watch.end(dist);  // --explain: rank 0 prints every rank's narration
     StepStats stats;
     stats.step = step + 1;
     stats.steps = cfg.steps;
-    stats.loss = loss_sum.item<double>();  // syncs the device: the timer is honest
+    stats.loss = r.loss;
     stats.tokens_per_s = double(loader.tokens_per_step()) / timer.seconds();
-    stats.lr = lr;
-    stats.grad_norm = norm;
+    stats.lr = r.lr;
+    stats.grad_norm = r.grad_norm;
     stats.mfu = peak_flops > 0 ? flops_tok * stats.tokens_per_s / peak_flops : -1.0;
     stats.peak_mem_bytes = peak_memory_bytes(device);
-    if (cfg.llama.is_moe()) {  // a mixture of experts: the routing of the global batch
-      auto counts = model->routed_tokens.defined()  // [E], this rank's micro-batches (pp: the last stage's loss)
-                        ? model->routed_tokens.to(torch::kFloat64).contiguous()
-                        : torch::zeros({cfg.llama.num_local_experts}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-      mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
-      if (cfg.sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);  // each tp rank routed S/tp of the tokens
-      if (cfg.pp > 1) mesh.pp().broadcast(counts, cfg.pp - 1);    // the last stage counted every layer
-      counts = counts.cpu();
-      stats.tokens_per_expert.assign(counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel());
-      model->routed_tokens = torch::Tensor();
-    }
-    stats.skipped = !finite;
+    stats.skipped = !r.stepped;
+    if (cfg.llama.is_moe()) stats.tokens_per_expert = global_tokens_per_expert(*model, mesh, cfg.sp);
     if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
       stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
-    if (const std::string table = profile.step_ends(step + 1); !table.empty()) print0(rank, table);
+    if (const std::string table = watch.profile_table(step); !table.empty()) print0(rank, table);
     if (checkpoint_due(cfg, step + 1, end_step))
       save_checkpoint(cfg, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()}, owned, world);
   }
   log.finish();
+
+  // ---- the end: reports, and the whole model where something needs it ----------------
   if (val && start_step == end_step)  // no step to log it with (--steps 0: an imported model, say)
     print0(rank, validation_line(
                      validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device), cfg));
@@ -294,10 +308,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
                                               experts ? &experts->ep_group() : nullptr,
                                               experts ? &experts->replica_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) pipeline->write_trace(cfg.pp_trace, world, cfg.steps);
-
-  // ---- results: full tensors reassembled on rank 0 from every rank's shards ----------
+  // Full tensors reassembled on rank 0 from every rank's shards.
   if (!cfg.save_params.empty() || !cfg.export_hf.empty()) {  // fp32 master weights (fp64 in fp64 runs)
-    const auto full = gather_full_tensors(optimizer->masters_by_name(), cfg.llama, shape, plan_of,
+    const auto full = gather_full_tensors(optimizer->masters_by_name(), cfg.llama, shape, shard_plan_of,
                                           optimizer->state_dtype(), world);
     if (rank == 0 && !cfg.save_params.empty()) {
       save_tensors(cfg.save_params, full);
@@ -310,7 +323,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   }
   const bool uses_whole_model = prints_samples(cfg) || !cfg.eval.empty() || !cfg.prompt_ids.empty() || !cfg.prompt.empty();
   if (uses_whole_model) {  // a whole model on rank 0, whatever the mesh trained
-    const auto full = gather_full_tensors(optimizer->weights_by_name(), cfg.llama, shape, plan_of, dtype, world);
+    const auto full = gather_full_tensors(optimizer->weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
     if (rank == 0) {
       LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));
       load_parameters(*whole, full);
@@ -323,14 +336,13 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   return 0;
 }
 
-
 // --dry-run: no launch, no allocation; the summaries are pure arithmetic (rank 0 prints).
-int dry_run(const TrainConfig& cfg, int rank, const PlanOf& plan_of) {
+int dry_run(const TrainConfig& cfg, int rank, const ShardPlanOf& shard_plan_of) {
   if (rank != 0) return 0;
   const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
-  std::cout << model_summary(cfg) << "\n" << plan_summary(cfg, shape, plan_of) << "\n"
-            << holdings_summary(cfg, shape, plan_of) << std::endl;
-  std::cout << memory_summary(cfg, plan_of) << std::endl;
+  std::cout << model_summary(cfg) << "\n" << plan_summary(cfg, shape, shard_plan_of) << "\n"
+            << holdings_summary(cfg, shape, shard_plan_of) << std::endl;
+  std::cout << memory_summary(cfg, shard_plan_of) << std::endl;
   if (cfg.pp > 1) {
     const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
     std::cout << pipeline_summary(cfg.llama, s, cfg.pp, cfg.pp_virtual_stages) << "\n"
@@ -363,14 +375,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> problems = config ? config_problems(*config, launch)  // flags that did not parse:
                                              : std::vector<std::string>{args.message.substr(
                                                    args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
-  const PlanOf plan_of = [&](const MeshCoords& c) { return plan_for(*config, c); };
-  if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, plan_of);
+  const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(*config, c); };
+  if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, shard_plan_of);
   if (problems.empty() && config->plan) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
-    if (launch.rank == 0) std::cout << plan_text(*config, plan_for) << std::endl;
+    if (launch.rank == 0) std::cout << plan_text(*config, shard_plan_for) << std::endl;
     return 0;
   }
   DataSources data;  // --data and --val-data, opened (and checked) before the launch
-  if (problems.empty()) problems = run_problems(*config, launch, plan_of, data);
+  if (problems.empty()) problems = run_problems(*config, launch, shard_plan_of, data);
   for (const auto& p : problems) report_error(launch.rank, p);
   if (problems.empty() || launch.world_size > 1) {
     std::unique_ptr<Distributed> dist;

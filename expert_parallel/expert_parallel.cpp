@@ -79,7 +79,7 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
 // ---- the layer -----------------------------------------------------------------------------
 ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp) : ep_(ep), dp_(cp_dp.size()) {
   // cp×dp rank d = dp_i·cp + cp_i (mesh.h). The ep group: N consecutive dp ranks of one cp
-  // rank (ep rank dp_i % N, which picks the experts: plan_for); the expert replicas: every
+  // rank (ep rank dp_i % N, which picks the experts: shard_plan_for); the expert replicas: every
   // cp×dp rank with the same dp_i % N.
   const int d = cp_dp.rank(), dp_i = d / cp, cp_i = d % cp;
   ep_group_ = cp_dp.split(/*color=*/(dp_i / ep) * cp + cp_i, /*key=*/dp_i % ep, "ep");
@@ -124,9 +124,9 @@ torch::Tensor ExpertParallel::run(MoEImpl& moe, const torch::Tensor& x, const Ro
   // END ASSIGNMENT
 }
 
-void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& params) {
+void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& held) {
   std::vector<torch::Tensor> grads;  // the main grads of the experts (dp_stride > 1)
-  for (auto& p : params)
+  for (auto& p : held)
     if (p.record.dp_stride > 1) grads.push_back(p.main_grad);
   all_reduce_together(grads, replicas_, ReduceOp::kSum);  // the copies of my experts on the other ep groups
   torch::NoGradGuard no_grad;
@@ -136,6 +136,15 @@ void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& params) {
 // ---- ZeRO: the dense parameters and the experts, each over its own group ------------------
 DenseAndExperts::DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep)
     : dense_(std::move(dense)), experts_(std::move(experts)), ep_(ep) {
+  // The sums registered with this optimizer (over tp under SP, a pipeline's tied
+  // embedding) run inside each part's sync, where it holds whole gradients (ZeRO-1) or
+  // its pieces (ZeRO-2/3), on that part's parameters.
+  dense_->add_grad_sum([this](std::vector<TrainableParam>& held) { run_grad_sums(held); });
+  experts_->add_grad_sum([this](std::vector<TrainableParam>& held) {
+    run_grad_sums(held);
+    torch::NoGradGuard no_grad;
+    for (auto& p : held) p.main_grad.div_(double(ep_));  // the ep group's sum -> its average
+  });
   all_ = dense_->params();
   for (const auto& p : experts_->params()) all_.push_back(p);
 }
@@ -144,20 +153,9 @@ void DenseAndExperts::zero_main_grads() { dense_->zero_main_grads(), experts_->z
 void DenseAndExperts::prepare_backward(bool last) { dense_->prepare_backward(last), experts_->prepare_backward(last); }
 void DenseAndExperts::accumulate_grads() { dense_->accumulate_grads(), experts_->accumulate_grads(); }
 
-void DenseAndExperts::sync_grads(const std::function<void()>& fix_ups) {
-  // The other techniques' sums (over tp under SP, a pipeline's tied embedding) run inside
-  // each optimizer's sync, where it holds whole gradients (ZeRO-1) or my pieces (ZeRO-2):
-  // params() shows them the dense parameters, then the experts.
-  dense_->sync_grads([&] {
-    all_ = dense_->params();
-    if (fix_ups) fix_ups();
-  });
-  experts_->sync_grads([&] {
-    all_ = experts_->params();
-    if (fix_ups) fix_ups();
-    torch::NoGradGuard no_grad;
-    for (auto& p : experts_->params()) p.main_grad.div_(double(ep_));  // the ep group's sum -> its average
-  });
+void DenseAndExperts::sync_grads() {
+  dense_->sync_grads();
+  experts_->sync_grads();
   all_ = dense_->params();
   for (const auto& p : experts_->params()) all_.push_back(p);
 }
@@ -192,6 +190,19 @@ std::map<std::string, torch::Tensor> DenseAndExperts::weights_by_name() {
 std::string DenseAndExperts::summary() const {
   return "dense parameters: " + dense_->summary() + "\nexperts (ep_replicas: the ranks holding the same experts): " +
          experts_->summary();
+}
+
+std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(mesh.world().device());
+  auto counts = model.routed_tokens.defined()  // [E], this rank's micro-batches (pp: the last stage's loss)
+                    ? model.routed_tokens.to(torch::kFloat64).contiguous()
+                    : torch::zeros({model.config.num_local_experts}, f64);
+  mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
+  if (sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);
+  if (mesh.shape().pp > 1) mesh.pp().broadcast(counts, mesh.shape().pp - 1);
+  counts = counts.cpu();
+  model.routed_tokens = torch::Tensor();
+  return {counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel()};
 }
 
 }  // namespace picotron

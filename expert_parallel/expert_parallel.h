@@ -32,6 +32,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
+#include "picotron/mesh.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
 #include "picotron/shard.h"
@@ -66,8 +67,9 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
 class ExpertParallel {
  public:
   ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp = 1);
-  // After data parallelism: each expert's gradient summed over its copies, / dp.
-  void sync_expert_grads(std::vector<TrainableParam>& params);
+  // After data parallelism (--zero 0), registered with the optimizer (picotron/optim.h,
+  // GradSum): each expert's gradient summed over its copies, / dp.
+  void sync_expert_grads(std::vector<TrainableParam>& held);
   // The experts' part of a layer: dispatch, local experts, return, combine. [T, H] -> [T, H]
   torch::Tensor run(MoEImpl& moe, const torch::Tensor& x, const Routing& r);
 
@@ -95,7 +97,9 @@ class DenseAndExperts : public Optimizer {
   void zero_main_grads() override;
   void prepare_backward(bool last_micro_batch) override;
   void accumulate_grads() override;
-  void sync_grads(const std::function<void()>& fix_ups) override;
+  // Each optimizer syncs its own parameters, running the sums registered here on them
+  // (the experts' then ÷ep: the ep group's sum becomes its average).
+  void sync_grads() override;
   double grad_norm(Comm& world, const MeshCoords& here) override;
   void step(double lr, double grad_scale) override;
   int64_t steps_taken() const override { return dense_->steps_taken(); }
@@ -109,8 +113,14 @@ class DenseAndExperts : public Optimizer {
 
  private:
   std::unique_ptr<Optimizer> dense_, experts_;
-  std::vector<TrainableParam> all_;  // both lists (during sync_grads: the one being synced)
+  std::vector<TrainableParam> all_;  // both lists, for the caller (refreshed after each sync)
   int ep_;
 };
+
+// The step line's routing metric: how many tokens of the GLOBAL batch each expert got,
+// [E] on every rank. This rank's counts (model.routed_tokens, reset here) summed over the
+// ranks that routed other tokens: cp x dp, and tp under sequence parallelism (each tp rank
+// routed S/tp of them); with a pipeline the last stage counted every layer and tells the rest.
+std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp);
 
 }  // namespace picotron

@@ -88,6 +88,13 @@ namespace kernels {
 // "Measured"), so auto means fused on CUDA in bf16/fp16/fp32, with attention through SDPA.
 inline constexpr bool kVerifiedOnGpu = true;
 
+// --kernels auto | fused | aten: whether a run uses the fused kernels. auto means fused on
+// CUDA, except in fp64 (the kernels compute in fp32), once they passed on a GPU, and only in
+// a build that holds them (`built`; the planner plans for such a build).
+inline bool fused_chosen(const std::string& kernels, bool cuda, bool fp64, bool built) {
+  return kernels == "fused" || (kernels == "auto" && kVerifiedOnGpu && cuda && !fp64 && built);
+}
+
 // The attention core under --kernels fused (--attention).
 //   kSdpa       ATen's scaled_dot_product_attention (its flash / cuDNN / memory-efficient
 //               kernels): the fastest verified on a GPU, the default

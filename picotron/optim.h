@@ -85,8 +85,17 @@ using StateReader =
 //
 //   zero_main_grads()
 //   for each micro-batch:  prepare_backward(last) ; loss.backward() ; accumulate_grads()
-//   sync_grads(fix_ups)    every rank: the gradient averaged over cp x dp (ZeRO: my slice)
+//   sync_grads()           every rank: the gradient averaged over cp x dp (ZeRO: my slice),
+//                          and the sums the techniques registered over their own axes
 //   norm = grad_norm(world, here) ; step(lr, clip / loss_scale)
+
+// A technique's sum over its own axis (sequence parallelism's norm gains over tp, a
+// pipeline's tied embedding over its two ends, an expert over its copies), registered once
+// with add_grad_sum. It is called with the gradients the optimizer holds while it syncs
+// (whole ones; under ZeRO-2/3 this rank's pieces of them, which the ranks of that axis
+// own alike): sums commute with the cp x dp average, so either place gives the same step.
+using GradSum = std::function<void(std::vector<TrainableParam>& held)>;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -99,10 +108,10 @@ class Optimizer {
   // After each micro-batch's backward: its gradients into the main gradients.
   virtual void accumulate_grads() = 0;
   // After the last backward: average the gradients over the data-parallel (cp x dp)
-  // group. `fix_ups` are the sums other techniques make over their own axes (sequence
-  // parallelism's norm gains over tp, a pipeline's tied embedding): they commute with the
-  // average, and run where this optimizer still holds whole gradients.
-  virtual void sync_grads(const std::function<void()>& fix_ups) = 0;
+  // group, and run the registered sums (run_grad_sums) where this optimizer holds them.
+  virtual void sync_grads() = 0;
+  // Registers a technique's sum over its own axis (above), in the order they should run.
+  virtual void add_grad_sum(GradSum sum) { sums_.push_back(std::move(sum)); }
   // The norm of the whole averaged gradient, each element counted once: the same on
   // every rank of `world`.
   virtual double grad_norm(Comm& world, const MeshCoords& here) = 0;
@@ -124,6 +133,15 @@ class Optimizer {
   virtual torch::ScalarType state_dtype() const = 0;  // fp32 (fp64 in fp64 runs)
   // One line about what this rank keeps (empty: nothing worth printing).
   virtual std::string summary() const { return ""; }
+
+ protected:
+  void run_grad_sums(std::vector<TrainableParam>& held) {
+    for (auto& sum : sums_) sum(held);
+  }
+  bool has_grad_sums() const { return !sums_.empty(); }
+
+ private:
+  std::vector<GradSum> sums_;
 };
 
 // Calls on_ready() right after autograd has written `param`'s gradient in a backward:
@@ -185,9 +203,9 @@ class AdamW : public Optimizer {
   void prepare_backward(bool last_micro_batch) override {
     if (sync_) sync_->prepare_backward(last_micro_batch);
   }
-  void sync_grads(const std::function<void()>& fix_ups) override {
+  void sync_grads() override {
     if (sync_) sync_->finish_gradient_sync();  // waits for the all-reduces launched during backward
-    if (fix_ups) fix_ups();
+    run_grad_sums(params_);
   }
   double grad_norm(Comm& world, const MeshCoords& here) override;
   // One AdamW update of every master weight from grad_scale * main_grad, then param =

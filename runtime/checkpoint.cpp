@@ -61,10 +61,10 @@ void load_parameters(torch::nn::Module& module, const NamedTensors& full, const 
 }
 
 // The pieces rank `r` sends to rank 0: its records whose copy counts, in name order.
-static std::vector<ShardRecord> pieces_of(const MeshShape& shape, int r, const PlanOf& plan_of) {
+static std::vector<ShardRecord> pieces_of(const MeshShape& shape, int r, const ShardPlanOf& shard_plan_of) {
   const MeshCoords c = coords_of(shape, r);
   std::vector<ShardRecord> pieces;
-  for (const auto& [name, record] : plan_of(c))
+  for (const auto& [name, record] : shard_plan_of(c))
     if (record.counts_once(c)) pieces.push_back(record);
   return pieces;
 }
@@ -78,13 +78,13 @@ static torch::Tensor on_the_wire(const std::map<std::string, torch::Tensor>& loc
 }
 
 NamedTensors gather_full_tensors(const std::map<std::string, torch::Tensor>& local, const LlamaConfig& config,
-                                 const MeshShape& shape, const PlanOf& plan_of, torch::ScalarType dtype, Comm& world) {
+                                 const MeshShape& shape, const ShardPlanOf& shard_plan_of, torch::ScalarType dtype, Comm& world) {
   torch::NoGradGuard no_grad;
   const int rank = world.rank();
   const auto wire = torch::TensorOptions().dtype(dtype).device(world.device());  // what travels
   if (rank != 0) {  // send every counted piece, one message each, posted together
     std::vector<P2POp> sends;
-    for (const auto& piece : pieces_of(shape, rank, plan_of))
+    for (const auto& piece : pieces_of(shape, rank, shard_plan_of))
       sends.push_back({P2POp::kSend, on_the_wire(local, piece, wire, rank), /*peer=*/0});
     world.batch_p2p(sends);
     return {};
@@ -105,7 +105,7 @@ NamedTensors gather_full_tensors(const std::map<std::string, torch::Tensor>& loc
     seen.add_(1);
   };
   for (int r = 0; r < shape.world_size(); ++r) {
-    const auto pieces = pieces_of(shape, r, plan_of);
+    const auto pieces = pieces_of(shape, r, shard_plan_of);
     if (r == 0) {
       for (const auto& piece : pieces) place(piece, on_the_wire(local, piece, wire, 0));
       continue;

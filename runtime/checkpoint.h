@@ -38,13 +38,13 @@ void load_parameters(torch::nn::Module& module, const NamedTensors& full, const 
 
 // The plan of any rank, from its mesh coordinates: a pure function, so rank 0 knows
 // what every other rank holds without asking.
-using PlanOf = std::function<ShardPlan(const MeshCoords&)>;
+using ShardPlanOf = std::function<ShardPlan(const MeshCoords&)>;
 
 // Reassemble FULL tensors on world rank 0 from the pieces the ranks hold.
 //
 //   rank r:  the pieces of its plan whose copy counts (counts_once), in name order,
 //            flattened into one buffer  --send-->  rank 0
-//   rank 0:  knows plan_of(coords(r)), so it knows every piece's name, slice and size;
+//   rank 0:  knows shard_plan_of(coords(r)), so it knows every piece's name, slice and size;
 //            it copies each into full[name].narrow(split_dim, offset, length)
 //
 // Each element of the model travels once (replicas stay home). `local`: this rank's
@@ -52,6 +52,6 @@ using PlanOf = std::function<ShardPlan(const MeshCoords&)>;
 // Returns every parameter whole, in `dtype`, on the CPU, in the model's order, on rank
 // 0; an empty list elsewhere. Throws if the plans do not cover every element exactly once.
 NamedTensors gather_full_tensors(const std::map<std::string, torch::Tensor>& local, const LlamaConfig& config,
-                                 const MeshShape& shape, const PlanOf& plan_of, torch::ScalarType dtype, Comm& world);
+                                 const MeshShape& shape, const ShardPlanOf& shard_plan_of, torch::ScalarType dtype, Comm& world);
 
 }  // namespace picotron

@@ -191,8 +191,8 @@ std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape
   return o.str();
 }
 
-Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> plan_of)
-    : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), plan_of_(std::move(plan_of)) {
+Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of)
+    : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), shard_plan_of_(std::move(shard_plan_of)) {
   if (!enabled_) return;
   mesh_.set_observer([this](const Comm& comm, const CommEvent& e) {
     if (recording_) add("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank()));
@@ -256,7 +256,7 @@ void Explainer::end(const Distributed& dist) {
   for (int r = 0; r < world; ++r) {
     const MeshCoords c = coords_of(shape, r);
     o << "  rank " << r << ":\n";
-    for (const auto& h : holdings(cfg_, shape, c, plan_of_(c))) o << "    " << h << "\n";
+    for (const auto& h : holdings(cfg_, shape, c, shard_plan_of_(c))) o << "    " << h << "\n";
   }
   o << "every communication of step " << step_ << ", rank by rank, in the order each rank issued it\n"
     << "(a group {a,b} lists world ranks; a send/recv peer is its rank within the group):\n";

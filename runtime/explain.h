@@ -45,7 +45,7 @@ class Explainer {
  public:
   // Off (cfg.explain false): every call does nothing. On: installs the observer on the
   // mesh's groups (and the groups split from them later).
-  Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> plan_of);
+  Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of);
   ~Explainer();
   Explainer(const Explainer&) = delete;
   Explainer& operator=(const Explainer&) = delete;
@@ -63,7 +63,7 @@ class Explainer {
   bool enabled_;
   TrainConfig cfg_;
   Mesh& mesh_;
-  std::function<ShardPlan(const MeshCoords&)> plan_of_;
+  std::function<ShardPlan(const MeshCoords&)> shard_plan_of_;
   std::mutex mutex_;  // data parallelism's bucket all-reduces are issued from autograd's thread
   bool recording_ = false;
   int64_t step_ = 0;

@@ -91,7 +91,7 @@ std::string tokens_of(const TrainConfig& c, int cp_rank) {
 }  // namespace
 
 std::string holdings_summary(const TrainConfig& c, const MeshShape& shape,
-                             const std::function<ShardPlan(const MeshCoords&)>& plan_of) {
+                             const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of) {
   std::ostringstream o;
   o << "what each rank holds (sequence positions of one micro-batch; each dp rank its own "
     << c.micro_batch_size << " sequence(s) of every micro-batch";
@@ -101,7 +101,7 @@ std::string holdings_summary(const TrainConfig& c, const MeshShape& shape,
   if (shape.world_size() < 8) {  // a line per rank
     for (int r = 0; r < shape.world_size(); ++r) {
       const MeshCoords here = coords_of(shape, r);
-      const ShardPlan plan = plan_of(here);
+      const ShardPlan plan = shard_plan_of(here);
       o << "\n  rank " << r << " (dp " << here.dp << " pp " << here.pp << " cp " << here.cp << " tp " << here.tp
         << "): " << layers_of(plan, here) << " | " << tensor_part_of(plan, c.llama) << " | " << tokens_of(c, here.cp);
     }
@@ -110,9 +110,9 @@ std::string holdings_summary(const TrainConfig& c, const MeshShape& shape,
   // 8 ranks and more: a line per coordinate of each axis; a rank holds the intersection.
   for (int p = 0; p < shape.pp; ++p) {
     const MeshCoords here{0, p, 0, 0};
-    o << "\n  pp " << p << ": " << layers_of(plan_of(here), here);
+    o << "\n  pp " << p << ": " << layers_of(shard_plan_of(here), here);
   }
-  for (int t = 0; t < shape.tp; ++t) o << "\n  tp " << t << ": " << tensor_part_of(plan_of({0, 0, 0, t}), c.llama);
+  for (int t = 0; t < shape.tp; ++t) o << "\n  tp " << t << ": " << tensor_part_of(shard_plan_of({0, 0, 0, t}), c.llama);
   for (int k = 0; k < shape.cp; ++k) o << "\n  cp " << k << ": " << tokens_of(c, k);
   return o.str();
 }

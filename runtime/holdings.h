@@ -29,6 +29,6 @@ std::string ranges_text(const std::vector<int64_t>& sorted_values);
 
 // The start-up table of what each rank holds (layout as above).
 std::string holdings_summary(const TrainConfig& c, const MeshShape& shape,
-                             const std::function<ShardPlan(const MeshCoords&)>& plan_of);
+                             const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of);
 
 }  // namespace picotron

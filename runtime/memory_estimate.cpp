@@ -233,9 +233,9 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   return est;
 }
 
-std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(const MeshCoords&)>& plan_of) {
+std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of) {
   const MeshShape shape{c.dp, c.pp, c.cp, c.tp};
-  const MemoryEstimate est = estimate_memory(c, coords_of(shape, 0), plan_of(coords_of(shape, 0)));
+  const MemoryEstimate est = estimate_memory(c, coords_of(shape, 0), shard_plan_of(coords_of(shape, 0)));
   const double e = c.dtype == Precision::kFP64 ? 8 : c.dtype == Precision::kFP32 ? 4 : 2;
   std::ostringstream o;
   o << "memory of rank 0 at its peak (estimate; T = B x S/cp = " << c.micro_batch_size << " x " << c.seq_len / c.cp
@@ -263,7 +263,7 @@ std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(c
     };
     for (int r = 0; r < shape.world_size(); ++r) {
       const MeshCoords here = coords_of(shape, r);
-      const std::string v = human_bytes(estimate_memory(c, here, plan_of(here)).peak_bytes());
+      const std::string v = human_bytes(estimate_memory(c, here, shard_plan_of(here)).peak_bytes());
       if (r > 0 && v != value) flush(r - 1), first = r;
       value = v;
     }

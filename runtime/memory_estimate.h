@@ -49,6 +49,6 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan);
 
 // The --dry-run text: rank 0's lines with formulas, then the peak of each distinct rank.
-std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(const MeshCoords&)>& plan_of);
+std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of);
 
 }  // namespace picotron

@@ -15,12 +15,12 @@ namespace picotron {
 static std::string n(double v) { return with_commas(int64_t(v)); }
 
 bool auto_means_fused(const TrainConfig& c) {
-  return kernels::kVerifiedOnGpu && c.device == "cuda" && c.dtype != Precision::kFP64;
+  return kernels::fused_chosen("auto", c.device == "cuda", c.dtype == Precision::kFP64, /*built=*/true);
 }
 
 FusedPieces fused_pieces(const TrainConfig& c) {
   FusedPieces p;
-  p.on = c.kernels == "fused" || (c.kernels == "auto" && auto_means_fused(c));
+  p.on = kernels::fused_chosen(c.kernels, c.device == "cuda", c.dtype == Precision::kFP64, /*built=*/true);
   if (!p.on) return p;
   // use_fused_kernels: the hand-written rungs take bf16/fp16 and Hd 64 or 128, and replace
   // only the model's own core (ring attention under cp stays); all else attends through SDPA.

@@ -42,16 +42,16 @@ int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedul
 // Shard plans by (tp, pp, v, ep, stage): every layout with those sizes holds the same shares.
 class PlanCache {
  public:
-  explicit PlanCache(const PlanFor& plan_for) : plan_for_(plan_for) {}
+  explicit PlanCache(const ShardPlanFor& shard_plan_for) : shard_plan_for_(shard_plan_for) {}
   const ShardPlan& at(const TrainConfig& c, int stage) {
     const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.ep, stage);
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
+    if (it == plans_.end()) it = plans_.emplace(key, shard_plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
     return it->second;
   }
 
  private:
-  const PlanFor& plan_for_;
+  const ShardPlanFor& shard_plan_for_;
   std::map<std::tuple<int, int, int, int, int>, ShardPlan> plans_;
 };
 
@@ -117,11 +117,11 @@ int complexity(const TrainConfig& c) {
   return axes + c.zero + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
 }
 
-PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan_for, int top) {
+PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
   const Hardware hw = hardware_of(base);
   PlanResult result;
   result.gpus = gpus;
-  PlanCache plans(plan_for);
+  PlanCache plans(shard_plan_for);
   const int64_t rows = std::max<int64_t>(1, (base.global_batch_tokens + base.seq_len - 1) / base.seq_len);
   std::vector<Candidate> fits;
   // One layout: micro-batches of 1, 2, 4, ... sequences, while one step's rows do not
@@ -207,12 +207,12 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
   return result;
 }
 
-Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for) {
+Candidate evaluate_layout(const TrainConfig& c, const ShardPlanFor& shard_plan_for) {
   Candidate cand;
   cand.cfg = c;
   double params = 0;
   for (int stage = 0; stage < c.pp; ++stage) {  // every role: tp, cp and dp ranks of a stage hold equal shares
-    const ShardPlan plan = plan_for(c, MeshCoords{0, stage, 0, 0});
+    const ShardPlan plan = shard_plan_for(c, MeshCoords{0, stage, 0, 0});
     const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
     cand.stage_peak_bytes.push_back(peak);
     if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
@@ -222,17 +222,17 @@ Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for) {
   return cand;
 }
 
-WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const PlanFor& plan_for) {
+WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for) {
   WhatWouldFit w;
   w.memory_bytes = at_n.least_peak_bytes;
   for (int64_t n = int64_t(at_n.gpus) * 2; n <= 4096; n *= 2)  // more GPUs: the same search at 2N, 4N, ...
-    if (search_layouts(base, int(n), plan_for, 1).fit > 0) {
+    if (search_layouts(base, int(n), shard_plan_for, 1).fit > 0) {
       w.gpus = int(n);
       break;
     }
   TrainConfig shorter = base;  // a shorter sequence: halved until a layout fits (down to 64 tokens)
   for (shorter.seq_len = base.seq_len / 2; shorter.seq_len >= 64; shorter.seq_len /= 2)
-    if (search_layouts(shorter, at_n.gpus, plan_for, 1).fit > 0) {
+    if (search_layouts(shorter, at_n.gpus, shard_plan_for, 1).fit > 0) {
       w.seq_len = shorter.seq_len;
       break;
     }

@@ -23,7 +23,7 @@
 // batch with DP, CP and accumulation; (3) throughput: TP up to the node, DP with ZeRO,
 // PP when DP's communication becomes the bottleneck, tune the micro-batch.
 //
-// Pure: no communication, no tensor; the shard plans come from `plan_for` (train.cpp's).
+// Pure: no communication, no tensor; the shard plans come from `shard_plan_for` (train.cpp's).
 //
 // Test: build/tests/unit_tests "[plan]"; ctest -R cli.plan
 #pragma once
@@ -39,8 +39,8 @@
 
 namespace picotron {
 
-// What a rank holds under a layout (train.cpp's plan_for).
-using PlanFor = std::function<ShardPlan(const TrainConfig&, const MeshCoords&)>;
+// What a rank holds under a layout (train.cpp's shard_plan_for).
+using ShardPlanFor = std::function<ShardPlan(const TrainConfig&, const MeshCoords&)>;
 
 struct Candidate {
   TrainConfig cfg;         // the layout: mesh, sp, zero (offload), recompute, kernels, schedule, micro-batch, grad-acc
@@ -75,12 +75,12 @@ struct PlanResult {
 };
 
 // The search for `gpus` GPUs, model and sequence of `base`, hardware of hardware_of(base).
-PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan_for, int top);
+PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top);
 
 // One given layout, as the search costs it (--plan-layout): the layout of `c` as it stands
 // (mesh, sp, ZeRO, recompute, schedule, micro-batch, grad-acc, dtype, device), every
 // pipeline stage's peak, the step time. No validate(), no --gpu-memory check: the caller's.
-Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for);
+Candidate evaluate_layout(const TrainConfig& c, const ShardPlanFor& shard_plan_for);
 
 // What would fit when nothing does, each found by the same search: the smallest power of
 // two times --gpus, the memory (least_peak_bytes), a shorter sequence.
@@ -89,7 +89,7 @@ struct WhatWouldFit {
   double memory_bytes = 0;  // a GPU this big fits the best layout at --gpus
   int64_t seq_len = 0;      // 0: no shorter sequence fits either
 };
-WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const PlanFor& plan_for);
+WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for);
 
 // The cheatsheet rule a layout follows, e.g. "TP within the node, PP across nodes".
 std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
@@ -97,6 +97,6 @@ std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
 std::string command_line(const Candidate& c);
 // The --plan text: the search's counts, the top layouts, or what would fit; under
 // --plan-layout the prediction of the given layout alone (evaluate_layout).
-std::string plan_text(const TrainConfig& base, const PlanFor& plan_for);
+std::string plan_text(const TrainConfig& base, const ShardPlanFor& shard_plan_for);
 
 }  // namespace picotron

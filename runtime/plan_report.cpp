@@ -42,10 +42,10 @@ std::string layout_text(const TrainConfig& c) {
 
 // --plan-layout: the given layout's prediction alone, with exact bytes for each pipeline
 // stage (a rank's --dry-run estimate) and the step in ms to 0.1 (CPU-sized runs).
-std::string layout_prediction_text(const TrainConfig& given, const PlanFor& plan_for) {
+std::string layout_prediction_text(const TrainConfig& given, const ShardPlanFor& shard_plan_for) {
   TrainConfig c = given;
   if (!c.dtype_given) c.dtype = c.device == "cuda" ? Precision::kBF16 : Precision::kFP32;  // what the run picks
-  const Candidate p = evaluate_layout(c, plan_for);
+  const Candidate p = evaluate_layout(c, shard_plan_for);
   const StepTime& t = p.time;
   std::ostringstream o;
   o << "plan-layout: " << c.model << " (" << with_commas(count_parameters(c.llama)) << " parameters), "
@@ -125,8 +125,8 @@ std::string command_line(const Candidate& cand) {
   return o.str();
 }
 
-std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
-  if (given.plan_layout) return layout_prediction_text(given, plan_for);
+std::string plan_text(const TrainConfig& given, const ShardPlanFor& shard_plan_for) {
+  if (given.plan_layout) return layout_prediction_text(given, shard_plan_for);
   TrainConfig base = given;
   if (!base.dtype_given) base.dtype = Precision::kBF16;  // the GPU default
   // The run's default sequence (128) is a CPU demo's; a plan is for GPUs: the Playbook's
@@ -143,7 +143,7 @@ std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
     << "% efficiency; links " << fixed(base.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.inter_node_gbps, 0)
     << " GB/s between nodes; offload: PCIe " << fixed(kPcieBytesPerS / 1e9, 0) << " GB/s, CPU AdamW "
     << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (README.md, \"Choosing a layout\")\n";
-  const PlanResult r = search_layouts(base, base.gpus, plan_for, base.plan_top);
+  const PlanResult r = search_layouts(base, base.gpus, shard_plan_for, base.plan_top);
   o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass validate(), "
     << with_commas(r.fit) << " fit in " << fixed(base.gpu_memory_gb, 0) << " GB\n";
   if (!r.best.empty()) {
@@ -171,12 +171,12 @@ std::string plan_text(const TrainConfig& given, const PlanFor& plan_for) {
       o << "the least any layout needs is " << gb(r.least_peak_bytes) << " per GPU, above --gpu-memory "
         << fixed(base.gpu_memory_gb, 0) << "\n";
     }
-    const WhatWouldFit w = what_would_fit(base, r, plan_for);
+    const WhatWouldFit w = what_would_fit(base, r, shard_plan_for);
     o << "what would fit (the same search again):\n";
     if (w.gpus > 0) {
       TrainConfig more = base;
       more.gpus = w.gpus;
-      const PlanResult at = search_layouts(more, w.gpus, plan_for, 1);
+      const PlanResult at = search_layouts(more, w.gpus, shard_plan_for, 1);
       o << "  more GPUs: --gpus " << w.gpus << " (the smallest power of two x " << base.gpus << "), best "
         << layout_text(at.best[0].cfg) << ", " << gb(at.best[0].peak_bytes) << "\n";
     } else {

@@ -45,7 +45,7 @@ std::string model_summary(const TrainConfig& c) {
 }
 
 std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
-                         const std::function<ShardPlan(const MeshCoords&)>& plan_of) {
+                         const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of) {
   const auto dtype = scalar_type(c.dtype);
   const double weight_bytes = double(torch::elementSize(dtype));
   const bool wide = dtype == torch::kFloat32 || dtype == torch::kFloat64;
@@ -77,7 +77,7 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
       << ", training state " << human_bytes(double(count) * state_bytes);
   };
   for (int r = 0; r < shape.world_size(); ++r) {
-    const int64_t n = local_parameter_count(plan_of(coords_of(shape, r)));
+    const int64_t n = local_parameter_count(shard_plan_of(coords_of(shape, r)));
     if (r > 0 && n != count) { flush(r - 1); first = r; }
     count = n;
   }

@@ -27,7 +27,7 @@ std::string model_summary(const TrainConfig& c);
 // compute dtype, and the AdamW training state (fp32 master unless the compute dtype is
 // fp32/fp64, fp32 main grad, two fp32 moments). One line per distinct rank, pure.
 std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
-                         const std::function<ShardPlan(const MeshCoords&)>& plan_of);
+                         const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of);
 
 // "data: arithmetic; global batch 64 x 64 = 4,096 tokens/step (micro-batch ...); data
 // parallelism: bucketed"

@@ -136,13 +136,13 @@ std::vector<std::string> machine_problems(const TrainConfig& cfg) {
   return problems;
 }
 
-std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of) {
+std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const ShardPlanOf& shard_plan_of) {
   const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
   TrainConfig resolved = cfg;
   if (!cfg.dtype_given) resolved.dtype = on_cpu ? Precision::kFP32 : Precision::kBF16;  // what run() picks
   resolved.device = on_cpu ? "cpu" : "cuda";  // (--kernels auto's choice follows the device)
   const MeshCoords here = coords_of(MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp}, launch.rank);
-  const double need = estimate_memory(resolved, here, plan_of(here)).peak_bytes();
+  const double need = estimate_memory(resolved, here, shard_plan_of(here)).peak_bytes();
   double available = 0;
   std::string where;
   if (on_cpu) {  // the node's memory, shared by its ranks
@@ -212,7 +212,7 @@ std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& lau
   return problems;
 }
 
-std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of,
+std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const ShardPlanOf& shard_plan_of,
                                       DataSources& data) {
   std::vector<std::string> problems = output_problems(cfg);  // every output writable: now, not after the run
   if (problems.empty() && !cfg.eval.empty()) {  // read after training: a missing one or a FIFO is named now
@@ -224,7 +224,7 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
   }
   if (problems.empty()) problems = machine_problems(cfg);    // a GPU, the CUDA kernels, where the flags need them
   if (problems.empty())  // the memory this rank will need, before allocating any of it
-    if (auto p = memory_problem(cfg, launch, plan_of); !p.empty()) problems.push_back(p);
+    if (auto p = memory_problem(cfg, launch, shard_plan_of); !p.empty()) problems.push_back(p);
   if (problems.empty()) {
     try {
       data.train = open_data(cfg.data, cfg.llama.vocab_size, cfg.seq_len);

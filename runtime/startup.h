@@ -27,7 +27,7 @@ std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& lau
 struct DataSources {
   std::shared_ptr<TokenSource> train, val;  // val: --val-data, or null
 };
-std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of,
+std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const ShardPlanOf& shard_plan_of,
                                       DataSources& data);
 
 // The device of this rank (--device auto: its GPU if there is one), the compute dtype when
@@ -51,7 +51,7 @@ std::vector<std::string> machine_problems(const TrainConfig& cfg);
 // This rank's estimated peak (runtime/memory_estimate.h) against what it has: on the CPU
 // MemAvailable shared by the ranks of its node, on a GPU its free memory; one line with
 // both numbers and what to change, or "".
-std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const PlanOf& plan_of);
+std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const ShardPlanOf& shard_plan_of);
 
 // An allocation that failed anyway (during training: the estimate is not exact, and
 // memory is shared): the allocator's error (CPU, CUDA or std::bad_alloc) as one line

@@ -249,7 +249,7 @@ picotron_equivalence(moe_ep2_cp2_zero1 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --e
 picotron_equivalence(moe_ep2_zero2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --zero 2 --dp-bucket-mb 0.05 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_tp2_sp_zero2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --tp 2 --sp --zero 2 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_pp2_zero2_zb NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --zero 2 --pp-schedule zb-h1 --grad-acc-steps 2)
-# ZeRO-3: each optimizer gathers its own units around a layer (two wrappers, "zero-3" and
+# ZeRO-3: each optimizer gathers its own units around a layer (two wrappers, "zero-3 cp_dp" and
 # "zero-3 ep_replicas"), the experts' over their replica group.
 picotron_equivalence(moe_ep2_dp4_zero3 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --zero 3)
 picotron_equivalence(moe_ep2_tp2_sp_zero3 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --tp 2 --sp --zero 3 --grad-acc-steps 2)

@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
       (model->loss(batch.inputs, batch.targets) * 0.5).backward();
       zero.accumulate_grads();
     }
-    zero.sync_grads({});
+    zero.sync_grads();
     if (stage == 2) {
       const auto& ev = zero.events();
       check(zero.layout().buckets.size() > 1, tag + "several buckets", rank);
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
       zero.prepare_backward(/*last_micro_batch=*/true);
       sharded->loss(batch.inputs, batch.targets).backward();
       zero.accumulate_grads();
-      zero.sync_grads({});
+      zero.sync_grads();
       zero.step(1e-3, 1.0);
     }
     double worst = 0;

@@ -19,9 +19,9 @@ using namespace picotron;
 
 namespace {
 
-// As train.cpp's plan_for: tensor parallelism cuts the projections, pipeline parallelism
+// As train.cpp's shard_plan_for: tensor parallelism cuts the projections, pipeline parallelism
 // keeps a stage's layers, expert parallelism this ep rank's experts.
-ShardPlan plan_for(const TrainConfig& cfg, const MeshCoords& here) {
+ShardPlan shard_plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);
   if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);
@@ -46,7 +46,7 @@ int axes_used(const TrainConfig& c) { return (c.dp > 1) + (c.tp > 1) + (c.pp > 1
 
 TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]") {
   const TrainConfig base = planning("llama3-8b", 8, 4096);
-  const PlanResult r = search_layouts(base, 8, plan_for, 5);
+  const PlanResult r = search_layouts(base, 8, shard_plan_for, 5);
   REQUIRE(r.fit > 0);
   REQUIRE(!r.best.empty());
   CHECK(r.considered >= r.valid);
@@ -61,7 +61,7 @@ TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]
 TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[plan]") {
   // TP in the node with PP or with ZeRO-3, or ZeRO-3 alone; no CP for a 4096-token sequence.
   const TrainConfig base = planning("llama3-70b", 64, 4096);
-  const PlanResult r = search_layouts(base, 64, plan_for, 5);
+  const PlanResult r = search_layouts(base, 64, shard_plan_for, 5);
   REQUIRE(!r.best.empty());
   const TrainConfig& top = r.best[0].cfg;
   INFO(command_line(r.best[0]));
@@ -76,7 +76,7 @@ TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[pl
 TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and accumulation", "[plan]") {
   TrainConfig base = planning("llama3.2-1b", 1, 1024);  // at 2048 nothing fits in 24 GB without offloading
   base.gpu_memory_gb = 24;
-  const PlanResult r = search_layouts(base, 1, plan_for, 50);
+  const PlanResult r = search_layouts(base, 1, shard_plan_for, 50);
   REQUIRE(!r.best.empty());
   // The optimizer offloaded (ZeRO-1 at dp 1) and no recompute ranks first: its CPU step
   // (2.7 s, plan_cost.h) costs less than a recomputed forward (7 s); test_plan_offload.cpp.
@@ -95,18 +95,18 @@ TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and ac
 
 TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would", "[plan]") {
   const TrainConfig base = planning("llama3-70b", 1, 4096);
-  const PlanResult r = search_layouts(base, 1, plan_for, 5);
+  const PlanResult r = search_layouts(base, 1, shard_plan_for, 5);
   CHECK(r.fit == 0);
   CHECK(r.best.empty());
   CHECK(r.least_peak_bytes > 70e9 * 6);  // bf16 weights and fp32 gradients alone (the optimizer offloaded)
-  const WhatWouldFit w = what_would_fit(base, r, plan_for);
+  const WhatWouldFit w = what_would_fit(base, r, shard_plan_for);
   CHECK(w.gpus >= 8);  // 70B x 6 bytes / 80 GB: at least 6 GPUs' worth of ZeRO-3 slices
   CHECK(w.memory_bytes == r.least_peak_bytes);
   CHECK(w.seq_len == 0);  // no sequence is short enough: weights and gradients alone are 420 GB
   // The smallest: half of it does not fit.
-  CHECK(search_layouts(base, w.gpus / 2, plan_for, 1).fit == 0);
-  CHECK(search_layouts(base, w.gpus, plan_for, 1).fit > 0);
-  const std::string text = plan_text(base, plan_for);
+  CHECK(search_layouts(base, w.gpus / 2, shard_plan_for, 1).fit == 0);
+  CHECK(search_layouts(base, w.gpus, shard_plan_for, 1).fit > 0);
+  const std::string text = plan_text(base, shard_plan_for);
   CHECK_THAT(text, Catch::Contains("nothing fits") && Catch::Contains("more GPUs: --gpus " + std::to_string(w.gpus)) &&
                        Catch::Contains("more memory: a GPU of"));
 }
@@ -114,7 +114,7 @@ TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would",
 TEST_CASE("plan: every layout returned passes validate() and reaches the batch", "[plan]") {
   for (auto [model, gpus] : {std::pair{"llama3-8b", 8}, {"llama3-8b", 16}, {"smollm-360m", 4}}) {
     const TrainConfig base = planning(model, gpus, 2048);
-    const PlanResult r = search_layouts(base, gpus, plan_for, 10);
+    const PlanResult r = search_layouts(base, gpus, shard_plan_for, 10);
     REQUIRE(!r.best.empty());
     for (const Candidate& c : r.best) {
       INFO(command_line(c));
@@ -188,11 +188,11 @@ TEST_CASE("plan cost: data parallelism's all-reduce hides behind the last backwa
 
 TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs it", "[plan]") {
   const TrainConfig base = planning("llama3-8b", 8, 4096);
-  const PlanResult r = search_layouts(base, 8, plan_for, 5);
+  const PlanResult r = search_layouts(base, 8, shard_plan_for, 5);
   REQUIRE(!r.best.empty());
   for (const Candidate& found : r.best) {
     INFO(command_line(found));
-    const Candidate again = evaluate_layout(found.cfg, plan_for);
+    const Candidate again = evaluate_layout(found.cfg, shard_plan_for);
     CHECK(again.peak_bytes == found.peak_bytes);
     CHECK(again.time.total() == Approx(found.time.total()));
     CHECK(again.tokens_per_s_per_gpu == Approx(found.tokens_per_s_per_gpu));
@@ -201,12 +201,12 @@ TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs 
   // A pipeline: one peak per stage, the worst one is the layout's.
   TrainConfig c = base;
   c.pp = 4, c.dp = 2, c.micro_batch_size = 1, c.grad_acc_steps = 8;
-  const Candidate p = evaluate_layout(c, plan_for);
+  const Candidate p = evaluate_layout(c, shard_plan_for);
   REQUIRE(p.stage_peak_bytes.size() == 4);
   CHECK(p.peak_bytes == p.stage_peak_bytes[p.worst_stage]);
   for (double stage : p.stage_peak_bytes) CHECK(stage <= p.peak_bytes);
   c.plan_layout = true;
-  CHECK_THAT(plan_text(c, plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
+  CHECK_THAT(plan_text(c, shard_plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
                                          Catch::Contains("memory of stage 3 at its peak: ") &&
                                          Catch::Contains(" tokens/s per GPU | MFU "));
 }
@@ -218,7 +218,7 @@ TEST_CASE("the start-up table says which layers, heads, vocabulary rows and toke
   TrainConfig c;  // tiny: H 128, I 384, 4 layers, 4 heads, 2 kv heads, V 256
   c.seq_len = 32;
   c.tp = 2, c.pp = 2;
-  const auto plans = [&](const MeshCoords& h) { return plan_for(c, h); };
+  const auto plans = [&](const MeshCoords& h) { return shard_plan_for(c, h); };
   const std::string four = holdings_summary(c, {1, 2, 1, 2}, plans);  // 4 ranks: a line each
   CHECK_THAT(four, Catch::Contains("rank 0 (dp 0 pp 0 cp 0 tp 0): embedding, layers 0-1 | heads 0-1 of 4, kv heads 0 of 2, "
                                    "mlp columns 0-191 of 384, vocab rows 0-127 of 256 | tokens 0-31 of 32"));
@@ -240,7 +240,7 @@ TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
   // tiny-moe on 8 GPUs: every layout fits; the list (each layout once) holds ep 2 and 4.
   TrainConfig base = planning("tiny-moe", 8, 1024);
   base.global_batch_tokens = 1 << 16;
-  const PlanResult r = search_layouts(base, 8, plan_for, 1000);
+  const PlanResult r = search_layouts(base, 8, shard_plan_for, 1000);
   std::set<int> eps;
   for (const Candidate& c : r.best) {
     INFO(command_line(c));
@@ -261,7 +261,7 @@ TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
   one.dp = 8, one.micro_batch_size = 1, one.grad_acc_steps = 8;
   TrainConfig four = one;
   four.ep = 4;
-  CHECK(evaluate_layout(four, plan_for).peak_bytes < evaluate_layout(one, plan_for).peak_bytes);
+  CHECK(evaluate_layout(four, shard_plan_for).peak_bytes < evaluate_layout(one, shard_plan_for).peak_bytes);
 }
 
 TEST_CASE("plan cost: the experts' all-to-all is zero at ep 1 and grows with ep", "[plan]") {

@@ -80,8 +80,8 @@ void run_mesh(Comm& world, const MeshShape& shape) {
                           std::to_string(shape.tp) + ": ";
   Mesh mesh(world, shape);
   const auto c = config();
-  const PlanOf plan_of = [&](const MeshCoords& here) { return test_plan(c, shape, here); };
-  const ShardPlan plan = plan_of(mesh.coords());
+  const ShardPlanOf shard_plan_of = [&](const MeshCoords& here) { return test_plan(c, shape, here); };
+  const ShardPlan plan = shard_plan_of(mesh.coords());
   LlamaForCausalLM model(c, plan, torch::TensorOptions().dtype(torch::kFloat64));
   init_parameters(*model, plan, /*seed=*/5, /*init_std=*/0.02);
   std::vector<std::pair<std::string, torch::Tensor>> named;
@@ -113,7 +113,7 @@ void run_mesh(Comm& world, const MeshShape& shape) {
   // ---- gather: the single-process parameters, exactly ----
   std::map<std::string, torch::Tensor> local;
   for (auto& p : opt.params()) local[p.name] = p.param;
-  const auto full = gather_full_tensors(local, c, shape, plan_of, torch::kFloat64, world);
+  const auto full = gather_full_tensors(local, c, shape, shard_plan_of, torch::kFloat64, world);
   if (rank == 0) {
     LlamaForCausalLM whole(c);
     whole->to(torch::kFloat64);

@@ -123,8 +123,8 @@ void Zero1Optimizer::accumulate_grads() {
   }
 }
 
-void Zero1Optimizer::sync_grads(const std::function<void()>& fix_ups) {
-  if (fix_ups) fix_ups();  // on the full gradient, while it exists
+void Zero1Optimizer::sync_grads() {
+  run_grad_sums(params_);  // on the full gradient, while it exists
   // BEGIN ASSIGNMENT zero.stage1
   for (const auto& b : layout_.buckets) {
     auto mine = slice_of(grad_, b);                                                          // [bucket padded / N]

@@ -66,8 +66,9 @@ class Zero1Optimizer : public Optimizer {
   void zero_main_grads() override;
   void prepare_backward(bool last_micro_batch) override {}
   void accumulate_grads() override;  // main_grad += grad (bf16/fp16; fp32 accumulates in place)
-  // fix_ups on the full gradient, then reduce-scatter(avg) it into my slice, bucket by bucket.
-  void sync_grads(const std::function<void()>& fix_ups) override;
+  // The registered sums on the full gradient, then reduce-scatter(avg) it into my slice,
+  // bucket by bucket.
+  void sync_grads() override;
   double grad_norm(Comm& world, const MeshCoords& here) override;
   // AdamW on my slice from grad_scale * gradient, then every rank's parts to every rank.
   void step(double lr, double grad_scale) override;

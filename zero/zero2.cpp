@@ -99,18 +99,18 @@ void Zero2Optimizer::accumulate_grads() {
   rearm();
 }
 
-void Zero2Optimizer::sync_grads(const std::function<void()>& fix_ups) {
-  if (!fix_ups) return;
+void Zero2Optimizer::sync_grads() {
   // Sums over tp (sp's norm gains) or over a pipeline's two ends (the tied embedding)
   // commute with the cp×dp average: they run on my pieces, which the ranks they sum over
   // own alike (zero2.h). Each parameter's main_grad is my piece while they run.
+  if (!has_grad_sums()) return;
   // BEGIN ASSIGNMENT zero.slice_sums
   const auto none = torch::empty({0}, grad_.options());  // [0]: I own no piece of it
   for (auto& p : params_) p.main_grad = none;
   for (const auto& piece : layout_.pieces(group_.rank()))
     params_[piece.param].main_grad = grad_.narrow(0, piece.slice_offset, piece.length);  // [piece]
   // END ASSIGNMENT
-  fix_ups();
+  run_grad_sums(params_);
   for (auto& p : params_) p.main_grad = torch::Tensor();  // no full gradient, as before
 }
 

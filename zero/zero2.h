@@ -54,7 +54,7 @@ class Zero2Optimizer : public Zero1Optimizer {
   // Nothing left to reduce (done during backward). fix_ups run on my slice: while they
   // run, each parameter's main_grad is my piece of its averaged gradient, flattened
   // ([piece], empty when I own none of it).
-  void sync_grads(const std::function<void()>& fix_ups) override;
+  void sync_grads() override;
 
  protected:
   Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,

@@ -78,7 +78,7 @@ Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::str
   }
   model_ = model;
   inner_part_runner_ = model->part_runner;
-  wrapper_ = group.name() == "cp_dp" ? "zero-3" : "zero-3 " + group.name();
+  wrapper_ = "zero-3 " + group.name();  // one per optimizer: DenseAndExperts runs two (cp_dp, ep_replicas)
   model->wrap_layers({wrapper_, [this](const LayerCall& call, const torch::Tensor& x) {
                         return run_pass(layer_pass_.at(call.index), [&] { return call.next(x); });
                       }});

@@ -75,7 +75,7 @@ class Zero3Optimizer : public Zero2Optimizer {
   std::map<std::string, size_t> part_pass_;  // "embed" / "head" -> its pass
   LlamaForCausalLM model_{nullptr};          // the model, and its runners before us
   PartRunner inner_part_runner_;
-  std::string wrapper_;  // our layer wrapper's name: "zero-3" ("zero-3 ep_replicas" for the experts')
+  std::string wrapper_;  // our layer wrapper's name: "zero-3 cp_dp" ("zero-3 ep_replicas" for the experts')
 };
 
 }  // namespace picotron
