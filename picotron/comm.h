@@ -158,6 +158,7 @@ struct CommEvent {
   int peer = -1;                  // send / recv: the other rank (within the group); broadcast: the root
   bool async = false;             // posted now, waited for later (Work::wait)
   CallSite at;
+  const char* note = "";          // kind "note" (Comm::note): what the next communications carry
 };
 class Comm;
 using CommObserver = std::function<void(const Comm&, const CommEvent&)>;
@@ -190,6 +191,13 @@ class Comm {
   // Called with every communication this Comm records in its ledger (and by the groups
   // split from it later). For --explain; no observer: nothing is called.
   void set_observer(CommObserver observer) { observer_ = std::move(observer); }
+  // What the next communications carry ("layer 0 attention: f, the q/k/v input's
+  // gradient"), for the observer only: kind "note", nothing moves, the ledger ignores it.
+  // Build the text only when observed(): without --explain a note costs nothing.
+  bool observed() const { return bool(observer_); }
+  void note(const std::string& what, CallSite at = CallSite::here()) const {
+    if (observer_) observer_(*this, CommEvent{"note", "", {}, {}, torch::kFloat, 0, -1, false, at, what.c_str()});
+  }
 
   // Synchronous NCCL operations enqueued but not yet seen complete by the watchdog
   // (comm_nccl.cpp); 0 for a CPU Comm. For tests: it drains once the GPU has run them.

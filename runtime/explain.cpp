@@ -195,17 +195,20 @@ Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan
     : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), shard_plan_of_(std::move(shard_plan_of)) {
   if (!enabled_) return;
   mesh_.set_observer([this](const Comm& comm, const CommEvent& e) {
-    if (recording_) add("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank()));
+    if (!recording_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A note (Comm::note) titles the next communication of ITS group (a data-parallel
+    // bucket posted from a gradient hook in between is not what it describes); one that
+    // none follows is dropped.
+    if (std::string(e.kind) == "note") return void(pending_note_ = {comm.name(), e.note});
+    if (!pending_note_.second.empty() && pending_note_.first == comm.name())
+      lines_.push_back("  " + pending_note_.second), pending_note_ = {};
+    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank()));
   });
 }
 
 Explainer::~Explainer() {
   if (enabled_) mesh_.set_observer({});
-}
-
-void Explainer::add(const std::string& line) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  lines_.push_back(line);
 }
 
 void Explainer::begin(int64_t step) {
@@ -215,7 +218,10 @@ void Explainer::begin(int64_t step) {
 }
 
 void Explainer::phase(const std::string& what) {
-  if (enabled_ && recording_) add(what);
+  if (!enabled_ || !recording_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_note_ = {};
+  lines_.push_back(what);
 }
 
 void Explainer::end(const Distributed& dist) {

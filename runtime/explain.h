@@ -8,9 +8,14 @@
 // they belong to:
 //
 //   ---- rank 1 (dp 0, pp 0, cp 0, tp 1) ----
-//   micro-batch 1 of 1: forward and backward
+//   micro-batch 1 of 1: forward
+//     [layer 0, attention] forward out of o_proj: the partial outputs (g)
 //     all_reduce sum over tp {0,1}: [2, 32, 64] fp64, 4,096 elements
-//         at tensor_parallel/tensor_parallel.cpp:23 (reduce_from_tp)
+//         at tensor_parallel/tensor_parallel.cpp:47 (forward):  return all_reduced(x, *tp);
+//
+// A technique titles its communications with Comm::note (its layer and block, forward or
+// backward; a pipeline message's kind and micro-batch), printed above the first
+// communication after it.
 //
 // How: every Comm of the mesh calls an observer with each communication it records in
 // its ledger (picotron/comm.h: CommEvent, with the CALLER's file and line filled in by
@@ -23,6 +28,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "picotron/config.h"
@@ -58,8 +64,6 @@ class Explainer {
   void end(const Distributed& dist);
 
  private:
-  void add(const std::string& line);
-
   bool enabled_;
   TrainConfig cfg_;
   Mesh& mesh_;
@@ -68,6 +72,7 @@ class Explainer {
   bool recording_ = false;
   int64_t step_ = 0;
   std::vector<std::string> lines_;
+  std::pair<std::string, std::string> pending_note_;  // (group, the last note): printed above its next communication
 };
 
 }  // namespace picotron

@@ -24,6 +24,9 @@ expect "$log" '^  all_gather over tp \{0,1\}: \[16, 2, 64\] -> \[32, 2, 64\] fp3
 expect "$log" 'at tensor_parallel/tensor_parallel.cpp:[0-9]+ \(forward\):  return reduce_scatter_seq' "the line that issued it"
 expect "$log" '^  all_reduce max over tp \{0,1\}: \[64\] fp32' "the vocabulary-parallel loss's max"
 expect "$log" '^micro-batch 1 of 1: backward' "the phases of the step"
+expect "$log" '^  \[layer 1, MLP\] forward out of down_proj: the partial outputs \(g, sequence parallel\)' "a layer's block, named"
+expect "$log" '^  \[layer 0, attention\] backward into q/k/v: the input.s gradient \(f, sequence parallel\)' "a backward communication, named"
+expect "$log" '^  \[loss\] vocabulary-parallel cross-entropy' "the loss's communications, named"
 n=$(grep -c '^==== --explain' "$log"); [ "$n" = 1 ] && echo "ok: one step narrated" || { echo "narrated $n steps, not 1"; fail=1; }
 
 $mpirun --oversubscribe --bind-to none -np 4 "$train" "${flags[@]}" --pp 2 --cp 2 --grad-acc-steps 2 --zero 1 >"$log" 2>&1 || { cat "$log"; echo FAILED; exit 1; }
@@ -31,6 +34,8 @@ expect "$log" 'decoder layers 1 of 2, final norm and head \(pipeline stage 1 of 
 expect "$log" 'sequence positions 8-23 of 32 \(cp 1 of 2, zigzag\)' "a cp rank's positions"
 expect "$log" 'ZeRO-1: AdamW moments and master weights of slice 1 of 2' "a ZeRO slice"
 expect "$log" '^  send to pp rank 1 \(world 2\): \[2, 16, 64\] fp32' "a pipeline send"
+expect "$log" '^  \[pipeline\] send activation of micro-batch 2 \(stage 0 -> 1\)' "a pipeline message's kind and micro-batch"
+expect "$log" '^  \[pipeline\] .*receive gradient of micro-batch 1 \(stage 1 -> 0\)' "a gradient coming back"
 expect "$log" 'at context_parallel/context_parallel.cpp:[0-9]+' "the ring step's line"
 expect "$log" '^  reduce_scatter avg over cp_dp \{0,1\}' "ZeRO's reduce-scatter"
 expect "$log" '^  all_reduce sum over embed \{0,2\}' "the tied embedding's group"
