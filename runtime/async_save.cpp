@@ -1,6 +1,9 @@
 // runtime/async_save.cpp — see async_save.h.
 #include "runtime/async_save.h"
 
+#include <chrono>
+#include <cstdlib>
+
 namespace picotron {
 
 namespace {
@@ -48,6 +51,8 @@ void Checkpointer::start(const TrainingCounters& counters, const std::vector<Sta
   p.stall_s = stall.seconds();
   p.started_s = clock_.seconds();
   p.thread = std::thread([&p, rank = world_.rank(), size = world_.size()] {
+    if (const char* ms = std::getenv("PICOTRON_FAULT_SLOW_SAVE_MS"))  // test hook: a slow disk
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(ms)));
     p.problem = write_rank_file(p.tmp, p.counters.step, rank, size, p.host);  // local: hash + write
     p.done.store(true);
   });

@@ -36,12 +36,14 @@ done
 cmd=("$@")
 
 # The command's --save-dir and train binary; the command without any --resume.
-save_dir="" base=()
+save_dir="" base=() steps=0 stop_at=0
 for ((i = 0; i < ${#cmd[@]}; i++)); do
   a=${cmd[i]}
   case "$a" in
     --save-dir) save_dir=${cmd[i+1]:-}; base+=("$a" "$save_dir"); ((i++)) ;;
     --save-dir=*) save_dir=${a#--save-dir=}; base+=("$a") ;;
+    --steps|--stop-at-step) [ "$a" = --steps ] && steps=${cmd[i+1]:-0} || stop_at=${cmd[i+1]:-0}
+                            base+=("$a" "${cmd[i+1]:-}"); ((i++)) ;;
     --resume) ((i++)) ;;
     --resume=*) ;;
     *) base+=("$a"); [ -z "$check" ] && [[ $a == */train || $a == train ]] && [ -x "$a" ] && check=$a ;;
@@ -49,13 +51,19 @@ for ((i = 0; i < ${#cmd[@]}; i++)); do
 done
 [ -n "$save_dir" ] || { echo "resilient_run: the command gives no --save-dir: there would be nothing to resume from" >&2; exit 2; }
 [ -n "$check" ] || { echo "resilient_run: no build/train in the command to verify checkpoints with: give --check TRAIN" >&2; exit 2; }
+end=$stop_at; [[ $end =~ ^[0-9]+$ ]] && [ "$end" -gt 0 ] || end=$steps  # the step the run stops after
 
-# The newest step-NNNNNN of the save dir that --check-checkpoint accepts ("" if none).
+# The newest step-NNNNNN of the save dir that --check-checkpoint accepts ("" if none). One
+# at the run's last step is passed over: the run was killed after its last save, in what
+# comes after it (--save-params, --export-hf), which the checkpoint before it redoes.
 checked=$(mktemp) && trap 'rm -f "$checked"' EXIT
 newest_good() {
   local d
   for d in $(ls -d "$save_dir"/step-* 2>/dev/null | grep -E '/step-[0-9]+$' | awk -F'/step-' '{print $NF, $0}' |
              sort -n -r | cut -d' ' -f2-); do
+    if [[ $end =~ ^[0-9]+$ ]] && [ "$end" -gt 0 ] && [ $((10#${d##*step-})) -ge "$end" ]; then
+      echo "resilient_run: passing over $d: the run's last step (what came after it is redone)" >&2; continue
+    fi
     if "$check" --check-checkpoint "$d" >/dev/null 2>"$checked"; then echo "$d"; return; fi
     echo "resilient_run: skipping $d: $(grep -m1 'error' "$checked")" >&2
   done

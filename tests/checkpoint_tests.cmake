@@ -141,12 +141,13 @@ set(B ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/check_bad)
 add_test(NAME checkpoint.check_bad COMMAND ${EXPECT_FAIL} "error: checkpoint .*rank-00000.safetensors: tensor .* is I32 in the file's header, F32 in the manifest" --
   sh -c "rm -rf ${B} && cp -r ${CKPT} ${B} && python3 ${CMAKE_CURRENT_SOURCE_DIR}/edit_safetensors_header.py ${B}/step-000002/rank-00000.safetensors first dtype '\"I32\"' && ${TRAIN} --check-checkpoint ${B}")
 set_tests_properties(checkpoint.check_bad PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS "checkpoint;cli" TIMEOUT 60)
-# Under mpirun a checksum only rank 1 hashes (rank-00001's) is named on rank 0 too.
+# Under mpirun a damage only rank 1 reads and hashes (its tp slices in rank-00001) is named
+# on rank 0 too (problem_of_any_rank), and both stop before any step.
 add_test(NAME checkpoint.mpi_bad_header_every_rank COMMAND ${EXPECT_FAIL} "\\[rank 0\\] error: .*rank-00001.safetensors: checksum mismatch in tensor" --
-  sh -c "rm -rf ${CKPT}_dp2h && ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --stop-at-step 2 --save-dir ${CKPT}_dp2h >/dev/null \
-&& printf 'XXXXXXXX' | dd of=${CKPT}_dp2h/step-000002/rank-00001.safetensors bs=1 seek=20000 conv=notrunc 2>/dev/null && ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --resume ${CKPT}_dp2h")
+  sh -c "rm -rf ${CKPT}_tp2 && ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --tp 2 --stop-at-step 2 --save-dir ${CKPT}_tp2 >/dev/null \
+&& printf 'XXXXXXXX' | dd of=${CKPT}_tp2/step-000002/rank-00001.safetensors bs=1 seek=200000 conv=notrunc 2>/dev/null && ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --tp 2 --resume ${CKPT}_tp2")
 set_tests_properties(checkpoint.mpi_bad_header_every_rank PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
-  PROCESSORS 2 PASS_REGULAR_EXPRESSION "\\[rank 1\\] error: .*rank-00001.safetensors: checksum mismatch in tensor")
+  PROCESSORS 2 FAIL_REGULAR_EXPRESSION "FAIL:" PASS_REGULAR_EXPRESSION "\\[rank 1\\] error: .*rank-00001.safetensors: checksum mismatch in tensor")
 
 # --async-save (runtime/async_save.h): saved every step in the background, resumed
 # bit-exactly; a rank killed during a background write leaves the previous checkpoint.
@@ -160,17 +161,19 @@ set_tests_properties(checkpoint.async_killed_save PROPERTIES LABELS "checkpoint;
 # restarts from the newest checkpoint that verifies; the final parameters are bit-exact.
 add_test(NAME checkpoint.resilient_run_three_kills COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resilient_run_test.sh
   ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resilient -- ${TRAIN} --device cpu --model tiny --hidden-size 64
-  --intermediate-size 128 --num-hidden-layers 2 --seq-len 64 --steps 24 --warmup-steps 2 --lr 3e-3 --grad-clip 0.5
-  --generate 0 --threads 1 --dp 2 --micro-batch-size 4 --dtype fp32)
+  --intermediate-size 128 --num-hidden-layers 2 --seq-len 128 --steps 24 --warmup-steps 2 --lr 3e-3 --grad-clip 0.5
+  --generate 0 --threads 1 --dp 2 --micro-batch-size 16 --dtype fp32)
 set_tests_properties(checkpoint.resilient_run_three_kills PROPERTIES LABELS "checkpoint;mpi;reliability" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "resilient run ok" FAIL_REGULAR_EXPRESSION "FAILED")
 # A background write holds the state of its step, not of the steps that train meanwhile:
 # the files of checkpoints written in the background equal those written in the step, byte
-# for byte (step 2's write overlaps step 3's update).
+# for byte (step 2's write overlaps step 3's update; the test hook PICOTRON_FAULT_SLOW_SAVE_MS
+# delays each background write by 300 ms, as a slow disk would, so that the steps after it
+# run their updates first).
 set(ASYNC ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/async_bytes)
 add_test(NAME checkpoint.async_same_bytes COMMAND sh -c "rm -rf ${ASYNC} && \
 ${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --stop-at-step 4 --save-every 1 --keep-checkpoints 4 --save-dir ${ASYNC}/sync >/dev/null && \
-${PICOTRON_MPIRUN_LINE} -np 2 ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --stop-at-step 4 --save-every 1 --keep-checkpoints 4 --save-dir ${ASYNC}/async --async-save && \
+PICOTRON_FAULT_SLOW_SAVE_MS=300 ${PICOTRON_MPIRUN_LINE} -np 2 -x PICOTRON_FAULT_SLOW_SAVE_MS ${CKPT_RUN} --dp 2 --zero 1 --micro-batch-size 2 --stop-at-step 4 --save-every 1 --keep-checkpoints 4 --save-dir ${ASYNC}/async --async-save && \
 for s in 1 2 3 4; do for r in 0 1; do f=step-00000$s/rank-0000$r.safetensors; cmp ${ASYNC}/sync/$f ${ASYNC}/async/$f || exit 1; done; done && echo 'async bytes equal'")
 set_tests_properties(checkpoint.async_same_bytes PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "async bytes equal")

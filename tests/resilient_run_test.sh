@@ -45,14 +45,16 @@ rank_pid() {  # the train process of rank $1 under the launcher
 for i in 0 1 2; do
   step=${kills[i]%:*} rank=${kills[i]#*:}
   # the step line of this launch (after the i-th restart line), then that rank's pid
-  pid="" deadline=$((SECONDS + 40))
+  # (the pid first, so that the kill follows the step line at once)
+  pid="" hit="" deadline=$((SECONDS + 40))
   while [ $SECONDS -lt $deadline ]; do
     kill -0 $launcher 2>/dev/null || break
+    [ -n "$pid" ] && [ -d /proc/$pid ] || pid=$(rank_pid "$rank")
     seen=$(awk -v n=$i '/^resilient_run: restart/ {r++} r == n && /^step +[0-9]+\// {split($2, s, "/"); last = s[1]} END {print last + 0}' "$work/resilient.log")
-    if [ "$seen" -ge "$step" ]; then pid=$(rank_pid "$rank"); [ -n "$pid" ] && break; fi
+    [ -n "$pid" ] && [ "$seen" -ge "$step" ] && { hit=1; break; }
     sleep 0.02
   done
-  [ -n "$pid" ] || { tail -20 "$work/resilient.log"; echo "FAILED: launch $((i + 1)) never showed step $step with rank $rank alive"; kill $launcher 2>/dev/null; exit 1; }
+  [ -n "$hit" ] || { tail -20 "$work/resilient.log"; echo "FAILED: launch $((i + 1)) never showed step $step with rank $rank alive"; kill $launcher 2>/dev/null; exit 1; }
   kill -KILL "$pid"
   echo "kill $((i + 1)): rank $rank (pid $pid) with step $seen done (planned: $step)"
   # wait for the launcher to notice and restart (the next launch's line)
