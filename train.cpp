@@ -40,7 +40,9 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
 // the runtime that keeps it safe
+#include "runtime/async_save.h"
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_check.h"
 #include "picotron/distributed.h"
 #include "runtime/explain.h"
 #include "runtime/flags.h"
@@ -269,6 +271,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   int64_t start_step = 0;
   if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, *optimizer, scaler, world, dist);
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
+  Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/async_save.h)
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
   StepWatch watch(cfg, device, explain, profile, log, start_step);
 
@@ -294,9 +297,10 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
       stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
     if (const std::string table = watch.profile_table(step); !table.empty()) print0(rank, table);
-    if (checkpoint_due(cfg, step + 1, end_step))
-      save_checkpoint(cfg, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()}, owned, world);
+    checkpoints.after_step(step + 1, end_step, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()},
+                           owned);  // when due: saved in the step, or in the background (--async-save)
   }
+  checkpoints.finish();  // a background write waited for and finished
   log.finish();
 
   // ---- the end: reports, and the whole model where something needs it ----------------
@@ -369,6 +373,8 @@ int main(int argc, char** argv) {
     report_error(-1, e.what());  // the launch environment itself is broken: no rank to tell
     return 2;
   }
+  if (args.config && !args.config->check_checkpoint.empty())  // verify a checkpoint, print what it holds, exit
+    return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint_check.h)
   // Everything that can be wrong before any rank communicates (runtime/startup.h):
   // every rank finds the same problems and prints them.
   std::optional<TrainConfig> config = args.config;

@@ -124,6 +124,8 @@ struct TrainConfig {
   int64_t save_every = 0;              // a checkpoint every N steps (0: only at the end of the run)
   int keep_checkpoints = 2;            // keep the newest K checkpoints in --save-dir
   std::string resume;                  // continue from D (its newest checkpoint) or D/step-000120
+  std::string check_checkpoint;        // verify this checkpoint (or D's newest), print what it holds, exit
+  bool async_save = false;             // copy the state to host memory, write it in the background
   int64_t stop_at_step = 0;            // stop after this step (0: --steps); the schedule still follows --steps
   int log_every = 0;                   // print a line every N steps (0: every step up to 50 steps,
                                        //   else about 50 lines; always the first and last)

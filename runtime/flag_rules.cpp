@@ -57,6 +57,7 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
   for (int64_t id : c.prompt_ids)
     need(id < m.vocab_size, "--prompt-ids: token " + str(id) + " is not below --vocab-size " + str(m.vocab_size));
   need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + str(c.save_every) + " needs --save-dir");
+  need(!c.async_save || !c.save_dir.empty(), "--async-save needs --save-dir (it writes the checkpoints there in the background)");
   if (m.hidden_size > 0 && m.num_attention_heads > 0) {
     need(m.hidden_size % m.num_attention_heads == 0,
          "--hidden-size " + str(m.hidden_size) + " is not divisible by --num-attention-heads " + str(m.num_attention_heads));

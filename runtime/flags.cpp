@@ -335,6 +335,8 @@ const std::vector<Flag>& flag_table() {
     t.push_back(integer("save-every", "Output", "a checkpoint every N steps (0: only at the end of the run; always at the end when --save-dir is set)", of(&TrainConfig::save_every), {">=", 0, kNoLimit, " (0: only at the end)"}));
     t.push_back(integer("keep-checkpoints", "Output", "keep the newest K checkpoints in --save-dir", of(&TrainConfig::keep_checkpoints), {">=", 1, double(k << 20)}));
     t.push_back(text("resume", "Output", "continue from a checkpoint: a --save-dir (its newest) or one step-NNNNNN directory; any mesh", of(&TrainConfig::resume)));
+    t.push_back(text("check-checkpoint", "Output", "verify a checkpoint (a step-NNNNNN directory, or a --save-dir: its newest) without training: every tensor of every rank file against the manifest (name, dtype, shape, checksum); print its step, mesh, model and bytes per file, or what is wrong (exit 2)", of(&TrainConfig::check_checkpoint)));
+    t.push_back(on_off("async-save", "Output", "a checkpoint is copied to host memory at the step boundary and written in the background while training goes on; the next save, or the end of the run, waits for it", of(&TrainConfig::async_save)));
     Flag stop = integer("stop-at-step", "Output", "stop after this step (0: --steps); the learning-rate schedule still runs to --steps, so a later --resume continues it", of(&TrainConfig::stop_at_step), {">=", 0, kNoLimit});
     stop.check = [](const TrainConfig& c, Problems& p) {
       if (c.stop_at_step < 0 || c.stop_at_step > c.steps)

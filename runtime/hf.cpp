@@ -189,13 +189,32 @@ void load_hf_weights(const std::string& dir, torch::nn::Module& model, const Sha
                                " layers, tie_word_embeddings " + (c.tie_word_embeddings ? "true" : "false") +
                                (c.is_moe() ? ", " + std::to_string(c.num_local_experts) + " experts per layer" : "") + ")");
   }
+  // Every tensor's header against what config.json implies, before any is used: the full
+  // shape of its parameter, and a floating-point dtype (an I32 header over F32 bytes would
+  // load as integers and train until the run diverges). Impossible shapes (a negative
+  // dimension, more than 2^63 bytes) are refused by SafetensorsFile itself.
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files;
+  for (const auto& [name, path] : where) {
+    auto& file = files[path];
+    if (!file) file = std::make_unique<SafetensorsFile>(path);
+    if (!file->contains(name))
+      throw std::runtime_error("--init-from " + dir + ": the index puts tensor '" + name + "' in " +
+                               fs::path(path).filename().string() + ", which does not hold it");
+    if (!whole.count(name)) continue;  // a rotary cache, not used
+    const auto& entry = file->entries().at(name);
+    const auto& want = whole.at(name).full_shape;
+    if (entry.shape != want)
+      throw std::runtime_error(path + ": tensor '" + name + "' is " + c10::str(torch::IntArrayRef(entry.shape)) +
+                               ", the config says " + c10::str(torch::IntArrayRef(want)));
+    if (!c10::isFloatingType(entry.dtype))
+      throw std::runtime_error(path + ": tensor '" + name + "' is " + safetensors_dtype(entry.dtype) +
+                               ", not a floating-point dtype (F32, BF16, F16 or F64): the weights are damaged");
+  }
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
     const auto it = where.find(name);
     if (it == where.end()) throw std::runtime_error("--init-from " + dir + ": no tensor '" + name + "' in its weights");
-    auto& file = files[it->second];
-    if (!file) file = std::make_unique<SafetensorsFile>(it->second);
+    auto& file = files.at(it->second);
     const torch::Tensor full = file->read(name);  // [full shape], the file's dtype
     const ShardRecord& record = plan.at(name);
     if (full.sizes() != torch::IntArrayRef(record.full_shape))

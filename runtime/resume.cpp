@@ -56,14 +56,11 @@ bool killed_during_save(int64_t step, int rank, int world_size) {
 
 }  // namespace
 
-std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
-                            const std::vector<StatePiece>& owned, Comm& world) {
-  const int rank = world.rank();
-  const fs::path final_dir = fs::path(dir) / step_name(counters.step);
-  const fs::path tmp = fs::path(dir) / (step_name(counters.step) + ".tmp");
+// 1. rank 0 makes an empty step-NNNNNN.tmp/ (collective). Returns its path.
+std::string begin_save(const std::string& dir, int64_t step, Comm& world) {
+  const fs::path tmp = fs::path(dir) / (step_name(step) + ".tmp");
   std::string problem;
-  // 1. rank 0 makes an empty step-NNNNNN.tmp/
-  if (rank == 0) {
+  if (world.rank() == 0) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (!ec) try { remove_tree(tmp); } catch (const std::exception&) { ec = std::make_error_code(std::errc::io_error); }
@@ -73,7 +70,14 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
   if (!all_succeeded(problem.empty(), world))
     throw std::runtime_error(problem.empty() ? "--save-dir " + dir + ": rank 0 could not create the checkpoint directory"
                                              : problem);
-  // 2. every rank writes what it owns, with the pieces described in the file's metadata
+  return tmp.string();
+}
+
+// 2. this rank writes what it owns (CPU tensors), with the pieces described in the file's
+//    metadata. Local: no collective, so it may run on a background thread. Returns "" or
+//    the problem.
+std::string write_rank_file(const std::string& tmp, int64_t step, int rank, int world_size,
+                            const std::vector<StatePiece>& owned) {
   try {
     std::vector<std::pair<std::string, torch::Tensor>> tensors;
     json pieces = json::array();
@@ -91,20 +95,29 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
                         {"fnv1a64", hex(fnv1a64(cpu))}});
       tensors.emplace_back(piece.key, cpu);
     }
-    const std::string path = (tmp / rank_file(rank)).string();
+    const std::string path = (fs::path(tmp) / rank_file(rank)).string();
     write_safetensors(path, tensors, {{"format", kFormat}, {"pieces", pieces.dump()}}, "--save-dir");
-    if (killed_during_save(counters.step, rank, world.size())) {
+    if (killed_during_save(step, rank, world_size)) {
       fs::resize_file(path, fs::file_size(path) / 2);
       std::raise(SIGKILL);
     }
   } catch (const std::exception& e) {
-    problem = std::string("checkpoint ") + final_dir.string() + ": " + e.what();
+    return std::string("checkpoint ") + (fs::path(tmp).parent_path() / step_name(step)).string() + ": " + e.what();
   }
+  return "";
+}
+
+// 3. every rank says whether it wrote its file (collective); rank 0 writes the manifest
+//    from every file's pieces, then renames: the checkpoint exists, whole, or not at all.
+std::string finish_save(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
+                        const std::string& write_problem, Comm& world) {
+  const int rank = world.rank();
+  const fs::path final_dir = fs::path(dir) / step_name(counters.step);
+  const fs::path tmp = fs::path(dir) / (step_name(counters.step) + ".tmp");
+  std::string problem = write_problem;
   if (!all_succeeded(problem.empty(), world))
     throw std::runtime_error(problem.empty() ? "checkpoint " + final_dir.string() + ": another rank could not write its "
                                                "file (see its error)" : problem);
-  // 3. rank 0: the manifest from every file's pieces, then the rename: the checkpoint
-  //    exists, whole, or not at all
   if (rank == 0) {
     try {
       json manifest = {{"format", kFormat},
@@ -143,7 +156,8 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
       for (const auto& entry : fs::directory_iterator(dir)) {
         const std::string name = entry.path().filename().string();
         const bool digits = name.size() >= 15 && name.find_first_not_of("0123456789", 5) == name.size() - 4;
-        if (name.rfind("step-", 0) == 0 && digits && name.substr(name.size() - 4) == ".tmp") unfinished.push_back(entry.path());
+        if (name.rfind("step-", 0) == 0 && digits && name.substr(name.size() - 4) == ".tmp" && entry.path() != tmp)
+          unfinished.push_back(entry.path());
       }
       for (const auto& path : unfinished) remove_tree(path);
     } catch (const std::exception& e) {
@@ -153,6 +167,13 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
   if (!all_succeeded(problem.empty(), world))
     throw std::runtime_error(problem.empty() ? "checkpoint " + final_dir.string() + ": rank 0 could not finish it" : problem);
   return final_dir.string();
+}
+
+std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
+                            const std::vector<StatePiece>& owned, Comm& world) {
+  const std::string tmp = begin_save(dir, counters.step, world);
+  const std::string problem = write_rank_file(tmp, counters.step, world.rank(), world.size(), owned);
+  return finish_save(dir, cfg, counters, problem, world);
 }
 
 int64_t directory_bytes(const std::string& dir) {

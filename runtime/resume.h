@@ -56,6 +56,17 @@ struct TrainingCounters {
 std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
                             const std::vector<StatePiece>& owned, Comm& world);
 
+// save_checkpoint's three phases, so that the middle one can run in the background
+// (runtime/async_save.h): begin_save (collective) makes D/step-NNNNNN.tmp and returns it;
+// write_rank_file (local) writes this rank's pieces there, "" or the problem;
+// finish_save (collective) agrees that every rank wrote, then rank 0 writes the manifest,
+// renames and prunes. Returns the checkpoint's path; throws one line.
+std::string begin_save(const std::string& dir, int64_t step, Comm& world);
+std::string write_rank_file(const std::string& tmp, int64_t step, int rank, int world_size,
+                            const std::vector<StatePiece>& owned);
+std::string finish_save(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
+                        const std::string& write_problem, Comm& world);
+
 // --save-dir: whether the step just done (1-based) is saved: every --save-every steps,
 // and the run's last.
 bool checkpoint_due(const TrainConfig& cfg, int64_t step_done, int64_t end_step);
@@ -82,6 +93,10 @@ class CheckpointReader {
   const std::string& path() const { return dir_; }
   TrainingCounters counters() const;
   const nlohmann::json& config() const { return manifest_.at("config"); }
+  const nlohmann::json& manifest() const { return manifest_; }
+  // A file whose every tensor's checksum was checked (runtime/checkpoint_check.h): its
+  // pieces are not hashed again as they are read.
+  void mark_verified(const std::string& file) { verified_.push_back(file); }
   // Elements [first, first + length) of the flattened box `record` of tensor `key`
   // (length < 0: the whole box), in the stored dtype, on the CPU.
   torch::Tensor read(const std::string& key, const ShardRecord& record, int64_t first = 0, int64_t length = -1);
@@ -93,6 +108,7 @@ class CheckpointReader {
   std::string dir_;
   nlohmann::json manifest_;
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::string> verified_;
   std::string cached_key_, cached_box_;  // the last assembled tensor (one at a time in memory)
   torch::Tensor cached_, cached_covered_;
   const SafetensorsFile& file(const std::string& name);

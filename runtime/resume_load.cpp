@@ -2,10 +2,12 @@
 // any mesh, and putting them into the optimizer. Writing one: resume.cpp.
 #include "runtime/resume.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
+#include "runtime/checkpoint_check.h"
 #include "runtime/checkpoint_format.h"
 #include "picotron/distributed.h"
 #include "picotron/output_file.h"
@@ -119,7 +121,11 @@ torch::Tensor CheckpointReader::read(const std::string& key, const ShardRecord& 
                                  "', which is not inside the checkpoint");
       const SafetensorsFile& f = file(fname);
       const torch::Tensor data = f.read(key);  // [flat_length]
-      const std::string want = p.at("fnv1a64").get<std::string>(), got = hex(fnv1a64(data));
+      if (data.scalar_type() != dtype)  // (verify_checkpoint names it first; this is the last guard)
+        throw std::runtime_error(f.path() + ": tensor '" + key + "' is " + safetensors_dtype(data.scalar_type()) +
+                                 " in the file's header, " + entry.at("dtype").get<std::string>() + " in the manifest");
+      const bool verified = std::find(verified_.begin(), verified_.end(), fname) != verified_.end();
+      const std::string want = p.at("fnv1a64").get<std::string>(), got = verified ? want : hex(fnv1a64(data));
       if (want != got)
         throw std::runtime_error(f.path() + ": checksum mismatch in tensor '" + key + "' (the manifest says " + want +
                                  ", the data gives " + got + ")");
@@ -169,39 +175,51 @@ void load_state(CheckpointReader& reader, Optimizer& optimizer) {
 }
 
 
-// --resume: every rank loads its pieces; any rank's problem (a missing or corrupt file, a
-// different model) stops every rank with its line, together. Returns the step to start at.
+// --resume: every rank checks the whole checkpoint (checkpoint_check.h), then loads its
+// pieces; any rank's problem (a missing or corrupt file, a different model) stops every
+// rank with its line, together, before any step. Returns the step to start at.
 int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Comm& world,
                    Distributed& dist) {
   const Timer clock;
   std::string problem, where;
   std::vector<std::string> warnings;
   TrainingCounters counters;
-  try {
+  auto stop_if_any_rank_failed = [&] {
+    const std::string shared = problem_of_any_rank(problem, world);
+    if (shared.empty()) return;
+    report_error(dist.rank(), shared);
+    dist.exit_together(2, std::chrono::seconds(30));
+  };
+  std::unique_ptr<CheckpointReader> reader;
+  double check_seconds = 0;
+  try {  // 1. the checkpoint against the flags, and every file against the manifest
     where = resolve_checkpoint(cfg.resume);
-    CheckpointReader reader(where);
-    const auto bad = reader.incompatibilities(cfg, &warnings);
+    reader = std::make_unique<CheckpointReader>(where);
+    const auto bad = reader->incompatibilities(cfg, &warnings);
     for (const auto& b : bad) problem += (problem.empty() ? "" : "; ") + b;
-    counters = reader.counters();
+    counters = reader->counters();
     if (problem.empty() && counters.step >= end_step)
       problem = "--resume " + where + " is at step " + std::to_string(counters.step) + ", and this run stops at step " +
                 std::to_string(end_step) + ": nothing to train (raise --steps)";
-    if (problem.empty()) load_state(reader, optimizer);
+    const Timer check;
+    if (problem.empty()) verify_checkpoint(*reader, world.rank(), world.size());  // my share of the checksums
+    check_seconds = check.seconds();
   } catch (const std::exception& e) {
     problem = e.what();
   }
-  auto failed = torch::tensor({problem.empty() ? 0.0 : 1.0}, torch::TensorOptions().dtype(torch::kFloat64).device(world.device()));
-  world.all_reduce(failed, ReduceOp::kMax);
-  if (failed.item<double>() > 0) {
-    report_error(dist.rank(), problem.empty() ? "--resume " + cfg.resume + ": another rank could not load it (see its "
-                                                "error)" : problem);
-    dist.exit_together(2, std::chrono::seconds(30));
+  stop_if_any_rank_failed();
+  try {  // 2. this rank's pieces
+    load_state(*reader, optimizer);
+  } catch (const std::exception& e) {
+    problem = e.what();
   }
+  stop_if_any_rank_failed();
   scaler.restore(counters.loss_scale, int(counters.loss_scale_clean_steps));
   if (dist.rank() == 0) {
     for (const auto& w : warnings) std::cout << w << std::endl;
     std::cout << "resumed from " << where << ": step " << counters.step << " of " << cfg.steps << " ("
-              << seconds_text(clock.seconds()) << ")" << std::endl;
+              << seconds_text(clock.seconds()) << ", of which checking every file " << seconds_text(check_seconds) << ")"
+              << std::endl;
   }
   return counters.step;
 }

@@ -22,6 +22,12 @@ const std::vector<std::pair<std::string, torch::ScalarType>>& dtype_names() {
   return names;
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string t = "[";
+  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + "]";
+}
+
 }  // namespace
 
 std::string safetensors_dtype(torch::ScalarType t) {
@@ -112,9 +118,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
       if (offsets.size() != 2) throw std::runtime_error("data_offsets is not [begin, end]");
       e.begin = offsets[0], e.end = offsets[1];
-      int64_t numel = 1;
-      for (int64_t d : e.shape) numel *= d;
-      if (e.begin < 0 || e.end - e.begin != numel * int64_t(c10::elementSize(e.dtype)))
+      // A shape that cannot be: a negative dimension, or more bytes than 2^63 (named
+      // here, before LibTorch is asked to allocate it).
+      int64_t numel = 1, bytes = 0;
+      for (int64_t d : e.shape)
+        if (d < 0) throw std::runtime_error("impossible shape " + shape_text(e.shape) + ": a negative dimension");
+      for (int64_t d : e.shape)
+        if (__builtin_mul_overflow(numel, d, &numel))
+          throw std::runtime_error("impossible shape " + shape_text(e.shape) + ": more than 2^63 elements");
+      if (__builtin_mul_overflow(numel, int64_t(c10::elementSize(e.dtype)), &bytes))
+        throw std::runtime_error("impossible shape " + shape_text(e.shape) + ": more than 2^63 bytes");
+      if (e.begin < 0 || e.end - e.begin != bytes)
         throw std::runtime_error("data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
                                  ") do not hold its dtype x shape");
       if (e.end > data_size)

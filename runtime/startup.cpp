@@ -5,6 +5,7 @@
 #include "runtime/hf.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +72,20 @@ bool within(const fs::path& inner, const fs::path& outer) {  // inner is outer, 
     if (i == inner.end() || *i != *o) return false;
   return true;
 }
+// The files a folder output writes: --export-hf D its config.json and model.safetensors,
+// --save-dir D its lock and step-NNNNNN folders, --profile D its trace-rankN.json. Returns
+// the name `file` has there when `file` is one of them ("" otherwise), so that a file
+// output aimed at one (--save-params D/model.safetensors --export-hf D) is refused
+// instead of one replacing the other.
+std::string written_inside(const std::string& flag, const fs::path& dir, const fs::path& file) {
+  if (!within(file, dir) || file == dir) return "";
+  const fs::path rel = file.lexically_relative(dir);
+  const std::string first = rel.begin()->string();
+  const bool hit = (flag == "--export-hf" && rel.string() == first && (first == "config.json" || first == "model.safetensors")) ||
+                   (flag == "--save-dir" && (first == ".picotron-lock" || first.rfind("step-", 0) == 0)) ||
+                   (flag == "--profile" && rel.string() == first && first.rfind("trace-rank", 0) == 0);
+  return hit ? rel.string() : "";
+}
 }  // namespace
 
 std::vector<std::string> output_problems(const TrainConfig& cfg) {
@@ -82,7 +97,7 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
   const std::vector<std::pair<std::string, std::string>> inputs = {
       {"--eval", cfg.eval},       {"--init-from", cfg.init_from}, {"--resume", cfg.resume},
       {"--data", cfg.data},       {"--val-data", cfg.val_data},   {"--tokenizer", cfg.tokenizer}};
-  std::vector<std::pair<std::string, fs::path>> seen;  // (flag, real path) of the outputs so far
+  std::vector<std::tuple<std::string, fs::path, std::string>> seen;  // (flag, real path, as given) of the outputs so far
   for (const auto& [flag, path, directory] :
        {std::tuple{"--metrics-file", cfg.metrics_file, false}, {"--memory-trace", cfg.memory_trace, false},
         {"--save-params", cfg.save_params, false}, {"--pp-trace", cfg.pp_trace, false},
@@ -114,11 +129,17 @@ std::vector<std::string> output_problems(const TrainConfig& cfg) {
                            checkpoint_format::step_name(steps.back()) + "): give another folder, or --resume " + path +
                            " to continue that run");
     }
-    for (const auto& [other_flag, other] : seen)
+    for (const auto& [other_flag, other, other_given] : seen)
       if (out == other)
         problems.push_back(std::string(flag) + " " + path + ": is also the " + other_flag +
                            " path; give each output its own file");
-    seen.emplace_back(flag, out);
+      else if (const std::string f = written_inside(other_flag, other, out); !f.empty())
+        problems.push_back(std::string(flag) + " " + path + ": is the file " + f + " that " + other_flag + " " +
+                           other_given + " writes; give each output its own file");
+      else if (const std::string f = written_inside(flag, out, other); !f.empty())
+        problems.push_back(other_flag + " " + other_given + ": is the file " + f + " that " + flag + " " + path +
+                           " writes; give each output its own file");
+    seen.emplace_back(flag, out, path);
   }
   return problems;
 }
@@ -204,11 +225,40 @@ std::string config_mismatch(const std::optional<TrainConfig>& config, const Laun
   return "";
 }
 
+namespace {
+// With --init-from, the model's shape is config.json's (a shape flag that disagrees was
+// refused already): a rule it breaks is named as config.json's field, not as a flag nobody
+// gave. "--num-attention-heads 4 is not divisible by --num-key-value-heads 3" becomes
+// "hf/config.json: num_attention_heads 4 is not divisible by num_key_value_heads 3".
+std::string blame_config_json(const std::string& problem, const std::string& init_from) {
+  static const char* const kShapeFlags[] = {
+      "hidden-size",  "intermediate-size", "num-hidden-layers", "num-attention-heads", "num-key-value-heads",
+      "vocab-size",   "rope-theta",        "max-position-embeddings", "rms-norm-eps", "tie-word-embeddings",
+      "num-local-experts", "num-experts-per-tok", "router-aux-loss-coef"};
+  std::string line = problem;
+  bool blamed = false;
+  for (const char* flag : kShapeFlags) {
+    const std::string from = std::string("--") + flag;
+    std::string field = flag;
+    std::replace(field.begin(), field.end(), '-', '_');
+    for (size_t at = line.find(from); at != std::string::npos; at = line.find(from, at + field.size())) {
+      const size_t end = at + from.size();
+      if (end < line.size() && (std::isalnum((unsigned char)line[end]) || line[end] == '-')) continue;  // a longer flag
+      line.replace(at, from.size(), field);
+      blamed = true;
+    }
+  }
+  return blamed ? (fs::path(init_from) / "config.json").string() + ": " + line : problem;
+}
+}  // namespace
+
 std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& launch) {
   std::vector<std::string> problems;
   if (!cfg.init_from.empty()) problems = apply_hf_config(cfg);  // the shape comes from its config.json
   if (problems.empty()) problems = apply_tokenizer(cfg);         // V follows --tokenizer or the data's manifest
   if (problems.empty()) problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
+  if (!cfg.init_from.empty())
+    for (auto& p : problems) p = blame_config_json(p, cfg.init_from);
   return problems;
 }
 

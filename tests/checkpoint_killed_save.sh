@@ -5,7 +5,7 @@
 # 2. A rank killed while it writes step 3 (the test hook PICOTRON_FAULT_KILL_DURING_SAVE=3:
 #    the last rank writes half its file and SIGKILLs itself) takes the job down; step 2
 #    stays whole and step 3 never appears (only its .tmp).
-# 3. --resume on the directory continues from step 2 to the end.
+# 3. --resume on the directory continues from step 2 to the end (saving in place).
 # Prints "killed save ok" or "FAILED: ...".
 set -uo pipefail
 work=$1; shift; [ "$1" = "--" ] && shift
@@ -26,7 +26,7 @@ ls -R "$work/killed" | head -20
 [ -f "$work/killed/step-000002/manifest.json" ] || { echo "FAILED: step-000002 is not whole"; exit 1; }
 [ ! -e "$work/killed/step-000003" ] || { echo "FAILED: a half-written step-000003 was renamed into place"; exit 1; }
 
-"${mpirun[@]}" "$@" --resume "$work/killed" > "$work/resume.log" 2>&1 ||
+"${mpirun[@]}" "$@" --resume "$work/killed" --save-dir "$work/killed" > "$work/resume.log" 2>&1 ||
   { cat "$work/resume.log"; echo "FAILED: resuming after the killed save"; exit 1; }
 grep "resumed from" "$work/resume.log"
 grep -q "resumed from $work/killed/step-000002" "$work/resume.log" || { echo "FAILED: did not resume from step 2"; exit 1; }

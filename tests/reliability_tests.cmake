@@ -147,7 +147,7 @@ picotron_reliability(hf_config_bad_real "error: .*config.json: rope_theta must b
 picotron_reliability(save_dir_of_another_run "error: --save-dir .*other: holds the checkpoints of another run \\(newest step-000002\\)" sh -c
   "rm -rf ${RL}_other && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 2 --save-dir ${RL}_other >/dev/null && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 2 --save-dir ${RL}_other")
 # The campaign against the files build/train reads and writes (tests/untrusted_files.sh,
-# 33 cases, about a minute): 0 unclear, crash, hang, silent or refused results.
+# 39 cases, about a minute): 0 unclear, crash, hang, silent or refused results.
 if(NO_TRANSFORMERS EQUAL 0)
   add_test(NAME reliability.untrusted_files_campaign COMMAND env PYTHON=${PICOTRON_PYTHON}
     ${CMAKE_CURRENT_SOURCE_DIR}/untrusted_files.sh ${TRAIN} ${CMAKE_CURRENT_BINARY_DIR}/untrusted_files)

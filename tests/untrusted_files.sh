@@ -19,6 +19,7 @@ T=$(realpath "$1"); OUT=$(realpath -m "${2:-/tmp/untrusted_files}")
 W=$OUT/work L=$OUT/logs
 rm -rf "$W" "$L" && mkdir -p "$W" "$L" || exit 2
 PY=${PYTHON:-python3}
+H=$(dirname "$(realpath "$0")")/edit_safetensors_header.py  # a header field rewritten, the bytes kept
 B="--device cpu --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1"  # the base flags (no --model)
 NAMES=() EXPECTS=() NEEDLES=() CMDS=()
 add() { NAMES+=("$1"); EXPECTS+=("$2"); NEEDLES+=("$3"); CMDS+=("$4"); }
@@ -51,6 +52,10 @@ add out_metrics_onto_checkpoint fail "--metrics-file .*manifest.json: is a file 
   "copy_ck c1 && $T $B --steps 4 --resume c1 --metrics-file c1/step-000002/manifest.json"
 add out_metrics_onto_shard fail "--metrics-file shards/000000.bin: is a file of the --data folder" \
   "mkdir -p shards && $PY -c \"import struct; open('shards/000000.bin', 'wb').write(b'PICOTOK1' + struct.pack('<IIQ', 2, 0, 500) + bytes(1000))\" && $T $B --steps 1 --data shards --metrics-file shards/000000.bin"
+add out_params_into_export fail "--save-params d1/model.safetensors: is the file model.safetensors that --export-hf .*d1 writes" \
+  "mkdir -p d1 && $T $B --steps 1 --save-params d1/model.safetensors --export-hf d1"
+add out_metrics_into_save_dir fail "--metrics-file d2/step-000001: is the file step-000001 that --save-dir .*d2 writes" \
+  "mkdir -p d2 && $T $B --steps 1 --metrics-file d2/step-000001 --save-dir d2"
 add out_new_file_beside_input ok "" \
   "$T $B --steps 1 --init-from hf --metrics-file hf/metrics.jsonl && test -s hf/metrics.jsonl && rm hf/metrics.jsonl"
 add out_tmp_symlink_planted ok "" \
@@ -85,6 +90,13 @@ add ck_renamed_dir fail "step 2 is not the directory's \\(step-000003\\)" \
   "copy_ck c7 && mv c7/step-000002 c7/step-000003 && $T $B --steps 6 --resume c7"
 add ck_other_run_in_save_dir fail "--save-dir ck9: holds the checkpoints of another run" \
   "copy_ck ck9 && $T $B --steps 2 --save-dir ck9"
+add ck_header_dtype fail "rank-00000.safetensors: tensor '.*' is I32 in the file's header, F32 in the manifest" \
+  "copy_ck c8 && $PY $H c8/step-000002/rank-00000.safetensors first dtype '\"I32\"' && $T $B --steps 4 --resume c8"
+add ck_header_negative fail "impossible shape \\[-1, -[0-9]+\\]: a negative dimension" \
+  "copy_ck c10 && $PY $H c10/step-000002/rank-00000.safetensors first shape '[-1, -128]' && $T $B --steps 4 --resume c10"
+add ck_check_bad_header fail "rank-00000.safetensors: tensor '.*' is I32 in the file's header" \
+  "copy_ck c11 && $PY $H c11/step-000002/rank-00000.safetensors first dtype '\"I32\"' && $T --check-checkpoint c11"
+add ck_check_ok ok "" "$T --check-checkpoint ck | grep -q 'step-000002: ok'"
 add ck_two_runs_at_once fail "another run is saving checkpoints there" \
   "rm -rf cklock && ($T $B --steps 100000 --save-dir cklock --save-every 100000 >first.log 2>&1 & echo \$! >first.pid) ; for i in \$(seq 100); do grep -q '^step' first.log && break; sleep 0.1; done; $T $B --steps 2 --save-dir cklock; rc=\$?; kill \$(cat first.pid); exit \$rc"
 
@@ -112,7 +124,7 @@ add data_shortened_mid_run fail "--data .*big.txt: the file changed under the ru
 
 # ---- run ------------------------------------------------------------------------------------------
 export -f copy_ck copy_hf medit deep hf_index hf_tensor
-export T B PY W
+export T B PY W H
 declare -A COUNT=()
 : >"$OUT/results.txt"
 for i in "${!NAMES[@]}"; do
