@@ -139,8 +139,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   const std::vector<int64_t> my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);  // [S/cp]
   if (cfg.cp > 1) {
-    apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
-    print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
+    apply_context_parallel(model, mesh, cp_settings(cfg));  // attention: ring, all-to-all (Ulysses) or both over cp
+    print0(rank, cp_summary(cp_settings(cfg), cfg.cp, cfg.seq_len));
   }
   // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
   // (--attention) and the loss where no technique replaced them. auto: fused on CUDA, except
