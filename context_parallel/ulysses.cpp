@@ -52,7 +52,9 @@ torch::Tensor heads_to_sequence(const torch::Tensor& x, Comm& group) {
 AttentionCore ulysses_attention(Comm& a2a, int C, int cp_rank, CpLayout layout, AttentionCore inner,
                                 std::shared_ptr<void> keep) {
   Comm* group = &a2a;
-  return [=](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) -> torch::Tensor {
+  // (keep named: a [=] lambda captures only what its body uses, and would drop it)
+  return [group, C, cp_rank, layout, inner, keep](const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v) -> torch::Tensor {
     const int U = group->size();
     const int64_t n = q.size(2), kv = k.size(1), f = U / std::gcd(kv, int64_t(U));  // GQA: f copies of each kv head
     // gathered (rank order) -> the order `inner` attends in, and back (cp_layout.h)

@@ -61,7 +61,7 @@ class PlanCache {
 // shows each once, its best (or simplest).
 auto layout_key(const TrainConfig& c) {
   return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_offload, c.recompute, c.pp_schedule,
-                         c.pp_virtual_stages);
+                         c.pp_virtual_stages, c.cp > 1 ? c.cp_mode : std::string());
 }
 
 // The variants of a layout that change its memory but cannot make it faster, plainest
@@ -105,10 +105,20 @@ std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp) {
   return sizes;
 }
 
+std::vector<std::pair<std::string, int>> cp_modes(int cp) {
+  if (cp == 1) return {{"ring", 0}};
+  std::vector<std::pair<std::string, int>> modes{{"ring", 0}, {"ulysses", 0}};
+  for (int u : divisors(cp))
+    if (u > 1 && u < cp) modes.push_back({"hybrid", u});
+  return modes;
+}
+
 int complexity(const TrainConfig& c) {
   // PP for big models, CP for long sequences: each weighs more than a ZeRO stage and recompute
   // EP: one more group and its all-to-alls, for experts that do not fit or whose gradients cost
-  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + 6 * (c.ep > 1);
+  // CP's modes: the ring first, then Ulysses (two all-to-alls, heads split), the hybrid last (both)
+  const int cp_mode = c.cp_mode == "hybrid" ? 2 : c.cp_mode == "ulysses" ? 1 : 0;
+  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + cp_mode + 6 * (c.ep > 1);
   const int recompute = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;
   const int schedule = c.pp > 1 && c.pp_schedule != "1f1b" ? 1 : 0;
   // The kernels --kernels auto picks on CUDA before the others; offloading the optimizer
@@ -175,15 +185,17 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
           for (int zero = 0; zero <= (group ? 3 : 0); ++zero)
             for (const char* recompute : {"none", "selective", "full"})
               for (const Schedule& s : schedules_for(pp))
-                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
-                  TrainConfig c = base;
-                  c.plan = false;
-                  c.device = "cuda";
-                  c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
-                  c.zero = zero, c.recompute = recompute;
-                  c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
-                  consider(c, variants_of(base, c, group));
-                }
+                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp))
+                  for (const auto& [mode, ulysses] : cp_modes(cp)) {
+                    TrainConfig c = base;
+                    c.plan = false;
+                    c.device = "cuda";
+                    c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
+                    c.zero = zero, c.recompute = recompute;
+                    c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                    c.cp_mode = mode, c.cp_ulysses = ulysses;  // (validate() drops heads that do not divide)
+                    consider(c, variants_of(base, c, group));
+                  }
         }
   // Best first, in bands of kTieBand below the best (the cost model is not more accurate
   // than that): within a band the simpler layout first (the cheatsheet's order), then speed.

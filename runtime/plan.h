@@ -65,6 +65,10 @@ int complexity(const TrainConfig& c);
 // experts every divisor of dp that divides E (validate() then judges each layout).
 std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp);
 
+// The --cp-mode (and --cp-ulysses) the search tries at `cp` ranks: ring, ulysses, and the
+// hybrid with every all-to-all group 1 < U < cp dividing cp (validate() judges the heads).
+std::vector<std::pair<std::string, int>> cp_modes(int cp);
+
 struct PlanResult {
   int gpus = 0;
   int64_t considered = 0;  // layouts enumerated

@@ -98,7 +98,7 @@ TEST_CASE("ulysses order: an all-to-all group's tokens are exactly its ring rank
       }
 }
 
-TEST_CASE("cp modes: heads must split over the all-to-all group; --cp-ulysses only with hybrid", "[cp]") {
+TEST_CASE("cp modes: heads must split over the all-to-all group, --cp-ulysses only with hybrid", "[cp]") {
   CHECK(cp_mode_problem(CpMode::kRing, 4, 0, 3).empty());
   CHECK(cp_mode_problem(CpMode::kUlysses, 4, 0, 8).empty());
   CHECK(cp_mode_problem(CpMode::kHybrid, 4, 2, 2).empty());
