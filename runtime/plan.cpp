@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "context_parallel/cp_layout.h"
 #include "runtime/flags.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/memory_per_token.h"
@@ -87,8 +88,23 @@ std::vector<Variant> variants_of(const TrainConfig& base, const TrainConfig& c, 
   return out;
 }
 
-// The step time and what follows from it, for a layout whose memory is known.
-void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu) {
+// The cp mode a layout runs fastest with (plan_cost.h; the memory is the same: ulysses.h):
+// ring, ulysses, or the hybrid at each all-to-all group the heads allow, the ring on a tie.
+void choose_cp_mode(TrainConfig& c, const Hardware& hw, double params_per_gpu) {
+  double best = 0;
+  for (const auto& [mode, u] : cp_modes(c.cp)) {
+    if (!cp_mode_problem(parse_cp_mode(mode), c.cp, u, c.llama.num_attention_heads / c.tp).empty()) continue;
+    TrainConfig alt = c;
+    alt.cp_mode = mode, alt.cp_ulysses = u;
+    const double t = predict_step(alt, hw, params_per_gpu).total();
+    if (mode == "ring" || t < best * (1 - 1e-9)) best = t, c.cp_mode = mode, c.cp_ulysses = u;
+  }
+}
+
+// The step time and what follows from it, for a layout whose memory is known (a searched
+// layout: with the fastest cp mode).
+void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu, bool choose_mode = true) {
+  if (choose_mode && cand.cfg.cp > 1) choose_cp_mode(cand.cfg, hw, params_per_gpu);
   const TrainConfig& c = cand.cfg;
   cand.time = predict_step(c, hw, params_per_gpu);
   cand.tokens_per_s_per_gpu = tokens_per_step(c) / cand.time.total() / (c.dp * c.tp * c.pp * c.cp);
@@ -185,17 +201,16 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const PlanFor& plan
           for (int zero = 0; zero <= (group ? 3 : 0); ++zero)
             for (const char* recompute : {"none", "selective", "full"})
               for (const Schedule& s : schedules_for(pp))
-                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp))
-                  for (const auto& [mode, ulysses] : cp_modes(cp)) {
-                    TrainConfig c = base;
-                    c.plan = false;
-                    c.device = "cuda";
-                    c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
-                    c.zero = zero, c.recompute = recompute;
-                    c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
-                    c.cp_mode = mode, c.cp_ulysses = ulysses;  // (validate() drops heads that do not divide)
-                    consider(c, variants_of(base, c, group));
-                  }
+                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
+                  TrainConfig c = base;
+                  c.plan = false;
+                  c.device = "cuda";
+                  c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
+                  c.zero = zero, c.recompute = recompute;
+                  c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                  c.cp_mode = "ring", c.cp_ulysses = 0;  // the cp mode: the fastest, chosen with the time (predict_time)
+                  consider(c, variants_of(base, c, group));
+                }
         }
   // Best first, in bands of kTieBand below the best (the cost model is not more accurate
   // than that): within a band the simpler layout first (the cheatsheet's order), then speed.
@@ -230,7 +245,7 @@ Candidate evaluate_layout(const TrainConfig& c, const PlanFor& plan_for) {
     if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
     params = std::max(params, double(local_parameter_count(plan)));
   }
-  predict_time(cand, hardware_of(c), params);
+  predict_time(cand, hardware_of(c), params, /*choose_mode=*/false);  // the layout as given
   return cand;
 }
 

@@ -6,7 +6,8 @@
 //   --kernels aten | fused (both unless --kernels names one; what fused keeps:
 //   memory_per_token.h), the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1),
 //   for a mixture of experts --ep (each divisor of dp that divides E; the all-to-alls in
-//   plan_cost.h), the micro-batch (1, 2, 4, ...) and the grad-acc that reaches
+//   plan_cost.h), with cp > 1 the fastest --cp-mode by the cost model (ring, ulysses, hybrid
+//   with each --cp-ulysses the heads allow: the same memory), the micro-batch (1, 2, 4, ...) and the grad-acc that reaches
 //   --global-batch-tokens (the smallest not below; interleaved needs m % P == 0, zb-h1
 //   m >= P: rounded up)
 //
