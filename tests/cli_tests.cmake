@@ -275,6 +275,13 @@ add_test(NAME cli.mpi_comm_report_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 $
 set_tests_properties(cli.mpi_comm_report_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp +2 +all_to_all +64 +98304 +32 +49152\n" FAIL_REGULAR_EXPRESSION "cp +2 +send")
+# --explain under Ulysses: which heads and positions each rank attends, and the all-to-alls
+# with the line that issues them.
+add_test(NAME cli.mpi_explain_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --cp-mode ulysses
+  --steps 1 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --explain)
+set_tests_properties(cli.mpi_explain_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "attention \\(--cp-mode ulysses\\): an all-to-all over 2 cp ranks gives it query heads 2-3 of this tp rank's 4 \\(key/value heads 1 of 2\\) at positions 0-31 \\(the whole sequence\\).*all_to_all over cp \\{0,1\\}: \\[2, 2, 2, 16, 32\\] -> \\[2, 2, 2, 16, 32\\] fp32, 2,048 elements\n      at context_parallel/ulysses.cpp")
 picotron_cli_test(cli.cp_ulysses_heads ${EXPECT_FAIL} "error: --cp-mode ulysses: the 4 attention heads per tp rank \\(--num-attention-heads / --tp\\) are not divisible by the all-to-all group 8 \\(--cp 8\\)" -- ${TRAIN} --cp 8 --cp-mode ulysses --seq-len 64 --dry-run)
 picotron_cli_test(cli.bad_cp_mode ${EXPECT_FAIL} "error: --cp-mode must be ring, ulysses or hybrid, got 'star'" -- ${TRAIN} --cp-mode star)
 picotron_cli_test(cli.cp_hybrid_needs_group ${EXPECT_FAIL} "error: --cp-mode hybrid needs --cp-ulysses U with 1 < U < --cp 4" -- ${TRAIN} --cp 4 --cp-mode hybrid --dry-run)
