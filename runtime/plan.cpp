@@ -62,7 +62,7 @@ class PlanCache {
 // shows each once, its best (or simplest).
 auto layout_key(const TrainConfig& c) {
   return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_offload, c.recompute, c.pp_schedule,
-                         c.pp_virtual_stages, c.cp > 1 ? c.cp_mode : std::string());
+                         c.pp_virtual_stages);
 }
 
 // The variants of a layout that change its memory but cannot make it faster, plainest

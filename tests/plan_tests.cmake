@@ -54,5 +54,5 @@ set_tests_properties(cli.plan_layout_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 60 
 # not hidden by so short an attention, and the search picks an all-to-all mode for its cp
 # layouts, saying each mode's exposed cp time.
 picotron_plan_test(cli.plan_cp_modes
-  "CP to split the sequence, (ulysses|hybrid [0-9]+): cp communication exposed [0-9.]+ ms \\(ring [0-9.]+[^\n]*\n    mpirun [^\n]* --cp 8 --cp-mode (ulysses|hybrid --cp-ulysses [0-9]+)"
+  "CP \\((ulysses|hybrid [0-9]+)\\) to split the sequence[^\n]*\n    cp mode: (ulysses|hybrid [0-9]+): cp communication exposed [0-9.]+ ms \\(ring [0-9.]+[^\n]*\n    mpirun [^\n]* --cp 8 --cp-mode (ulysses|hybrid --cp-ulysses [0-9]+)"
   --model llama2-7b --gpus 16 --gpus-per-node 8 --seq-len 4096 --global-batch-tokens 65536 --plan-top 5)
