@@ -17,8 +17,9 @@ struct Exchange : torch::autograd::Function<Exchange> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* group) {
     ctx->saved_data["group"] = saved_object(group);  // picotron/saved_object.h
     const std::vector<int64_t> one_row_each(group->size(), 1);  // row p to rank p, row p from rank p
-    auto out = torch::empty_like(x);                            // [U, ...]
-    group->all_to_all(out, x.contiguous(), one_row_each, one_row_each);
+    const auto in = x.contiguous();                             // [U, ...]
+    auto out = torch::empty_like(in);                           // [U, ...]
+    group->all_to_all(out, in, one_row_each, one_row_each);
     return out;
   }
   static torch::autograd::variable_list backward(AutogradContext* ctx, torch::autograd::variable_list grads) {
