@@ -126,8 +126,8 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   m.my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);
   if (cfg.cp > 1) {
-    apply_context_parallel(model, mesh, cp_layout);  // attention: ring over the cp group
-    print0(rank, cp_summary(cp_layout, cfg.cp, cfg.seq_len));
+    apply_context_parallel(model, mesh, cp_settings(cfg));  // attention: ring, all-to-all (Ulysses) or both over cp
+    print0(rank, cp_summary(cp_settings(cfg), cfg.cp, cfg.seq_len));
   }
   // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
   // (--attention) and the loss where no technique replaced them.

@@ -2,6 +2,8 @@
 // ring and the merge, cp_layout.h for who holds what.
 #include "context_parallel/context_parallel.h"
 
+#include "context_parallel/ulysses.h"
+
 #include "picotron/saved_object.h"
 
 #include <cmath>
@@ -174,17 +176,48 @@ AttentionCore ring_attention(Comm& cp, CpLayout layout) {
   };
 }
 
-std::string cp_summary(CpLayout layout, int C, int64_t seq_len) {
-  std::string work;
-  for (int r = 0; r < C; ++r) work += (r ? ", " : "") + with_commas(ring_attention_work(layout, C, r, seq_len / C));
-  return "context parallelism: cp " + std::to_string(C) + ", " + cp_layout_name(layout) + " layout, " +
-         std::to_string(seq_len / C) + " of " + std::to_string(seq_len) +
-         " tokens per rank; attention work per cp rank (query-key pairs per head): " + work;
+CpSettings cp_settings(const TrainConfig& cfg) {
+  return {parse_cp_layout(cfg.cp_layout), parse_cp_mode(cfg.cp_mode), cfg.cp_ulysses};
 }
 
-void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, CpLayout layout) {
-  TORCH_CHECK(mesh.cp().rank() == mesh.coords().cp, "context parallelism: the cp group's ranks must follow cp");
-  for (auto& [index, layer] : model->model->layers->items) layer->self_attn->core = ring_attention(mesh.cp(), layout);
+std::string cp_summary(const CpSettings& s, int C, int64_t seq_len) {
+  const int U = cp_ulysses_size(s.mode, C, s.ulysses), R = C / U;  // all-to-all group, ring
+  std::string work;
+  for (int r = 0; r < R; ++r) work += (r ? ", " : "") + with_commas(ring_attention_work(s.layout, R, r, seq_len / R));
+  const std::string head = "context parallelism: cp " + std::to_string(C) + ", " + cp_layout_name(s.layout) +
+                           " layout, " + std::to_string(seq_len / C) + " of " + std::to_string(seq_len) +
+                           " tokens per rank; ";
+  if (s.mode == CpMode::kRing) return head + "attention work per cp rank (query-key pairs per head): " + work;
+  if (s.mode == CpMode::kUlysses)
+    return head + "ulysses: all-to-alls over " + std::to_string(C) + " ranks, each attends whole sequences with 1/" +
+           std::to_string(C) + " of the heads (query-key pairs per head: " + work + ")";
+  return head + "hybrid: all-to-alls over " + std::to_string(U) + " ranks (" + std::to_string(seq_len / R) +
+         " tokens, 1/" + std::to_string(U) + " of the heads), then a ring of " + std::to_string(R) +
+         "; attention work per ring rank (query-key pairs per head): " + work;
+}
+
+namespace {
+struct CpGroups {  // hybrid: split from mesh.cp()
+  Comm a2a, ring;
+};
+}  // namespace
+
+void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, const CpSettings& s) {
+  Comm& cp = mesh.cp();
+  TORCH_CHECK(cp.rank() == mesh.coords().cp, "context parallelism: the cp group's ranks must follow cp");
+  const int C = cp.size(), U = cp_ulysses_size(s.mode, C, s.ulysses);
+  std::shared_ptr<CpGroups> groups;
+  if (s.mode == CpMode::kHybrid) {  // all-to-all group i: cp ranks iU .. iU+U-1; ring u: cp ranks u, U+u, 2U+u, ...
+    groups = std::make_shared<CpGroups>();
+    groups->a2a = cp.split(/*color=*/cp_ring_rank(cp.rank(), U), /*key=*/cp_a2a_rank(cp.rank(), U), "cp_a2a");
+    groups->ring = cp.split(/*color=*/cp_a2a_rank(cp.rank(), U), /*key=*/cp_ring_rank(cp.rank(), U), "cp_ring");
+  }
+  for (auto& [index, layer] : model->model->layers->items) {
+    AttentionCore& core = layer->self_attn->core;
+    if (s.mode == CpMode::kRing) core = ring_attention(cp, s.layout);
+    else if (s.mode == CpMode::kUlysses) core = ulysses_attention(cp, C, cp.rank(), s.layout, core);  // the layer's own core inside
+    else core = ulysses_attention(groups->a2a, C, cp.rank(), s.layout, ring_attention(groups->ring, s.layout), groups);
+  }
 }
 
 }  // namespace picotron

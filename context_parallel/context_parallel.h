@@ -35,6 +35,7 @@
 #include <torch/torch.h>
 
 #include "context_parallel/cp_layout.h"
+#include "picotron/config.h"
 #include "picotron/comm.h"
 #include "picotron/mesh.h"
 #include "picotron/model.h"
@@ -46,11 +47,23 @@ namespace picotron {
 // block, no communication.
 AttentionCore ring_attention(Comm& cp, CpLayout layout);
 
-// One line: the layout, the tokens per rank and each cp rank's attention work.
-std::string cp_summary(CpLayout layout, int C, int64_t seq_len);
+// How context parallelism runs: which tokens a rank holds, and how attention meets the
+// others' (--cp-layout, --cp-mode, --cp-ulysses; ulysses.h for the all-to-all modes).
+struct CpSettings {
+  CpLayout layout = CpLayout::kZigzag;
+  CpMode mode = CpMode::kRing;
+  int ulysses = 0;  // hybrid: the all-to-all group size U (cp/U ranks form each ring)
+};
+CpSettings cp_settings(const TrainConfig& cfg);
 
-// Every decoder layer's attention core becomes ring attention over mesh.cp().
-void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, CpLayout layout);
+// One line: the layout, the mode, the tokens per rank and each cp rank's attention work.
+std::string cp_summary(const CpSettings& s, int C, int64_t seq_len);
+
+// Every decoder layer's attention core becomes ring attention over mesh.cp() (ring), the
+// all-to-alls of ulysses.h around the layer's own core (ulysses), or the all-to-alls over
+// groups of U cp ranks around ring attention over cp/U ranks (hybrid: the groups are
+// split from mesh.cp() here, named "cp_a2a" and "cp_ring", and live with the cores).
+void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, const CpSettings& settings);
 
 // One block on this device: out [B, nH, Sq, Hd] and lse [B, nH, Sq] (fp32, fp64 for fp64)
 // of q against k, v (nKV heads), causal or full; and its backward given the FINAL out and

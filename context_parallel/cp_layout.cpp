@@ -13,6 +13,49 @@ CpLayout parse_cp_layout(const std::string& name) {
 
 const char* cp_layout_name(CpLayout layout) { return layout == CpLayout::kZigzag ? "zigzag" : "contiguous"; }
 
+CpMode parse_cp_mode(const std::string& name) {
+  if (name == "ring") return CpMode::kRing;
+  if (name == "ulysses") return CpMode::kUlysses;
+  if (name == "hybrid") return CpMode::kHybrid;
+  throw std::invalid_argument("--cp-mode must be ring, ulysses or hybrid, got '" + name + "'");
+}
+
+const char* cp_mode_name(CpMode mode) {
+  return mode == CpMode::kRing ? "ring" : mode == CpMode::kUlysses ? "ulysses" : "hybrid";
+}
+
+int cp_ulysses_size(CpMode mode, int C, int ulysses) {
+  return mode == CpMode::kRing ? 1 : mode == CpMode::kUlysses ? C : ulysses;
+}
+
+std::string cp_mode_problem(CpMode mode, int C, int ulysses, int64_t heads_per_tp) {
+  const std::string c = std::to_string(C), u = std::to_string(ulysses);
+  if (mode != CpMode::kHybrid && ulysses != 0)
+    return "--cp-ulysses " + u + " sets the all-to-all group of --cp-mode hybrid (got --cp-mode " + cp_mode_name(mode) + ")";
+  if (mode == CpMode::kHybrid && (ulysses < 2 || ulysses >= C || C % ulysses != 0))
+    return "--cp-mode hybrid needs --cp-ulysses U with 1 < U < --cp " + c + " dividing it (got " + u +
+           "): U ranks exchange heads, cp/U form each ring";
+  const int U = cp_ulysses_size(mode, C, ulysses);
+  if (U > 1 && heads_per_tp % U != 0)
+    return "--cp-mode " + std::string(cp_mode_name(mode)) + ": the " + std::to_string(heads_per_tp) +
+           " attention heads per tp rank (--num-attention-heads / --tp) are not divisible by the all-to-all group " +
+           std::to_string(U) + " (" + (mode == CpMode::kUlysses ? "--cp " + c : "--cp-ulysses " + u) +
+           "): use --cp-mode ring, or a group dividing them";
+  return "";
+}
+
+std::vector<int64_t> ulysses_order(int64_t seq_len, int C, int U, int rank, CpLayout layout) {
+  const int first = cp_ring_rank(rank, U) * U;  // the group: cp ranks first .. first+U-1
+  std::vector<int64_t> gathered;                  // [U·S/C] positions, in rank order
+  for (int u = 0; u < U; ++u)
+    for (int64_t p : cp_positions(seq_len, C, first + u, layout)) gathered.push_back(p);
+  const std::vector<int64_t> ring = cp_positions(seq_len, C / U, cp_ring_rank(rank, U), layout);
+  std::vector<int64_t> where(seq_len, -1), order;  // where[p]: index of position p in gathered
+  for (size_t i = 0; i < gathered.size(); ++i) where[gathered[i]] = int64_t(i);
+  for (int64_t p : ring) order.push_back(where[p]);
+  return order;
+}
+
 std::string cp_problem(int64_t seq_len, int C, CpLayout layout) {
   const int64_t chunks = layout == CpLayout::kZigzag ? 2 * int64_t(C) : C;
   if (C <= 1 || seq_len % chunks == 0) return "";

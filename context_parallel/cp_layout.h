@@ -21,6 +21,18 @@
 //                         j <  r: all my queries x j's first chunk (its second is later)
 //                         j >  r: my second chunk x all of j's keys (my first is earlier)
 //
+// Ulysses and the hybrid (ulysses.h): the cp group of C ranks factors into all-to-all
+// groups of U consecutive cp ranks and rings of R = C/U ranks (U = C: pure Ulysses, R = 1).
+// All-to-all group i (cp ranks iU .. iU+U-1) together holds exactly what ring rank i of R
+// would hold in the same layout, e.g. C = 4, U = 2, zigzag, S = 16 (chunks of 2):
+//
+//   cp rank 0: 0-1 | 14-15   cp rank 1: 2-3 | 12-13    -> ring rank 0 of 2: 0-3 | 12-15
+//   cp rank 2: 4-5 | 10-11   cp rank 3: 6-7 |  8-9     -> ring rank 1 of 2: 4-7 |  8-11
+//
+// so after the all-to-all a permutation (ulysses_order) puts the gathered tokens into the
+// ring's order, and the ring's causal blocks (or, with R = 1, one causal block over the
+// natural order 0 .. S-1) stay exact.
+//
 // Test: build/tests/unit_tests "[cp]"
 #pragma once
 
@@ -33,6 +45,25 @@ namespace picotron {
 enum class CpLayout { kContiguous, kZigzag };
 CpLayout parse_cp_layout(const std::string& name);  // throws std::invalid_argument naming --cp-layout
 const char* cp_layout_name(CpLayout layout);
+
+// How attention meets the other ranks' tokens: ring (k, v travel round the cp group),
+// ulysses (an all-to-all turns the sequence split into a head split), hybrid (both).
+enum class CpMode { kRing, kUlysses, kHybrid };
+CpMode parse_cp_mode(const std::string& name);  // throws std::invalid_argument naming --cp-mode
+const char* cp_mode_name(CpMode mode);
+// The all-to-all group size U of a mode: ring 1, ulysses C, hybrid `ulysses` (--cp-ulysses).
+int cp_ulysses_size(CpMode mode, int C, int ulysses);
+// "" if the mode fits C ranks and the heads a tp rank holds (nH/tp, nKV/tp), else one line
+// naming the flags: U must divide C and nH/tp (nKV/tp need not: ulysses.h repeats k, v heads).
+std::string cp_mode_problem(CpMode mode, int C, int ulysses, int64_t heads_per_tp);
+
+// The ring rank (0 .. C/U-1) and all-to-all rank (0 .. U-1) of cp rank `rank`.
+inline int cp_ring_rank(int rank, int U) { return rank / U; }
+inline int cp_a2a_rank(int rank, int U) { return rank % U; }
+// Indices into the tokens of cp rank `rank`'s all-to-all group, concatenated in rank order
+// ([U·S/C]), that put them in the order ring rank rank/U of C/U holds them:
+// gathered[ulysses_order[j]] = cp_positions(S, C/U, rank/U, layout)[j]. U = C: 0 .. S-1.
+std::vector<int64_t> ulysses_order(int64_t seq_len, int C, int U, int rank, CpLayout layout);
 
 // "" if S tokens split over C ranks in this layout, else one line naming the flags.
 std::string cp_problem(int64_t seq_len, int C, CpLayout layout);

@@ -100,6 +100,8 @@ struct TrainConfig {
                                        //   flash-wmma | flash-mma (the hand-written FlashAttention-2 ladder, kernels/)
   std::string recompute = "none";      // none | selective | full: activations recomputed in backward (picotron/recompute.h)
   std::string cp_layout = "zigzag";    // contiguous | zigzag: which tokens each cp rank holds (context_parallel/)
+  std::string cp_mode = "ring";        // ring | ulysses | hybrid: how attention meets the other cp ranks' tokens
+  int cp_ulysses = 0;                  // --cp-mode hybrid: the all-to-all group size U (cp/U ranks form each ring)
   int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state
                                        //   sharded) | 2 (gradients too) | 3 (parameters too)
   bool zero_offload = false;           // ZeRO's master weights + moments in pinned CPU memory, AdamW on the CPU

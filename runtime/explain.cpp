@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <numeric>
+
 #include "context_parallel/cp_layout.h"
 #include "picotron/distributed.h"
 #include "picotron/utils.h"
@@ -147,6 +149,22 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
     s += "; between blocks (sequence parallel) its local positions " + range(here.tp * chunk, chunk);
   }
   out.push_back(s);
+  // Ulysses and the hybrid (context_parallel/ulysses.h): attention on a head slice of more tokens.
+  if (shape.cp > 1 && cfg.cp_mode != "ring") {
+    const CpMode mode = parse_cp_mode(cfg.cp_mode);
+    const int U = cp_ulysses_size(mode, shape.cp, cfg.cp_ulysses), u = cp_a2a_rank(here.cp, U);
+    const int64_t heads = m.num_attention_heads / shape.tp / U, kv = m.num_key_value_heads / shape.tp;
+    const int64_t f = U / std::gcd(kv, int64_t(U));
+    const std::vector<int64_t> seen =
+        cp_positions(cfg.seq_len, shape.cp / U, cp_ring_rank(here.cp, U), parse_cp_layout(cfg.cp_layout));
+    out.push_back("attention (--cp-mode " + cfg.cp_mode + "): an all-to-all over " + std::to_string(U) +
+                  " cp ranks gives it query heads " + range(u * heads, heads) + " of this tp rank's " +
+                  std::to_string(heads * U) + " (key/value heads " + range(u * f * kv / U, f * kv / U) + " of " +
+                  std::to_string(f * kv) + (f > 1 ? ", each of the " + std::to_string(kv) + " repeated " + std::to_string(f) + "x" : "") +
+                  ") at positions " + runs(seen) +
+                  (U < shape.cp ? ", then a ring over " + std::to_string(shape.cp / U) + " ranks" : " (the whole sequence)") +
+                  "; a second all-to-all returns the output to its tokens");
+  }
   // Data: the rows of every global batch this dp rank reads.
   out.push_back("data: " + std::to_string(cfg.micro_batch_size) + " sequence(s) per micro-batch x " +
                 std::to_string(cfg.grad_acc_steps) + " micro-batch(es), dp shard " + std::to_string(here.dp) + " of " +

@@ -122,6 +122,10 @@ std::vector<std::string> validate(const TrainConfig& c, int world_size) {
     const std::string problem = cp_problem(c.seq_len, c.cp, parse_cp_layout(c.cp_layout));
     need(problem.empty(), problem);
   }
+  if (c.cp > 1 && c.tp >= 1) {  // ring, ulysses or hybrid (context_parallel/ulysses.h): heads split over the all-to-all
+    const std::string problem = cp_mode_problem(parse_cp_mode(c.cp_mode), c.cp, c.cp_ulysses, m.num_attention_heads / c.tp);
+    need(problem.empty(), problem);
+  }
   return errors;
 }
 

@@ -289,6 +289,10 @@ const std::vector<Flag>& flag_table() {
     Flag layout = text("cp-layout", "Parallelism", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", of(&TrainConfig::cp_layout));
     layout.set = [](TrainConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
     t.push_back(layout);
+    Flag mode = text("cp-mode", "Parallelism", "ring (k, v round the cp group) | ulysses (all-to-alls turn the sequence split into a head split around attention; nH/tp divisible by cp) | hybrid (all-to-all over --cp-ulysses ranks, a ring over cp/that): context_parallel/README.md", of(&TrainConfig::cp_mode));
+    mode.set = [](TrainConfig& c, const std::string& name) { c.cp_mode = cp_mode_name(parse_cp_mode(name)); };
+    t.push_back(mode);
+    t.push_back(integer("cp-ulysses", "Parallelism", "--cp-mode hybrid: the all-to-all group size U (1 < U < cp, dividing cp and nH/tp); cp/U ranks form each ring", of(&TrainConfig::cp_ulysses), {">=", 0, double(k << 16)}));
     t.push_back(on_off("sp", "Parallelism", "sequence parallelism with --tp: the activations between blocks split along the sequence", of(&TrainConfig::sp)));
     Flag zero = integer("zero", "Parallelism", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", of(&TrainConfig::zero), {">=", 0, 3});
     zero.check = [](const TrainConfig& c, Problems& p) {

@@ -270,7 +270,11 @@ std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(c
     flush(shape.world_size() - 1);
     o << "\n";
   }
-  if (c.cp > 1) o << "  (cp: ring attention's blocks in flight are not counted)\n";
+  if (c.cp > 1 && c.cp_mode == "ring") o << "  (cp: ring attention's blocks in flight are not counted)\n";
+  if (c.cp > 1 && c.cp_mode != "ring")  // context_parallel/README.md, "Memory"
+    o << "  (cp " << c.cp_mode << ": the attention keeps what it keeps on one rank, nH/U heads of U x the tokens; "
+      << "the all-to-alls' buffers in flight, about 2 (nH + f nKV)/tp Hd e per token, are not counted"
+      << (c.cp_mode == "hybrid" ? ", nor the ring's blocks" : "") << ")\n";
   if (c.sp) o << "  (sp: counted as without sequence parallelism; its saving is not modeled)\n";
   std::string s = o.str();
   if (!s.empty() && s.back() == '\n') s.pop_back();

@@ -7,6 +7,7 @@
 #include <map>
 #include <tuple>
 
+#include "context_parallel/cp_layout.h"
 #include "runtime/flags.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/memory_per_token.h"
@@ -87,8 +88,23 @@ std::vector<Variant> variants_of(const TrainConfig& base, const TrainConfig& c, 
   return out;
 }
 
-// The step time and what follows from it, for a layout whose memory is known.
-void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu) {
+// The cp mode a layout runs fastest with (plan_cost.h; the memory is the same: ulysses.h):
+// ring, ulysses, or the hybrid at each all-to-all group the heads allow, the ring on a tie.
+void choose_cp_mode(TrainConfig& c, const Hardware& hw, double params_per_gpu) {
+  double best = 0;
+  for (const auto& [mode, u] : cp_modes(c.cp)) {
+    if (!cp_mode_problem(parse_cp_mode(mode), c.cp, u, c.llama.num_attention_heads / c.tp).empty()) continue;
+    TrainConfig alt = c;
+    alt.cp_mode = mode, alt.cp_ulysses = u;
+    const double t = predict_step(alt, hw, params_per_gpu).total();
+    if (mode == "ring" || t < best * (1 - 1e-9)) best = t, c.cp_mode = mode, c.cp_ulysses = u;
+  }
+}
+
+// The step time and what follows from it, for a layout whose memory is known (a searched
+// layout: with the fastest cp mode).
+void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu, bool choose_mode = true) {
+  if (choose_mode && cand.cfg.cp > 1) choose_cp_mode(cand.cfg, hw, params_per_gpu);
   const TrainConfig& c = cand.cfg;
   cand.time = predict_step(c, hw, params_per_gpu);
   cand.tokens_per_s_per_gpu = tokens_per_step(c) / cand.time.total() / (c.dp * c.tp * c.pp * c.cp);
@@ -105,10 +121,20 @@ std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp) {
   return sizes;
 }
 
+std::vector<std::pair<std::string, int>> cp_modes(int cp) {
+  if (cp == 1) return {{"ring", 0}};
+  std::vector<std::pair<std::string, int>> modes{{"ring", 0}, {"ulysses", 0}};
+  for (int u : divisors(cp))
+    if (u > 1 && u < cp) modes.push_back({"hybrid", u});
+  return modes;
+}
+
 int complexity(const TrainConfig& c) {
   // PP for big models, CP for long sequences: each weighs more than a ZeRO stage and recompute
   // EP: one more group and its all-to-alls, for experts that do not fit or whose gradients cost
-  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + 6 * (c.ep > 1);
+  // CP's modes: the ring first, then Ulysses (two all-to-alls, heads split), the hybrid last (both)
+  const int cp_mode = c.cp_mode == "hybrid" ? 2 : c.cp_mode == "ulysses" ? 1 : 0;
+  const int axes = 8 * (c.dp > 1) + 8 * (c.tp > 1) + 10 * (c.pp > 1) + 12 * (c.cp > 1) + cp_mode + 6 * (c.ep > 1);
   const int recompute = c.recompute == "full" ? 2 : c.recompute == "selective" ? 1 : 0;
   const int schedule = c.pp > 1 && c.pp_schedule != "1f1b" ? 1 : 0;
   // The kernels --kernels auto picks on CUDA before the others; offloading the optimizer
@@ -182,6 +208,7 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor&
                   c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
                   c.zero = zero, c.recompute = recompute;
                   c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                  c.cp_mode = "ring", c.cp_ulysses = 0;  // the cp mode: the fastest, chosen with the time (predict_time)
                   consider(c, variants_of(base, c, group));
                 }
         }
@@ -218,7 +245,7 @@ Candidate evaluate_layout(const TrainConfig& c, const ShardPlanFor& shard_plan_f
     if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
     params = std::max(params, double(local_parameter_count(plan)));
   }
-  predict_time(cand, hardware_of(c), params);
+  predict_time(cand, hardware_of(c), params, /*choose_mode=*/false);  // the layout as given
   return cand;
 }
 

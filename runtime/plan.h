@@ -6,7 +6,8 @@
 //   --kernels aten | fused (both unless --kernels names one; what fused keeps:
 //   memory_per_token.h), the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1),
 //   for a mixture of experts --ep (each divisor of dp that divides E; the all-to-alls in
-//   plan_cost.h), the micro-batch (1, 2, 4, ...) and the grad-acc that reaches
+//   plan_cost.h), with cp > 1 the fastest --cp-mode by the cost model (ring, ulysses, hybrid
+//   with each --cp-ulysses the heads allow: the same memory), the micro-batch (1, 2, 4, ...) and the grad-acc that reaches
 //   --global-batch-tokens (the smallest not below; interleaved needs m % P == 0, zb-h1
 //   m >= P: rounded up)
 //
@@ -64,6 +65,10 @@ int complexity(const TrainConfig& c);
 // The --ep sizes the search tries at `dp` data-parallel ranks: {1}, and for a mixture of
 // experts every divisor of dp that divides E (validate() then judges each layout).
 std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp);
+
+// The --cp-mode (and --cp-ulysses) the search tries at `cp` ranks: ring, ulysses, and the
+// hybrid with every all-to-all group 1 < U < cp dividing cp (validate() judges the heads).
+std::vector<std::pair<std::string, int>> cp_modes(int cp);
 
 struct PlanResult {
   int gpus = 0;

@@ -2,7 +2,9 @@
 #include "runtime/plan_cost.h"
 
 #include <algorithm>
+#include <numeric>
 
+#include "context_parallel/cp_layout.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 
@@ -135,14 +137,28 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
     t.tp = 2 * ring(c.tp) * elements * e / link(tp_crosses_nodes(c, hw), hw);
   }
 
-  // ---- context parallelism: the k/v ring, hidden behind the attention ----
+  // ---- context parallelism: ring (k, v round the cp group, hidden behind the attention),
+  // ulysses (all-to-alls before and after the attention, which waits for them), or both ----
   if (c.cp > 1) {
-    const double layers = L / c.pp;
-    const double block = 2 * T * double(m.num_key_value_heads) / c.tp * double(m.head_dim()) * e;  // k and v
-    const double sends = (3.0 * c.cp - 2) + (full ? c.cp - 1 : 0);
-    const double comm = layers * micro * sends * block / link(cp_crosses_nodes(c, hw), hw);
-    const double attention = share * (F_attention + (full || selective ? F_attention / 3 : 0)) / rate;
-    t.cp = std::max(0.0, comm - attention);
+    const CpMode mode = parse_cp_mode(c.cp_mode);
+    const int U = cp_ulysses_size(mode, c.cp, c.cp_ulysses), R = c.cp / U;  // all-to-all group, ring
+    const double layers = L / c.pp, hd = double(m.head_dim());
+    const double heads = double(m.num_attention_heads) / c.tp;
+    const int64_t kv_heads = m.num_key_value_heads / c.tp;
+    const double f = double(U / std::gcd(kv_heads, int64_t(U)));  // GQA: kv heads repeated until U divides them
+    const double kv = f * double(kv_heads);
+    if (U > 1) {  // q, k, v out and o back, forward; their gradients backward; the core's forward again
+      const double passes = full || selective ? 3 : 2;
+      const double elements = passes * ring(U) * T * hd * (2 * heads + 2 * kv);
+      t.cp += layers * micro * elements * e / link(spans_nodes(c.tp, U, hw), hw);
+    }
+    if (R > 1) {  // the ring over R ranks, on U·T tokens of kv/U heads
+      const double block = 2 * (U * T) * (kv / U) * hd * e;  // k and v
+      const double sends = (3.0 * R - 2) + (full ? R - 1 : 0);
+      const double comm = layers * micro * sends * block / link(cp_crosses_nodes(c, hw), hw);
+      const double attention = share * (F_attention + (full || selective ? F_attention / 3 : 0)) / rate;
+      t.cp += std::max(0.0, comm - attention);
+    }
   }
 
   // ---- pipeline: activations and their gradients between stages ----

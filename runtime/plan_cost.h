@@ -16,8 +16,14 @@
 //   exposed communication, bytes / (the bandwidth of the link the group crosses):
 //     tp   ring all-reduce 2(tp-1)/tp x (2 L/P + 1) T H e per pass, forward and backward (+1 forward
 //          under full recompute), every micro-batch; never overlapped (tensor_parallel/README.md)
-//     cp   (3C-2) sends of 2 T nKV Hd e per layer and micro-batch (context_parallel/README.md),
-//          hidden behind the attention compute: exposed = max(0, comm - attention time)
+//     cp   --cp-mode ring: (3C-2) sends of 2 T nKV Hd e per layer and micro-batch
+//          (context_parallel/README.md), hidden behind the attention compute: exposed =
+//          max(0, comm - attention time). ulysses (U = C): per layer and micro-batch 2 (3 with
+//          recompute) x (U-1)/U T Hd (2 nH + 2 f nKV)/tp e through the all-to-alls, exposed
+//          (the attention waits for them); f = U/gcd(nKV/tp, U) the kv heads' repeat. hybrid:
+//          both, the all-to-all over U = --cp-ulysses, the ring over C/U ranks on U T tokens of
+//          f nKV/(tp U) heads. So the ring wins where attention (~S) hides its hops (~C nKV),
+//          Ulysses where it does not: short sequences, many ranks, a slow link, nKV ~ nH.
 //     pp   the busiest rank's sends (pipeline_sends_per_step) of T H e (/tp with --sp), exposed;
 //          a tied embedding's gradient all-reduce between the first and last stage
 //     dp   zero 0: all-reduce of the rank's Ψ fp32 gradients, 2(N-1)/N Ψ 4, bucketed: hidden

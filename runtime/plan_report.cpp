@@ -31,6 +31,7 @@ std::string ms(double s) { return fixed(s * 1e3, 0); }
 std::string layout_text(const TrainConfig& c) {
   std::ostringstream o;
   o << "dp " << c.dp << " x tp " << c.tp << " x pp " << c.pp << " x cp " << c.cp;
+  if (c.cp > 1 && c.cp_mode != "ring") o << " " << c.cp_mode << (c.cp_ulysses ? " " + std::to_string(c.cp_ulysses) : "");
   if (c.ep > 1) o << ", ep " << c.ep;
   if (c.sp) o << " +sp";
   o << ", zero " << c.zero << (c.zero_offload ? " +offload" : "") << ", recompute " << c.recompute;
@@ -69,6 +70,21 @@ std::string layout_prediction_text(const TrainConfig& given, const ShardPlanFor&
 
 }  // namespace
 
+// Why this cp mode: each mode's exposed cp time on this layout (plan_cost.h), e.g.
+// "hybrid 2: cp communication exposed 9.54 ms (ring 43.08, ulysses 16.70, hybrid 4 14.32 ms)".
+static std::string cp_mode_reason(const TrainConfig& c, const Hardware& hw) {
+  std::string others;
+  for (const auto& [mode, u] : cp_modes(c.cp)) {
+    TrainConfig alt = c;
+    alt.cp_mode = mode, alt.cp_ulysses = u;
+    if ((mode == c.cp_mode && u == c.cp_ulysses) || !validate(alt, alt.dp * alt.tp * alt.pp * alt.cp).empty()) continue;
+    others += std::string(others.empty() ? "" : ", ") + mode + (u ? " " + std::to_string(u) : "") + " " +
+              fixed(predict_step(alt, hw, 0).cp * 1e3, 2);
+  }
+  return c.cp_mode + (c.cp_ulysses ? " " + std::to_string(c.cp_ulysses) : "") + ": cp communication exposed " +
+         fixed(predict_step(c, hw, 0).cp * 1e3, 2) + " ms" + (others.empty() ? "" : " (" + others + " ms)");
+}
+
 std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
   const TrainConfig& c = cand.cfg;
   const int n = c.dp * c.cp;
@@ -84,7 +100,10 @@ std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
   else {
     if (c.tp > 1) rules.push_back(tp_in_node ? "TP within the node" : "TP across nodes (slow links)");
     if (c.pp > 1) rules.push_back(pp_crosses_nodes(c, hw) ? "PP across nodes" : "PP");
-    if (c.cp > 1) rules.push_back("CP to split the sequence");
+    if (c.cp > 1)
+      rules.push_back(c.cp_mode == "ring" ? "CP to split the sequence"
+                                          : "CP (" + c.cp_mode + (c.cp_ulysses ? " " + std::to_string(c.cp_ulysses) : "") +
+                                                ") to split the sequence");
     if (n > 1 && c.zero == 3) rules.push_back("ZeRO-3 to fit");
     else if (c.dp > 1) rules.push_back(c.zero > 0 ? "DP with ZeRO-" + std::to_string(c.zero) : "DP");
   }
@@ -115,6 +134,8 @@ std::string command_line(const Candidate& cand) {
   if (c.pp > 1) o << " --pp " << c.pp << " --pp-schedule " << c.pp_schedule;
   if (c.pp_virtual_stages > 1) o << " --pp-virtual-stages " << c.pp_virtual_stages;
   if (c.cp > 1) o << " --cp " << c.cp;
+  if (c.cp > 1 && c.cp_mode != "ring") o << " --cp-mode " << c.cp_mode;
+  if (c.cp_ulysses > 0) o << " --cp-ulysses " << c.cp_ulysses;
   if (c.ep > 1) o << " --ep " << c.ep;
   if (c.zero > 0) o << " --zero " << c.zero;
   if (c.zero_offload) o << " --zero-offload";
@@ -161,6 +182,7 @@ std::string plan_text(const TrainConfig& given, const ShardPlanFor& shard_plan_f
         << ms(t.bubble) << (c.cfg.zero_offload ? " + offload " + ms(t.offload) : "") << " | "
         << with_commas(int64_t(c.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU " << fixed(c.mfu * 100, 1) << "%\n";
       o << "    rule: " << cheatsheet_rule(c, hw) << "\n";
+      if (c.cfg.cp > 1) o << "    cp mode: " << cp_mode_reason(c.cfg, hw) << "\n";
       o << "    " << command_line(c) << "\n";
     }
   } else {

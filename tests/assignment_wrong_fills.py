@@ -3,8 +3,9 @@
 (ctest -L assignments_build; slow: it builds a course copy, about 6 minutes on 2 cores).
 
 scripts/assignment make all, then solve (the reference back), then a deliberately wrong
-line in eight tasks, each a mistake a student makes: the average forgotten, f without its
-all-reduce, the log-sum-exp merge without the max shift, one warm-up forward short, the
+line in nine tasks, each a mistake a student makes: the average forgotten, f without its
+all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in the
+gathered (rank) order instead of put back, one warm-up forward short, the
 recomputed inputs cut from the graph, the balancing statistics' gradient not summed over
 cp, eps outside the square root. Grading the copy must
 fail each of those tasks with a number that differs (not "not implemented"), and pass
@@ -30,6 +31,9 @@ WRONG = {
     "cp.lse_merge": ("context_parallel/context_parallel.cpp",
                      "torch::maximum(lse, lb) + torch::log1p(torch::exp(-(lse - lb).abs()));",
                      "torch::log(torch::exp(lse) + torch::exp(lb));"),
+    "cp.ulysses": ("context_parallel/ulysses.cpp",
+                   "return heads_to_sequence(o_h.index_select(2, from).contiguous(), *group);",
+                   "return heads_to_sequence(o_h.contiguous(), *group);"),
     "zero.stage1": ("zero/zero1.cpp",
                     "flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);",
                     "flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kSum);"),

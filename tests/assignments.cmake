@@ -31,6 +31,7 @@ picotron_task(pp.send_recv POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2
 picotron_task(pp.p2p_program POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_1f1b_acc4 equivalence.pp2_interleaved_acc4 UNIT "1f1b's program pairs*" "every schedule's program runs*")
 picotron_task(cp.lse_merge POINTS 10 DOC context_parallel TESTS context_parallel.ring_2 equivalence.cp2_zigzag equivalence.cp4_contiguous)
 picotron_task(cp.ring_step POINTS 10 DOC context_parallel TESTS context_parallel.ring_4 equivalence.cp2_zigzag equivalence.cp4_zigzag cli.mpi_comm_report_cp2)
+picotron_task(cp.ulysses POINTS 10 DOC context_parallel TESTS context_parallel.ulysses_2 context_parallel.ulysses_4 equivalence.cp2_ulysses_zigzag equivalence.cp4_hybrid_zigzag cli.mpi_comm_report_cp2_ulysses UNIT "ulysses order*")
 picotron_task(zero.stage1 POINTS 15 DOC zero TESTS equivalence.zero1_dp2_acc1 equivalence.zero1_dp4_acc4 equivalence.zero1_dp3_uneven cli.mpi_comm_report_zero1)
 picotron_task(zero.stage3_gather_release POINTS 15 DOC zero TESTS equivalence.zero3_dp2_acc1 equivalence.zero3_dp4_acc4 equivalence.zero3_dp3_uneven cli.mpi_comm_report_zero3)
 picotron_task(zero.slice_sums POINTS 10 DOC zero TESTS equivalence.zero2_dp2_tp2_sp equivalence.zero3_dp2_tp2_sp equivalence.zero2_dp2_pp2 equivalence.zero3_dp2_pp2_zb equivalence.mesh8_dp2_tp2_pp2_sp_zero3)

@@ -267,6 +267,25 @@ set_tests_properties(cli.mpi_comm_report_cp2 PROPERTIES LABELS "cli;mpi" TIMEOUT
 picotron_cli_test(cli.bad_cp_layout ${EXPECT_FAIL} "error: --cp-layout must be contiguous or zigzag, got 'ring'" -- ${TRAIN} --cp-layout ring)
 picotron_cli_test(cli.cp_seq_len_zigzag ${EXPECT_FAIL} "error: --seq-len 36 is not divisible by 2 x --cp = 8" -- ${TRAIN} --cp 4 --seq-len 36 --dry-run)
 picotron_cli_test(cli.cp_seq_len_contiguous ${EXPECT_FAIL} "error: --seq-len 30 is not divisible by --cp 4" -- ${TRAIN} --cp 4 --cp-layout contiguous --seq-len 30 --dry-run)
+# Ulysses (context_parallel/README.md): the same layout, 8 all-to-alls per layer of
+# (U-1)/U·B·(S/C)·Hd·(2nH + 2f·nKV) elements in all: tiny (4 layers, nH 4, nKV 2, Hd 32), B 2,
+# S 32, cp 2: 32 calls and 49,152 elements per step, no ring send; and the refusals.
+add_test(NAME cli.mpi_comm_report_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --cp-mode ulysses
+  --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "cp +2 +all_to_all +64 +98304 +32 +49152\n" FAIL_REGULAR_EXPRESSION "cp +2 +send")
+# --explain under Ulysses: which heads and positions each rank attends, and the all-to-alls
+# with the line that issues them.
+add_test(NAME cli.mpi_explain_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --cp-mode ulysses
+  --steps 1 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --explain)
+set_tests_properties(cli.mpi_explain_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "attention \\(--cp-mode ulysses\\): an all-to-all over 2 cp ranks gives it query heads 2-3 of this tp rank's 4 \\(key/value heads 1 of 2\\) at positions 0-31 \\(the whole sequence\\).*all_to_all over cp \\{0,1\\}: \\[2, 2, 2, 16, 32\\] -> \\[2, 2, 2, 16, 32\\] fp32, 2,048 elements\n      at context_parallel/ulysses.cpp")
+picotron_cli_test(cli.cp_ulysses_heads ${EXPECT_FAIL} "error: --cp-mode ulysses: the 4 attention heads per tp rank \\(--num-attention-heads / --tp\\) are not divisible by the all-to-all group 8 \\(--cp 8\\)" -- ${TRAIN} --cp 8 --cp-mode ulysses --seq-len 64 --dry-run)
+picotron_cli_test(cli.bad_cp_mode ${EXPECT_FAIL} "error: --cp-mode must be ring, ulysses or hybrid, got 'star'" -- ${TRAIN} --cp-mode star)
+picotron_cli_test(cli.cp_hybrid_needs_group ${EXPECT_FAIL} "error: --cp-mode hybrid needs --cp-ulysses U with 1 < U < --cp 4" -- ${TRAIN} --cp 4 --cp-mode hybrid --dry-run)
+picotron_mpi_cli_test(cli.mpi_cp_ulysses_heads 4 "\\[rank 3\\] error: --cp-mode ulysses: the 1 attention heads per tp rank" ${TRAIN} --cp 2 --tp 2 --cp-mode ulysses --num-attention-heads 2 --num-key-value-heads 2 --hidden-size 64)
 picotron_cli_test(cli.bad_recompute ${EXPECT_FAIL} "error: --recompute must be none, selective or full, got 'some'" -- ${TRAIN} --recompute some)
 # --memory-trace: every phase of every step, as JSON lines; tensor memory rises through
 # forward and falls through backward (tests/check_memory_trace.py).

@@ -49,3 +49,10 @@ grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2.txt && ech
 set_tests_properties(cli.plan_layout_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "memory of stage 1 at its peak: [0-9,]+ B.*\n  step [0-9.]+ ms = compute [0-9.]+ \\+ communication [0-9.]+ \\(tp 0.0, cp 0.0, pp [0-9.]+, dp 0.0\\) \\+ bubble [0-9.]+ .*layout ok")
+# Context parallelism's modes (context_parallel/README.md, "Ring or all-to-all"): llama2-7b
+# (nH = nKV = 32) at 4096 tokens on two nodes of 8: the ring's 22 hops of every kv head are
+# not hidden by so short an attention, and the search picks an all-to-all mode for its cp
+# layouts, saying each mode's exposed cp time.
+picotron_plan_test(cli.plan_cp_modes
+  "CP \\((ulysses|hybrid [0-9]+)\\) to split the sequence[^\n]*\n    cp mode: (ulysses|hybrid [0-9]+): cp communication exposed [0-9.]+ ms \\(ring [0-9.]+[^\n]*\n    mpirun [^\n]* --cp 8 --cp-mode (ulysses|hybrid --cp-ulysses [0-9]+)"
+  --model llama2-7b --gpus 16 --gpus-per-node 8 --seq-len 4096 --global-batch-tokens 65536 --plan-top 5)

@@ -77,6 +77,42 @@ TEST_CASE("cp: --seq-len must split into the layout's chunks", "[cp]") {
   CHECK_THROWS_WITH(parse_cp_layout("ring"), "--cp-layout must be contiguous or zigzag, got 'ring'");
 }
 
+TEST_CASE("ulysses order: an all-to-all group's tokens are exactly its ring rank's, in the ring's order", "[cp]") {
+  for (CpLayout layout : {CpLayout::kContiguous, CpLayout::kZigzag})
+    for (int C : {2, 4, 8})
+      for (int U = 2; U <= C; U *= 2) {
+        const int64_t S = 4 * C;
+        for (int rank = 0; rank < C; ++rank) {
+          std::vector<int64_t> gathered;  // the group's tokens in rank order
+          const int first = cp_ring_rank(rank, U) * U;
+          for (int u = 0; u < U; ++u)
+            for (int64_t p : cp_positions(S, C, first + u, layout)) gathered.push_back(p);
+          const auto order = ulysses_order(S, C, U, rank, layout);
+          const auto ring = cp_positions(S, C / U, cp_ring_rank(rank, U), layout);
+          REQUIRE(order.size() == ring.size());
+          REQUIRE(std::set<int64_t>(order.begin(), order.end()).size() == order.size());  // a permutation
+          for (size_t j = 0; j < order.size(); ++j) REQUIRE(gathered[order[j]] == ring[j]);
+          if (U == C)  // pure Ulysses: the natural order 0 .. S-1
+            for (size_t j = 0; j < order.size(); ++j) REQUIRE(ring[j] == int64_t(j));
+        }
+      }
+}
+
+TEST_CASE("cp modes: heads must split over the all-to-all group, --cp-ulysses only with hybrid", "[cp]") {
+  CHECK(cp_mode_problem(CpMode::kRing, 4, 0, 3).empty());
+  CHECK(cp_mode_problem(CpMode::kUlysses, 4, 0, 8).empty());
+  CHECK(cp_mode_problem(CpMode::kHybrid, 4, 2, 2).empty());
+  CHECK(cp_mode_problem(CpMode::kUlysses, 4, 0, 6) ==
+        "--cp-mode ulysses: the 6 attention heads per tp rank (--num-attention-heads / --tp) are not divisible by "
+        "the all-to-all group 4 (--cp 4): use --cp-mode ring, or a group dividing them");
+  CHECK(cp_mode_problem(CpMode::kHybrid, 4, 4, 8).find("1 < U < --cp 4") != std::string::npos);
+  CHECK(cp_mode_problem(CpMode::kRing, 4, 2, 8).find("--cp-ulysses 2 sets") == 0);
+  CHECK(cp_ulysses_size(CpMode::kRing, 4, 0) == 1);
+  CHECK(cp_ulysses_size(CpMode::kUlysses, 4, 0) == 4);
+  CHECK(cp_ulysses_size(CpMode::kHybrid, 4, 2) == 2);
+  CHECK_THROWS_WITH(parse_cp_mode("star"), "--cp-mode must be ring, ulysses or hybrid, got 'star'");
+}
+
 TEST_CASE("attention block: the CPU flash kernel and the explicit scores agree, forward and backward", "[cp]") {
   torch::manual_seed(3);
   const auto f64 = torch::dtype(torch::kFloat64);

@@ -173,6 +173,32 @@ TEST_CASE("plan cost: tensor parallelism across nodes is slower than inside one"
   CHECK(pp_crosses_nodes(c, node4));
 }
 
+TEST_CASE("plan cost: the ring hides behind long attention, Ulysses' all-to-alls win short and on slow links", "[plan]") {
+  TrainConfig c = planning("llama2-7b", 8, 2048);  // nH = nKV = 32, Hd 128: the ring moves all heads
+  c.cp = 8, c.micro_batch_size = 1, c.grad_acc_steps = 1;
+  Hardware hw = hardware_of(c);
+  hw.inter_bytes_per_s = 25e9, hw.gpus_per_node = 4;  // the cp group spans two nodes
+  TrainConfig ulysses = c;
+  ulysses.cp_mode = "ulysses";
+  const double T = 2048.0 / 8, L = 32, e = 2;
+  // context_parallel/README.md: 2 x (C-1)/C x T Hd (2 nH + 2 nKV) e per layer, exposed
+  CHECK(predict_step(ulysses, hw, 7e9).cp == Approx(L * 2 * 7.0 / 8 * T * 128 * (64 + 64) * e / 25e9));
+  CHECK(predict_step(ulysses, hw, 7e9).cp < predict_step(c, hw, 7e9).cp);  // 22 hops of k, v barely hidden
+  // llama3-8b (nKV 8) at 128k tokens in one node: attention hides every ring hop
+  TrainConfig long_seq = planning("llama3-8b", 8, 131072);
+  long_seq.cp = 8, long_seq.micro_batch_size = 1, long_seq.grad_acc_steps = 1;
+  TrainConfig long_ulysses = long_seq;
+  long_ulysses.cp_mode = "ulysses";
+  CHECK(predict_step(long_seq, hardware_of(long_seq), 8e9).cp == 0);
+  CHECK(predict_step(long_ulysses, hardware_of(long_seq), 8e9).cp > 0);
+  // the hybrid: the all-to-all over U = 2 in the node, a ring of 4 on 2T tokens of nKV/2 heads
+  TrainConfig hybrid = c;
+  hybrid.cp_mode = "hybrid", hybrid.cp_ulysses = 2;
+  CHECK(predict_step(hybrid, hw, 7e9).cp >= L * 2 * 0.5 * T * 128 * 128 * e / hw.intra_bytes_per_s);
+  CHECK(cp_modes(8) == std::vector<std::pair<std::string, int>>{{"ring", 0}, {"ulysses", 0}, {"hybrid", 2}, {"hybrid", 4}});
+  CHECK(cp_modes(1) == std::vector<std::pair<std::string, int>>{{"ring", 0}});
+}
+
 TEST_CASE("plan cost: data parallelism's all-reduce hides behind the last backward", "[plan]") {
   TrainConfig c = planning("llama3-8b", 8, 4096);
   c.dp = 8, c.micro_batch_size = 1, c.grad_acc_steps = 32;

@@ -1,0 +1,9 @@
+# scripts/gdb/context_parallel_ulysses.gdb — Ulysses (--cp-mode ulysses | hybrid): stop where
+# a rank's tokens of every head become every token of its heads, before the all-to-all
+# (context_parallel/ulysses.cpp). Four stops per layer forward (q, k, v, then o's way back
+# is heads_to_sequence), then the same all-to-alls again in the backward.
+#   print x             this rank's tokens: [B, h, S/cp, Hd] (h = nH/tp, or f·nKV/tp for k, v)
+#   print group.size()  U, the all-to-all group; finish: the result [B, h/U, U·S/cp, Hd]
+#   up; print to        the order the gathered tokens are put in (zigzag: not 0, 1, 2, ...)
+# Run: scripts/debug.sh -np 2 --stop context_parallel_ulysses -- --cp 2 --cp-mode ulysses --steps 1
+break picotron::sequence_to_heads
