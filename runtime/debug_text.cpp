@@ -57,7 +57,18 @@ extern "C" __attribute__((used, noinline)) const char* picotron_tensor_text(cons
 
 extern "C" __attribute__((used, noinline)) const char* picotron_tensor_impl_text(const void* impl) {
   return kept_text([&] {
-    if (!impl) return std::string("undefined tensor");
+    if (!impl) return std::string("<not built>");
+    auto* target = static_cast<c10::TensorImpl*>(const_cast<void*>(impl));
+    if (target == c10::UndefinedTensorImpl::singleton()) return std::string("undefined tensor");
+    // A local the program has not built yet, or one already destroyed, points at memory
+    // whose reference count is 0 (or garbage): taking a reference would abort the program
+    // ("Cannot increase refcount after it reached zero"). Read the count without touching it.
+    const uint32_t refs = c10::raw::intrusive_ptr::use_count(target);
+    if (refs == 0 || refs > (1u << 24)) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "<not built, or freed: TensorImpl %p, reference count %u>", impl, refs);
+      return std::string(buf);
+    }
     // A new reference to the same TensorImpl (the count goes up, and down again on return).
     const at::Tensor t(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
         static_cast<c10::TensorImpl*>(const_cast<void*>(impl))));

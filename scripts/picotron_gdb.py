@@ -8,7 +8,8 @@ Without it, an at::Tensor prints as an intrusive pointer to a TensorImpl. This
 pretty-printer asks the stopped program itself: it calls picotron_tensor_impl_text
 (runtime/debug_text.cpp, linked into build/train) on the tensor's TensorImpl,
 so it needs a live process (not a core file). `info pretty-printer` lists it; `disable pretty-printer global picotron`
-turns it off.
+turns it off. A tensor not built yet (or already freed) prints as <not built ...>
+instead of being called into, so `info locals` is safe at every stop.
 
 Test: ctest -L debug   (debug.gdb_tensor_printer)
 """
@@ -26,10 +27,24 @@ class TensorPrinter:
             # The TensorImpl the tensor points to: also for a tensor that is not in memory
             # (a function's return value after `finish`).
             impl = int(self.value["impl_"]["target_"])
+        except gdb.error as e:
+            return "<tensor: %s>" % e
+        # `info locals` shows locals the program has not built yet: their pointer is
+        # whatever the stack held. Call into the program only for a pointer that is
+        # aligned and readable; picotron_tensor_impl_text then checks the reference count.
+        if impl == 0:
+            return "<not built>"
+        if impl % 8:
+            return "<not built: TensorImpl pointer 0x%x>" % impl
+        try:
+            gdb.selected_inferior().read_memory(impl, 16)
+        except (gdb.MemoryError, gdb.error):
+            return "<not built: TensorImpl pointer 0x%x, unreadable>" % impl
+        try:
             text = gdb.parse_and_eval("(const char*)picotron_tensor_impl_text((const void*)%d)" % impl)
             return text.string()
         except gdb.error as e:
-            return "<tensor: %s>" % e
+            return "<tensor 0x%x: %s>" % (impl, str(e).splitlines()[0])
 
 
 def lookup(value):
@@ -53,3 +68,7 @@ def register(objfile=None):
 
 
 register()
+# A call into the program that still crashes (a pointer that looked alive but was not)
+# must not kill the run: gdb unwinds the call and the program stays stopped where it was.
+gdb.execute("set unwindonsignal on")
+gdb.execute("set unwind-on-terminating-exception on")
