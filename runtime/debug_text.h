@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 namespace picotron {
 

@@ -31,15 +31,25 @@ class TensorPrinter:
             return "<tensor: %s>" % e
         # `info locals` shows locals the program has not built yet: their pointer is
         # whatever the stack held. Call into the program only for a pointer that is
-        # aligned and readable; picotron_tensor_impl_text then checks the reference count.
+        # aligned, readable and starts with a vtable; picotron_tensor_impl_text then checks
+        # the reference counts.
         if impl == 0:
             return "<not built>"
         if impl % 8:
             return "<not built: TensorImpl pointer 0x%x>" % impl
         try:
-            gdb.selected_inferior().read_memory(impl, 16)
+            vptr = int.from_bytes(bytes(gdb.selected_inferior().read_memory(impl, 8)), "little")
         except (gdb.MemoryError, gdb.error):
             return "<not built: TensorImpl pointer 0x%x, unreadable>" % impl
+        # A live TensorImpl starts with its class's vtable pointer: ask gdb's symbol table
+        # what that word points at ("vtable for c10::TensorImpl + 16 in section ..."),
+        # without running anything in the program. Stack garbage points elsewhere.
+        try:
+            where = gdb.execute("info symbol 0x%x" % vptr, to_string=True)
+        except gdb.error:
+            where = ""
+        if not where.startswith("vtable for"):
+            return "<not built: TensorImpl pointer 0x%x>" % impl
         try:
             text = gdb.parse_and_eval("(const char*)picotron_tensor_impl_text((const void*)%d)" % impl)
             return text.string()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/debug_every_stop.sh ROOT [TECHNIQUE...] — every breakpoint file of scripts/gdb/,
-# as docs/stepping.md launches it, in gdb batch mode (ctest: debug.every_stop): at the stop
+# as docs/stepping.md launches it (its first `--stop NAME` line), in gdb batch mode (ctest: debug.every_stop): at the stop
 # `info args`, `info locals`, `up`, `info locals` (the pretty-printer must not call into a
 # tensor that is not built yet), then every hint the file lists ("#   print x   what it
 # is"; "a; b" is two commands), then `finish`. The run must end normally, and no hint may
@@ -9,20 +9,17 @@
 set -u
 root=$1; shift
 [ -x "$root/build-debug/train" ] || { echo "SKIPPED: no debug build (scripts/build.sh --debug --target train)"; exit 0; }
-declare -A args=(  # the launches of docs/stepping.md
-  [tensor_parallel]="--tp 2 --steps 1 --generate 0"
-  [data_parallel]="--dp 2 --steps 1 --generate 0 --dp-bucket-mb 1"
-  [zero]="--dp 2 --zero 1 --steps 1 --generate 0"
-  [pipeline_parallel]="--pp 2 --grad-acc-steps 2 --micro-batch-size 4 --steps 1 --generate 0"
-  [context_parallel]="--cp 2 --seq-len 256 --steps 1 --generate 0"
-  [context_parallel_ulysses]="--cp 2 --cp-mode ulysses --steps 1 --generate 0"
-  [expert_parallel]="--model tiny-moe --dp 2 --ep 2 --seq-len 8 --micro-batch-size 1 --steps 1 --generate 0"
-)
+# The launch of each stop: the first `scripts/debug.sh ... --stop NAME --ex ... -- FLAGS` line
+# of docs/stepping.md (every breakpoint file has its section there).
+launch_of() {
+  grep -E -- "^scripts/debug.sh .*--stop $1 .*--ex " "$root/docs/stepping.md" | head -1 | sed -E 's/^.* -- //'
+}
 techniques=("$@")
 [ ${#techniques[@]} -gt 0 ] || for f in "$root"/scripts/gdb/*.gdb; do techniques+=("$(basename "$f" .gdb)"); done
 fail=0
 for t in "${techniques[@]}"; do
-  [ -n "${args[$t]:-}" ] || { echo "FAILED: scripts/gdb/$t.gdb has no launch in this test"; fail=1; continue; }
+  flags=$(launch_of "$t")
+  [ -n "$flags" ] || { echo "FAILED: scripts/gdb/$t.gdb has no section in docs/stepping.md (scripts/debug.sh ... --stop $t ... -- FLAGS)"; fail=1; continue; }
   # The hints: "#   COMMAND   what it shows" (continuation lines start with more spaces or "(").
   hints=()
   while IFS= read -r cmd; do
@@ -32,11 +29,11 @@ for t in "${techniques[@]}"; do
   log=$(mktemp)
   # shellcheck disable=SC2086
   timeout 300 "$root/scripts/debug.sh" -np 2 --stop "$t" --ex "info args" --ex "info locals" --ex up \
-    --ex "info locals" --ex down "${hints[@]}" --ex finish -- ${args[$t]} >"$log" 2>&1
+    --ex "info locals" --ex down "${hints[@]}" --ex finish -- $flags >"$log" 2>&1
   rc=$?
   problems=$(grep -E "No symbol|INTERNAL ASSERT|Segmentation fault|exited due to|has exited due|Aborted|signal SIG" "$log" | head -3)
-  if [ $rc -ne 0 ] || [ -n "$problems" ] || ! grep -q "Run till exit" "$log"; then
-    echo "FAILED: $t (exit $rc): ${problems:-no finish}"; tail -30 "$log"; fail=1
+  if [ $rc -ne 0 ] || [ -n "$problems" ] || ! grep -q "exited normally" "$log"; then
+    echo "FAILED: $t (exit $rc): ${problems:-the debugged rank did not exit normally}"; tail -30 "$log"; fail=1
   else
     echo "ok: $t: info args/locals safe before and after up, $(( ${#hints[@]} / 2 )) hint command(s), finish"
   fi

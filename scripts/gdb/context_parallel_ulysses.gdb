@@ -4,6 +4,7 @@
 # is heads_to_sequence), then the same all-to-alls again in the backward.
 #   print x             this rank's tokens: [B, h, S/cp, Hd] (h = nH/tp, or f·nKV/tp for k, v)
 #   print group.size()  U, the all-to-all group; finish: the result [B, h/U, U·S/cp, Hd]
-#   up; print to        the order the gathered tokens are put in (zigzag: not 0, 1, 2, ...)
-# Run: scripts/debug.sh -np 2 --stop context_parallel_ulysses -- --cp 2 --cp-mode ulysses --steps 1
+#   up; print to        (before finish) where each position is taken from in the gathered
+#                       tokens, which come in rank order (zigzag cp 2: 0-31, 64-127, 32-63)
+# Walkthrough: docs/stepping.md (Ulysses).
 break picotron::sequence_to_heads
