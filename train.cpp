@@ -377,13 +377,13 @@ int main(int argc, char** argv) {
     return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint_check.h)
   // Everything that can be wrong before any rank communicates (runtime/startup.h):
   // every rank finds the same problems and prints them.
-  std::optional<TrainConfig> config = args.config;
+  std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems = config ? config_problems(*config, launch)  // flags that did not parse:
                                              : std::vector<std::string>{args.message.substr(
                                                    args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(*config, c); };
   if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, shard_plan_of);
-  if (problems.empty() && config->plan) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
+  if (problems.empty() && config->planner.search) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
     if (launch.rank == 0) std::cout << plan_text(*config, shard_plan_for) << std::endl;
     return 0;
   }

@@ -136,17 +136,6 @@ struct TrainConfig {
   bool explain = false;                // narrate the first step rank by rank (runtime/explain.h)
   int generate = 4;                    // samples printed after training (0: none)
   bool dry_run = false;                // print the model summary and exit
-  // --- planner (--plan: runtime/plan.h; nothing is launched or allocated) ---
-  bool plan = false;                   // search the layouts for --gpus GPUs, print the best --plan-top, and exit
-  int gpus = 8;                        // GPUs to plan for (N = dp x tp x pp x cp)
-  int gpus_per_node = 8;               // GPUs joined by the fast intra-node links (NVLink)
-  double gpu_memory_gb = 80;           // memory per GPU, GB (10^9 bytes); the predicted peak must fit in it
-  int64_t global_batch_tokens = 1048576;  // tokens per optimizer step to reach (micro-batch x grad-acc x dp x seq-len)
-  double intra_node_gbps = 450;        // GB/s per GPU per direction inside a node (H100 NVLink 4)
-  double inter_node_gbps = 50;         // GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s)
-  double peak_tflops = 989;            // dense peak of one GPU in the compute dtype (H100 SXM bf16: 989)
-  int plan_top = 5;                    // layouts printed, best first
-  bool plan_layout = false;            // predict only this run's own layout (--dp, --tp, ...; implies --plan)
 };
 
 }  // namespace picotron

@@ -20,7 +20,7 @@ std::string str(const T& v) {
 }
 }  // namespace
 
-std::vector<std::string> validate(const TrainConfig& c, int world_size) {
+std::vector<std::string> validate(const RunConfig& c, int world_size) {
   std::vector<std::string> errors = flag_problems(c);  // each flag's own value (flags.cpp)
   auto need = [&](bool ok, const std::string& msg) { if (!ok) errors.push_back(msg); };
   const LlamaConfig& m = c.llama;

@@ -80,22 +80,25 @@ struct Flag {
   std::string help;
   bool is_switch = false;     // --sp (or --sp=false); every other flag takes a value
   bool shows_default = true;  // --help prints the default (not for preset overrides)
-  std::function<void(TrainConfig&, const std::string& text)> set;  // throws one line naming the flag
-  std::function<std::string(const TrainConfig&)> show;             // the value as text
-  std::function<void(const TrainConfig&, Problems&)> check;        // the value alone (validate)
+  std::function<void(RunConfig&, const std::string& text)> set;  // throws one line naming the flag
+  std::function<std::string(const RunConfig&)> show;             // the value as text
+  std::function<void(const RunConfig&, Problems&)> check;        // the value alone (validate)
 };
 
 // Where a row's value lives in the config.
 template <typename T>
-using Field = std::function<T&(TrainConfig&)>;
+using Field = std::function<T&(RunConfig&)>;
 template <typename T>
-Field<T> of(T TrainConfig::*member) { return [member](TrainConfig& c) -> T& { return c.*member; }; }
+Field<T> of(T TrainConfig::*member) { return [member](RunConfig& c) -> T& { return c.*member; }; }
 template <typename T>
-Field<T> of(T LlamaConfig::*member) { return [member](TrainConfig& c) -> T& { return c.llama.*member; }; }
+Field<T> of(T LlamaConfig::*member) { return [member](RunConfig& c) -> T& { return c.llama.*member; }; }
 template <typename T>
-T value_of(const Field<T>& field, const TrainConfig& c) {
-  TrainConfig copy = c;  // Field reads through a mutable reference
-  return field(copy);
+Field<T> of(T PlanSettings::*member) { return [member](RunConfig& c) -> T& { return c.planner.*member; }; }
+template <typename T>
+T value_of(const Field<T>& field, const RunConfig& c) {
+  // A Field hands out a mutable reference (the same accessor sets the value); reading
+  // through it changes nothing, so no copy of the config is needed.
+  return field(const_cast<RunConfig&>(c));
 }
 
 // The checks a row may carry: "--steps must be >= 0 (note), got -1", "... must be <= hi".
@@ -106,8 +109,8 @@ struct Bounds {
   std::string note = "";
 };
 template <typename T>
-std::function<void(const TrainConfig&, Problems&)> bounded(const std::string& flag, Field<T> field, Bounds b) {
-  return [flag, field, b](const TrainConfig& c, Problems& p) {
+std::function<void(const RunConfig&, Problems&)> bounded(const std::string& flag, Field<T> field, Bounds b) {
+  return [flag, field, b](const RunConfig& c, Problems& p) {
     const T v = value_of(field, c);
     if (!std::isfinite(double(v))) return p.push_back("--" + flag + " must be a finite number, got " + str(v));
     const bool low_ok = std::string(b.op) == ">" ? double(v) > b.low : double(v) >= b.low;
@@ -120,7 +123,7 @@ constexpr double kNoLimit = 1e300;
 template <typename T>
 Flag integer(std::string name, std::string group, std::string help, Field<T> field, Bounds b) {
   Flag f{name, group, help};
-  f.set = [name, field](TrainConfig& c, const std::string& text) {
+  f.set = [name, field](RunConfig& c, const std::string& text) {
     if constexpr (std::is_unsigned_v<T>) {  // --seed: 0 .. 2^64 - 1
       size_t used = 0;
       unsigned long long v = 0;
@@ -135,27 +138,27 @@ Flag integer(std::string name, std::string group, std::string help, Field<T> fie
       field(c) = T(v);
     }
   };
-  f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
+  f.show = [field](const RunConfig& c) { return str(value_of(field, c)); };
   f.check = bounded<T>(name, field, b);
   return f;
 }
 Flag real(std::string name, std::string group, std::string help, Field<double> field, Bounds b) {
   Flag f{name, group, help};
-  f.set = [name, field](TrainConfig& c, const std::string& text) { field(c) = to_real(name, text); };
-  f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
+  f.set = [name, field](RunConfig& c, const std::string& text) { field(c) = to_real(name, text); };
+  f.show = [field](const RunConfig& c) { return str(value_of(field, c)); };
   f.check = bounded<double>(name, field, b);
   return f;
 }
 Flag text(std::string name, std::string group, std::string help, Field<std::string> field) {
   Flag f{name, group, help};
-  f.set = [field](TrainConfig& c, const std::string& t) { field(c) = t; };
-  f.show = [field](const TrainConfig& c) { return value_of(field, c); };
+  f.set = [field](RunConfig& c, const std::string& t) { field(c) = t; };
+  f.show = [field](const RunConfig& c) { return value_of(field, c); };
   return f;
 }
 Flag choice(std::string name, std::string group, std::string help, Field<std::string> field,
             std::vector<std::string> choices) {
   Flag f = text(name, group, help, field);
-  f.set = [name, field, choices](TrainConfig& c, const std::string& t) {
+  f.set = [name, field, choices](RunConfig& c, const std::string& t) {
     if (std::find(choices.begin(), choices.end(), t) == choices.end())
       throw std::invalid_argument("--" + name + " must be " + one_of(choices) + ", got '" + t + "'");
     field(c) = t;
@@ -164,8 +167,8 @@ Flag choice(std::string name, std::string group, std::string help, Field<std::st
 }
 Flag on_off(std::string name, std::string group, std::string help, Field<bool> field) {
   Flag f{name, group, help, /*is_switch=*/true};
-  f.set = [name, field](TrainConfig& c, const std::string& t) { field(c) = to_bool(name, t); };
-  f.show = [field](const TrainConfig& c) { return str(value_of(field, c)); };
+  f.set = [name, field](RunConfig& c, const std::string& t) { field(c) = to_bool(name, t); };
+  f.show = [field](const RunConfig& c) { return str(value_of(field, c)); };
   return f;
 }
 Flag preset_override(Flag f) {  // a model-shape flag: its default is the preset's
@@ -178,21 +181,21 @@ Flag preset_override(Flag f) {  // a model-shape flag: its default is the preset
 // comes close to it), InfiniBand NDR one 400 Gb/s = 50 GB/s port per GPU.
 void add_planner_flags(std::vector<Flag>& t) {
   const std::string g = "Planner";
-  t.push_back(on_off("plan", g, "search the layouts (dp, tp, pp, cp, sp, ZeRO, recompute, schedule, micro-batch) for --gpus GPUs: print how many were considered and fit, the best --plan-top by predicted tokens/s per GPU with their command lines, and exit (nothing launched or allocated)", of(&TrainConfig::plan)));
-  t.push_back(integer("gpus", g, "GPUs to plan for", of(&TrainConfig::gpus), {">=", 1, double(1 << 16)}));
-  t.push_back(integer("gpus-per-node", g, "GPUs per node (joined by the intra-node links)", of(&TrainConfig::gpus_per_node), {">=", 1, double(1 << 10)}));
-  t.push_back(real("gpu-memory", g, "memory per GPU in GB (10^9 bytes); leave room for the CUDA context and NCCL (an H100 has 85.5 GB)", of(&TrainConfig::gpu_memory_gb), {">", 0, 1e6}));
-  t.push_back(integer("global-batch-tokens", g, "tokens per optimizer step to reach: micro-batch x grad-acc x dp x seq-len (the smallest not below)", of(&TrainConfig::global_batch_tokens), {">", 0, double(int64_t(1) << 40)}));
-  t.push_back(real("intra-node-gbps", g, "GB/s per GPU per direction inside a node (H100 NVLink 4: 450)", of(&TrainConfig::intra_node_gbps), {">", 0, 1e6}));
-  t.push_back(real("inter-node-gbps", g, "GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s: 50)", of(&TrainConfig::inter_node_gbps), {">", 0, 1e6}));
-  t.push_back(real("peak-tflops", g, "dense peak TFLOP/s of one GPU in the compute dtype (H100 SXM bf16: 989)", of(&TrainConfig::peak_tflops), {">", 0, 1e6}));
-  t.push_back(integer("plan-top", g, "layouts --plan prints, best first", of(&TrainConfig::plan_top), {">=", 1, 1000}));
+  t.push_back(on_off("plan", g, "search the layouts (dp, tp, pp, cp, sp, ZeRO, recompute, schedule, micro-batch) for --gpus GPUs: print how many were considered and fit, the best --plan-top by predicted tokens/s per GPU with their command lines, and exit (nothing launched or allocated)", of(&PlanSettings::search)));
+  t.push_back(integer("gpus", g, "GPUs to plan for", of(&PlanSettings::gpus), {">=", 1, double(1 << 16)}));
+  t.push_back(integer("gpus-per-node", g, "GPUs per node (joined by the intra-node links)", of(&PlanSettings::gpus_per_node), {">=", 1, double(1 << 10)}));
+  t.push_back(real("gpu-memory", g, "memory per GPU in GB (10^9 bytes); leave room for the CUDA context and NCCL (an H100 has 85.5 GB)", of(&PlanSettings::gpu_memory_gb), {">", 0, 1e6}));
+  t.push_back(integer("global-batch-tokens", g, "tokens per optimizer step to reach: micro-batch x grad-acc x dp x seq-len (the smallest not below)", of(&PlanSettings::global_batch_tokens), {">", 0, double(int64_t(1) << 40)}));
+  t.push_back(real("intra-node-gbps", g, "GB/s per GPU per direction inside a node (H100 NVLink 4: 450)", of(&PlanSettings::intra_node_gbps), {">", 0, 1e6}));
+  t.push_back(real("inter-node-gbps", g, "GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s: 50)", of(&PlanSettings::inter_node_gbps), {">", 0, 1e6}));
+  t.push_back(real("peak-tflops", g, "dense peak TFLOP/s of one GPU in the compute dtype (H100 SXM bf16: 989)", of(&PlanSettings::peak_tflops), {">", 0, 1e6}));
+  t.push_back(integer("plan-top", g, "layouts --plan prints, best first", of(&PlanSettings::top), {">=", 1, 1000}));
   // The run's own layout instead of a search: the flags are checked as the run's, so launch
   // it as the run (mpirun -np dp x tp x pp x cp); nothing is allocated or sent.
-  Flag layout = on_off("plan-layout", g, "print --plan's prediction for this run's own layout (--dp, --tp, --pp, --cp, --sp, --zero, --recompute, --pp-schedule, --micro-batch-size, --grad-acc-steps): each pipeline stage's peak memory and the step time split, and exit (launch it as the run: the mesh is checked against the ranks)", of(&TrainConfig::plan_layout));
-  layout.set = [](TrainConfig& c, const std::string& t) {
-    c.plan_layout = to_bool("plan-layout", t);
-    c.plan = c.plan || c.plan_layout;
+  Flag layout = on_off("plan-layout", g, "print --plan's prediction for this run's own layout (--dp, --tp, --pp, --cp, --sp, --zero, --recompute, --pp-schedule, --micro-batch-size, --grad-acc-steps): each pipeline stage's peak memory and the step time split, and exit (launch it as the run: the mesh is checked against the ranks)", of(&PlanSettings::layout_only));
+  layout.set = [](RunConfig& c, const std::string& t) {
+    c.planner.layout_only = to_bool("plan-layout", t);
+    c.planner.search = c.planner.search || c.planner.layout_only;
   };
   t.push_back(layout);
 }
@@ -205,7 +208,7 @@ const std::vector<Flag>& flag_table() {
     std::string presets;
     for (const auto& name : preset_names()) presets += (presets.empty() ? "" : ", ") + name;
     Flag model = text("model", "Model", "preset: " + presets, of(&TrainConfig::model));
-    model.set = [](TrainConfig& c, const std::string& name) {
+    model.set = [](RunConfig& c, const std::string& name) {
       c.llama = preset(name);  // throws naming --model and the known presets
       c.model = name;
     };
@@ -229,17 +232,17 @@ const std::vector<Flag>& flag_table() {
     t.push_back(choice("device", "Hardware", "cpu | cuda | auto (cuda when a GPU is present)", of(&TrainConfig::device), {"cpu", "cuda", "auto"}));
     Flag dtype{"dtype", "Hardware", "fp32 | fp64 | bf16 | fp16 (default: bf16 on cuda, fp32 on cpu)"};
     dtype.shows_default = false;
-    dtype.set = [](TrainConfig& c, const std::string& name) {
+    dtype.set = [](RunConfig& c, const std::string& name) {
       for (Precision p : {Precision::kFP32, Precision::kFP64, Precision::kBF16, Precision::kFP16})
         if (name == precision_name(p)) { c.dtype = p, c.dtype_given = true; return; }
       throw std::invalid_argument("--dtype must be fp32, fp64, bf16 or fp16, got '" + name + "'");
     };
-    dtype.show = [](const TrainConfig& c) { return std::string(precision_name(c.dtype)); };
+    dtype.show = [](const RunConfig& c) { return std::string(precision_name(c.dtype)); };
     t.push_back(dtype);
     t.push_back(integer("threads", "Hardware", "CPU intra-op threads per rank (0: cores / ranks on this node)", of(&TrainConfig::threads), {">=", 0, double(k << 12)}));
     // ---- Training ----
     Flag seq_len = integer("seq-len", "Training", "tokens per sequence (S; --plan without it: 4096)", of(&TrainConfig::seq_len), {">", 0, double(k << 24)});
-    seq_len.set = [parse = seq_len.set](TrainConfig& c, const std::string& v) { parse(c, v), c.seq_len_given = true; };
+    seq_len.set = [parse = seq_len.set](RunConfig& c, const std::string& v) { parse(c, v), c.seq_len_given = true; };
     t.push_back(seq_len);
     t.push_back(integer("micro-batch-size", "Training", "sequences per micro-batch per data-parallel rank (B)", of(&TrainConfig::micro_batch_size), {">", 0, double(k << 20)}));
     t.push_back(integer("grad-acc-steps", "Training", "micro-batches accumulated per optimizer step", of(&TrainConfig::grad_acc_steps), {">", 0, double(k << 20)}));
@@ -249,7 +252,7 @@ const std::vector<Flag>& flag_table() {
     warmup.shows_default = false;
     t.push_back(warmup);
     Flag min_lr = real("min-lr", "Training", "learning rate at the end of the cosine decay", of(&TrainConfig::min_lr), {">=", 0, kNoLimit});
-    min_lr.check = [](const TrainConfig& c, Problems& p) {
+    min_lr.check = [](const RunConfig& c, Problems& p) {
       if (!std::isfinite(c.min_lr)) p.push_back("--min-lr must be a finite number, got " + str(c.min_lr));
       else if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) p.push_back("--min-lr must be in [0, --lr " + str(c.lr) + "], got " + str(c.min_lr));
     };
@@ -257,7 +260,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(real("weight-decay", "Training", "AdamW weight decay (not applied to norms)", of(&TrainConfig::weight_decay), {">=", 0, kNoLimit}));
     for (auto [name, field] : {std::pair{"beta1", of(&TrainConfig::beta1)}, {"beta2", of(&TrainConfig::beta2)}}) {
       Flag beta = real(name, "Training", std::string("AdamW ") + name, field, {">=", 0, kNoLimit});
-      beta.check = [name = std::string(name), field](const TrainConfig& c, Problems& p) {
+      beta.check = [name = std::string(name), field](const RunConfig& c, Problems& p) {
         const double v = value_of(field, c);
         if (!(v >= 0 && v < 1)) p.push_back("--" + name + " must be in [0, 1), got " + str(v));
       };
@@ -278,7 +281,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(integer("ep", "Parallelism", "expert-parallel size: a mixture of experts' experts split over this many ranks of the data-parallel group (divides --dp; expert_parallel/)", of(&TrainConfig::ep), {">=", 1, double(k << 16)}));
     t.push_back(integer("pp", "Parallelism", "pipeline-parallel size", of(&TrainConfig::pp), {">=", 1, double(k << 16)}));
     Flag schedule = text("pp-schedule", "Parallelism", "pipeline schedule: afab | 1f1b | interleaved | zb-h1", of(&TrainConfig::pp_schedule));
-    schedule.set = [](TrainConfig& c, const std::string& name) { c.pp_schedule = schedule_name(parse_schedule(name)); };
+    schedule.set = [](RunConfig& c, const std::string& name) { c.pp_schedule = schedule_name(parse_schedule(name)); };
     t.push_back(schedule);
     t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
     t.push_back(text("pp-trace", "Learning", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
@@ -287,26 +290,26 @@ const std::vector<Flag>& flag_table() {
     t.push_back(choice("attention", "Hardware", "with --kernels fused: the attention core. sdpa (ATen's scaled_dot_product_attention: its flash / cuDNN kernels, the fastest measured) | flash-wmma | flash-mma (the hand-written FlashAttention-2 of kernels/: the WMMA rung, the register-resident mma.sync rung; kernels/README.md)", of(&TrainConfig::attention), {"sdpa", "flash-wmma", "flash-mma"}));
     t.push_back(choice("recompute", "Parallelism", "activation recomputation: none | selective (attention core, norms, SwiGLU activation) | full (each layer keeps only its input)", of(&TrainConfig::recompute), {"none", "selective", "full"}));
     Flag layout = text("cp-layout", "Parallelism", "contiguous | zigzag (rank i: chunks i and 2cp-1-i of 2cp, equal causal work)", of(&TrainConfig::cp_layout));
-    layout.set = [](TrainConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
+    layout.set = [](RunConfig& c, const std::string& name) { c.cp_layout = cp_layout_name(parse_cp_layout(name)); };
     t.push_back(layout);
     Flag mode = text("cp-mode", "Parallelism", "ring (k, v round the cp group) | ulysses (all-to-alls turn the sequence split into a head split around attention; nH/tp divisible by cp) | hybrid (all-to-all over --cp-ulysses ranks, a ring over cp/that): context_parallel/README.md", of(&TrainConfig::cp_mode));
-    mode.set = [](TrainConfig& c, const std::string& name) { c.cp_mode = cp_mode_name(parse_cp_mode(name)); };
+    mode.set = [](RunConfig& c, const std::string& name) { c.cp_mode = cp_mode_name(parse_cp_mode(name)); };
     t.push_back(mode);
     t.push_back(integer("cp-ulysses", "Parallelism", "--cp-mode hybrid: the all-to-all group size U (1 < U < cp, dividing cp and nH/tp); cp/U ranks form each ring", of(&TrainConfig::cp_ulysses), {">=", 0, double(k << 16)}));
     t.push_back(on_off("sp", "Parallelism", "sequence parallelism with --tp: the activations between blocks split along the sequence", of(&TrainConfig::sp)));
     Flag zero = integer("zero", "Parallelism", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", of(&TrainConfig::zero), {">=", 0, 3});
-    zero.check = [](const TrainConfig& c, Problems& p) {
+    zero.check = [](const RunConfig& c, Problems& p) {
       if (c.zero < 0 || c.zero > 3) p.push_back("--zero must be 0, 1, 2 or 3, got " + str(c.zero));
     };
     t.push_back(zero);
     t.push_back(on_off("zero-offload", "Parallelism", "with --zero >= 1 on --device cuda: this rank's master weights and AdamW moments live in pinned CPU memory and AdamW runs on the CPU (ZeRO-Offload)", of(&TrainConfig::zero_offload)));
     Flag dp_mode{"dp-mode", "Parallelism", "naive (all-reduce after backward) | bucketed (overlapped with backward)"};
-    dp_mode.set = [](TrainConfig& c, const std::string& name) {
+    dp_mode.set = [](RunConfig& c, const std::string& name) {
       if (name == "naive") c.dp_mode = DpMode::kNaive;
       else if (name == "bucketed") c.dp_mode = DpMode::kBucketed;
       else throw std::invalid_argument("--dp-mode must be naive or bucketed, got '" + name + "'");
     };
-    dp_mode.show = [](const TrainConfig& c) { return std::string(dp_mode_name(c.dp_mode)); };
+    dp_mode.show = [](const RunConfig& c) { return std::string(dp_mode_name(c.dp_mode)); };
     t.push_back(dp_mode);
     t.push_back(real("dp-bucket-mb", "Parallelism", "bucket size of bucketed data parallelism (and ZeRO-1/2), MiB", of(&TrainConfig::dp_bucket_mb), {">", 0, double(k << 20)}));
     t.push_back(integer("timeout-s", "Hardware", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
@@ -315,17 +318,17 @@ const std::vector<Flag>& flag_table() {
     t.push_back(text("memory-trace", "Learning", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
     t.push_back(text("profile", "Learning", "record steps with LibTorch's profiler (CPU ops, CUDA kernels) into DIR/trace-rank<R>.json, which Perfetto (ui.perfetto.dev) and chrome://tracing open, and print the top operators and kernels by time (DIR/top-rank<R>.txt)", of(&TrainConfig::profile)));
     Flag profile_steps{"profile-steps", "Learning", "with --profile: the steps recorded, A:B (1-based, inclusive; default: two steps after warm-up, 3:4)"};
-    profile_steps.set = [](TrainConfig& c, const std::string& text) {
+    profile_steps.set = [](RunConfig& c, const std::string& text) {
       const size_t colon = text.find(':');
       if (colon == std::string::npos)
         throw std::invalid_argument("--profile-steps: '" + text + "' is not A:B (first and last step, e.g. 3:4)");
       c.profile_first = to_integer("profile-steps", text.substr(0, colon));
       c.profile_last = to_integer("profile-steps", text.substr(colon + 1));
     };
-    profile_steps.show = [](const TrainConfig& c) {
+    profile_steps.show = [](const RunConfig& c) {
       return c.profile_first == 0 ? std::string("") : str(c.profile_first) + ":" + str(c.profile_last);
     };
-    profile_steps.check = [](const TrainConfig& c, Problems& p) {
+    profile_steps.check = [](const RunConfig& c, Problems& p) {
       if (c.profile_first == 0 && c.profile_last == 0) return;
       if (c.profile_first < 1 || c.profile_last < c.profile_first)
         p.push_back("--profile-steps must be A:B with 1 <= A <= B, got " + str(c.profile_first) + ":" + str(c.profile_last));
@@ -342,7 +345,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(text("check-checkpoint", "Output", "verify a checkpoint (a step-NNNNNN directory, or a --save-dir: its newest) without training: every tensor of every rank file against the manifest (name, dtype, shape, checksum); print its step, mesh, model and bytes per file, or what is wrong (exit 2)", of(&TrainConfig::check_checkpoint)));
     t.push_back(on_off("async-save", "Output", "a checkpoint is copied to host memory at the step boundary and written in the background while training goes on; the next save, or the end of the run, waits for it", of(&TrainConfig::async_save)));
     Flag stop = integer("stop-at-step", "Output", "stop after this step (0: --steps); the learning-rate schedule still runs to --steps, so a later --resume continues it", of(&TrainConfig::stop_at_step), {">=", 0, kNoLimit});
-    stop.check = [](const TrainConfig& c, Problems& p) {
+    stop.check = [](const RunConfig& c, Problems& p) {
       if (c.stop_at_step < 0 || c.stop_at_step > c.steps)
         p.push_back("--stop-at-step must be in [0, --steps = " + str(c.steps) + "], got " + str(c.stop_at_step));
     };
@@ -353,7 +356,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(text("tokenizer", "Output", "a folder holding tokenizer.json (scripts/prepare_data.py's output, a Hugging Face model folder) or the file: samples and --prompt as text; --vocab-size follows it", of(&TrainConfig::tokenizer)));
     t.push_back(text("prompt", "Output", "with --tokenizer: at the end, print this text and its greedy continuation by --generate tokens", of(&TrainConfig::prompt)));
     Flag prompt{"prompt-ids", "Output", "comma-separated token ids: at the end, print their greedy continuation by --generate tokens (ids in, ids out; no tokenizer needed)"};
-    prompt.set = [](TrainConfig& c, const std::string& text) {
+    prompt.set = [](RunConfig& c, const std::string& text) {
       if (text.back() == ',' || text.find(",,") != std::string::npos)
         throw std::invalid_argument("--prompt-ids: '" + text + "' has an empty id (comma-separated integers >= 0)");
       std::stringstream ids(text);
@@ -366,7 +369,7 @@ const std::vector<Flag>& flag_table() {
         c.prompt_ids.push_back(v);
       }
     };
-    prompt.show = [](const TrainConfig& c) {
+    prompt.show = [](const RunConfig& c) {
       std::string ids;
       for (int64_t id : c.prompt_ids) ids += str(id) + ",";
       return ids;
@@ -390,7 +393,7 @@ const Flag* find_flag(const std::string& name) {
 }
 
 std::string help_text() {
-  const TrainConfig d;  // the defaults
+  const RunConfig d;  // the defaults
   cxxopts::Options opts("train", "picotron: train a LLaMA-like model with 4D parallelism");
   const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Learning", "Output", "Planner"};
   for (const Flag& f : flag_table()) {
@@ -453,7 +456,7 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
     }
   try {
     const auto given = split_command_line(argc, argv);
-    TrainConfig c;
+    RunConfig c;
     c.llama = preset(c.model);
     // The preset first (the shape flags override it), then every flag in command-line order.
     for (const auto& [flag, value] : given)
@@ -478,13 +481,13 @@ ParsedArgs parse_args(int argc, const char* const* argv) {
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c) {
+std::vector<std::pair<std::string, std::string>> config_fields(const RunConfig& c) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const Flag& f : flag_table()) out.emplace_back("--" + f.name, f.show(c));
   return out;
 }
 
-std::vector<std::string> flag_problems(const TrainConfig& c) {
+std::vector<std::string> flag_problems(const RunConfig& c) {
   Problems problems;
   for (const Flag& f : flag_table())  // each flag's own value
     if (f.check) f.check(c, problems);

@@ -1,6 +1,6 @@
 // runtime/flags.h — build/train's command line: every flag in one table
-// (flags.cpp), each row its name, its --help group and text, the TrainConfig field it sets
-// (whose default, in picotron/config.h, --help shows) and the checks on its value; then
+// (flags.cpp), each row its name, its --help group and text, the RunConfig field it sets
+// (whose default, in picotron/config.h or runtime/run_config.h, --help shows) and the checks on its value; then
 // validate(), the rules between flags (the mesh must divide the model, ...).
 //
 // Errors are ours, one line naming the flag: cxxopts (which splits the command line and
@@ -14,13 +14,13 @@
 #include <utility>
 #include <vector>
 
-#include "picotron/config.h"
+#include "runtime/run_config.h"
 
 namespace picotron {
 
 // Outcome of parse_args: either a config to run, or text to print and an exit code.
 struct ParsedArgs {
-  std::optional<TrainConfig> config;
+  std::optional<RunConfig> config;
   std::string message;  // help text or the error line
   int exit_code = 0;
 };
@@ -29,14 +29,14 @@ ParsedArgs parse_args(int argc, const char* const* argv);
 // Every setting as ("--flag", value text), in the table's order: the ranks of a job
 // compare them at start (runtime/startup.h), so that a rank given other flags is
 // named, not obeyed.
-std::vector<std::pair<std::string, std::string>> config_fields(const TrainConfig& c);
+std::vector<std::pair<std::string, std::string>> config_fields(const RunConfig& c);
 
 // The problems of each flag's value alone (the table's checks), one line each.
-std::vector<std::string> flag_problems(const TrainConfig& c);
+std::vector<std::string> flag_problems(const RunConfig& c);
 
 // Every problem with the config, one line each (empty: valid): flag_problems, then the
 // rules between flags (flag_rules.cpp). `world_size` is the number of processes the launcher
 // started (the mesh must use exactly these).
-std::vector<std::string> validate(const TrainConfig& c, int world_size);
+std::vector<std::string> validate(const RunConfig& c, int world_size);
 
 }  // namespace picotron

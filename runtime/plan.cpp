@@ -44,7 +44,7 @@ int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedul
 class PlanCache {
  public:
   explicit PlanCache(const ShardPlanFor& shard_plan_for) : shard_plan_for_(shard_plan_for) {}
-  const ShardPlan& at(const TrainConfig& c, int stage) {
+  const ShardPlan& at(const RunConfig& c, int stage) {
     const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.ep, stage);
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, shard_plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
@@ -60,7 +60,7 @@ class PlanCache {
 // kernels (the same time: plan_cost.h) and how the cp x dp group is split (CP's ring hides
 // behind attention: the model predicts the same for cp 4 x dp 2 as for dp 8): the top list
 // shows each once, its best (or simplest).
-auto layout_key(const TrainConfig& c) {
+auto layout_key(const RunConfig& c) {
   return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_offload, c.recompute, c.pp_schedule,
                          c.pp_virtual_stages);
 }
@@ -75,7 +75,7 @@ struct Variant {
   int zero;
   bool offload;
 };
-std::vector<Variant> variants_of(const TrainConfig& base, const TrainConfig& c, bool group) {
+std::vector<Variant> variants_of(const RunConfig& base, const RunConfig& c, bool group) {
   std::vector<std::string> kernels{base.kernels};
   if (base.kernels == "auto") kernels = auto_means_fused(c) ? std::vector<std::string>{"fused", "aten"}
                                                             : std::vector<std::string>{"aten", "fused"};
@@ -90,11 +90,11 @@ std::vector<Variant> variants_of(const TrainConfig& base, const TrainConfig& c, 
 
 // The cp mode a layout runs fastest with (plan_cost.h; the memory is the same: ulysses.h):
 // ring, ulysses, or the hybrid at each all-to-all group the heads allow, the ring on a tie.
-void choose_cp_mode(TrainConfig& c, const Hardware& hw, double params_per_gpu) {
+void choose_cp_mode(RunConfig& c, const Hardware& hw, double params_per_gpu) {
   double best = 0;
   for (const auto& [mode, u] : cp_modes(c.cp)) {
     if (!cp_mode_problem(parse_cp_mode(mode), c.cp, u, c.llama.num_attention_heads / c.tp).empty()) continue;
-    TrainConfig alt = c;
+    RunConfig alt = c;
     alt.cp_mode = mode, alt.cp_ulysses = u;
     const double t = predict_step(alt, hw, params_per_gpu).total();
     if (mode == "ring" || t < best * (1 - 1e-9)) best = t, c.cp_mode = mode, c.cp_ulysses = u;
@@ -105,7 +105,7 @@ void choose_cp_mode(TrainConfig& c, const Hardware& hw, double params_per_gpu) {
 // layout: with the fastest cp mode).
 void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu, bool choose_mode = true) {
   if (choose_mode && cand.cfg.cp > 1) choose_cp_mode(cand.cfg, hw, params_per_gpu);
-  const TrainConfig& c = cand.cfg;
+  const RunConfig& c = cand.cfg;
   cand.time = predict_step(c, hw, params_per_gpu);
   cand.tokens_per_s_per_gpu = tokens_per_step(c) / cand.time.total() / (c.dp * c.tp * c.pp * c.cp);
   cand.mfu = model_flops_per_token(c) * cand.tokens_per_s_per_gpu / hw.peak_flops;
@@ -129,7 +129,7 @@ std::vector<std::pair<std::string, int>> cp_modes(int cp) {
   return modes;
 }
 
-int complexity(const TrainConfig& c) {
+int complexity(const RunConfig& c) {
   // PP for big models, CP for long sequences: each weighs more than a ZeRO stage and recompute
   // EP: one more group and its all-to-alls, for experts that do not fit or whose gradients cost
   // CP's modes: the ring first, then Ulysses (two all-to-alls, heads split), the hybrid last (both)
@@ -143,17 +143,17 @@ int complexity(const TrainConfig& c) {
   return axes + c.zero + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
 }
 
-PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
-  const Hardware hw = hardware_of(base);
+PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
+  const Hardware hw = hardware_of(base.planner);
   PlanResult result;
   result.gpus = gpus;
   PlanCache plans(shard_plan_for);
-  const int64_t rows = std::max<int64_t>(1, (base.global_batch_tokens + base.seq_len - 1) / base.seq_len);
+  const int64_t rows = std::max<int64_t>(1, (base.planner.global_batch_tokens + base.seq_len - 1) / base.seq_len);
   std::vector<Candidate> fits;
   // One layout: micro-batches of 1, 2, 4, ... sequences, while one step's rows do not
   // overshoot; at each, its variants in order until one fits (the later ones would rank
   // after it). Memory grows with the micro-batch: past one where none fits, none is estimated.
-  const auto consider = [&](TrainConfig c, const std::vector<Variant>& variants) {
+  const auto consider = [&](RunConfig c, const std::vector<Variant>& variants) {
     bool too_big = false;
     for (int64_t B = 1; B == 1 || B * c.dp <= rows; B *= 2) {
       bool estimated = false, fitted = false;
@@ -202,8 +202,8 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor&
             for (const char* recompute : {"none", "selective", "full"})
               for (const Schedule& s : schedules_for(pp))
                 for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
-                  TrainConfig c = base;
-                  c.plan = false;
+                  RunConfig c = base;
+                  c.planner.search = false;
                   c.device = "cuda";
                   c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
                   c.zero = zero, c.recompute = recompute;
@@ -234,7 +234,7 @@ PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor&
   return result;
 }
 
-Candidate evaluate_layout(const TrainConfig& c, const ShardPlanFor& shard_plan_for) {
+Candidate evaluate_layout(const RunConfig& c, const ShardPlanFor& shard_plan_for) {
   Candidate cand;
   cand.cfg = c;
   double params = 0;
@@ -245,11 +245,11 @@ Candidate evaluate_layout(const TrainConfig& c, const ShardPlanFor& shard_plan_f
     if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
     params = std::max(params, double(local_parameter_count(plan)));
   }
-  predict_time(cand, hardware_of(c), params, /*choose_mode=*/false);  // the layout as given
+  predict_time(cand, hardware_of(c.planner), params, /*choose_mode=*/false);  // the layout as given
   return cand;
 }
 
-WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for) {
+WhatWouldFit what_would_fit(const RunConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for) {
   WhatWouldFit w;
   w.memory_bytes = at_n.least_peak_bytes;
   for (int64_t n = int64_t(at_n.gpus) * 2; n <= 4096; n *= 2)  // more GPUs: the same search at 2N, 4N, ...
@@ -257,7 +257,7 @@ WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, con
       w.gpus = int(n);
       break;
     }
-  TrainConfig shorter = base;  // a shorter sequence: halved until a layout fits (down to 64 tokens)
+  RunConfig shorter = base;  // a shorter sequence: halved until a layout fits (down to 64 tokens)
   for (shorter.seq_len = base.seq_len / 2; shorter.seq_len >= 64; shorter.seq_len /= 2)
     if (search_layouts(shorter, at_n.gpus, shard_plan_for, 1).fit > 0) {
       w.seq_len = shorter.seq_len;

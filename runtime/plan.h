@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "picotron/config.h"
+#include "runtime/run_config.h"
 #include "runtime/plan_cost.h"
 #include "picotron/shard.h"
 
@@ -44,7 +44,7 @@ namespace picotron {
 using ShardPlanFor = std::function<ShardPlan(const TrainConfig&, const MeshCoords&)>;
 
 struct Candidate {
-  TrainConfig cfg;         // the layout: mesh, sp, zero (offload), recompute, kernels, schedule, micro-batch, grad-acc
+  RunConfig cfg;         // the layout: mesh, sp, zero (offload), recompute, kernels, schedule, micro-batch, grad-acc
   double peak_bytes = 0;   // predicted peak of the worst pipeline stage
   int worst_stage = 0;
   std::vector<double> stage_peak_bytes;  // every stage's predicted peak (evaluate_layout; the search stops early)
@@ -60,7 +60,7 @@ constexpr double kTieBand = 0.05;
 // The simplicity order within a band, the cheatsheet's: fewer parallel axes (DP and TP
 // before PP and CP, which are for big models and long sequences), a lower ZeRO stage, less
 // recompute, 1f1b, no --sp, the kernels --kernels auto picks, no offload.
-int complexity(const TrainConfig& c);
+int complexity(const RunConfig& c);
 
 // The --ep sizes the search tries at `dp` data-parallel ranks: {1}, and for a mixture of
 // experts every divisor of dp that divides E (validate() then judges each layout).
@@ -79,13 +79,13 @@ struct PlanResult {
   std::vector<Candidate> best;  // the top ones, best first, one per layout (its best micro-batch)
 };
 
-// The search for `gpus` GPUs, model and sequence of `base`, hardware of hardware_of(base).
-PlanResult search_layouts(const TrainConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top);
+// The search for `gpus` GPUs, model and sequence of `base`, hardware of hardware_of(base.planner).
+PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top);
 
 // One given layout, as the search costs it (--plan-layout): the layout of `c` as it stands
 // (mesh, sp, ZeRO, recompute, schedule, micro-batch, grad-acc, dtype, device), every
 // pipeline stage's peak, the step time. No validate(), no --gpu-memory check: the caller's.
-Candidate evaluate_layout(const TrainConfig& c, const ShardPlanFor& shard_plan_for);
+Candidate evaluate_layout(const RunConfig& c, const ShardPlanFor& shard_plan_for);
 
 // What would fit when nothing does, each found by the same search: the smallest power of
 // two times --gpus, the memory (least_peak_bytes), a shorter sequence.
@@ -94,7 +94,7 @@ struct WhatWouldFit {
   double memory_bytes = 0;  // a GPU this big fits the best layout at --gpus
   int64_t seq_len = 0;      // 0: no shorter sequence fits either
 };
-WhatWouldFit what_would_fit(const TrainConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for);
+WhatWouldFit what_would_fit(const RunConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for);
 
 // The cheatsheet rule a layout follows, e.g. "TP within the node, PP across nodes".
 std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
@@ -102,6 +102,6 @@ std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
 std::string command_line(const Candidate& c);
 // The --plan text: the search's counts, the top layouts, or what would fit; under
 // --plan-layout the prediction of the given layout alone (evaluate_layout).
-std::string plan_text(const TrainConfig& base, const ShardPlanFor& shard_plan_for);
+std::string plan_text(const RunConfig& base, const ShardPlanFor& shard_plan_for);
 
 }  // namespace picotron

@@ -10,13 +10,13 @@
 
 namespace picotron {
 
-Hardware hardware_of(const TrainConfig& c) {
+Hardware hardware_of(const PlanSettings& s) {
   Hardware hw;
-  hw.gpus_per_node = c.gpus_per_node;
-  hw.memory_bytes = c.gpu_memory_gb * 1e9;
-  hw.intra_bytes_per_s = c.intra_node_gbps * 1e9;
-  hw.inter_bytes_per_s = c.inter_node_gbps * 1e9;
-  hw.peak_flops = c.peak_tflops * 1e12;
+  hw.gpus_per_node = s.gpus_per_node;
+  hw.memory_bytes = s.gpu_memory_gb * 1e9;
+  hw.intra_bytes_per_s = s.intra_node_gbps * 1e9;
+  hw.inter_bytes_per_s = s.inter_node_gbps * 1e9;
+  hw.peak_flops = s.peak_tflops * 1e12;
   return hw;
 }
 

@@ -60,7 +60,7 @@
 
 #include <string>
 
-#include "picotron/config.h"
+#include "runtime/run_config.h"
 
 namespace picotron {
 
@@ -89,7 +89,7 @@ struct Hardware {
   double inter_bytes_per_s = 50e9;   // per GPU per direction (InfiniBand)
   double peak_flops = 989e12;
 };
-Hardware hardware_of(const TrainConfig& c);  // from --gpus-per-node, --gpu-memory, ...
+Hardware hardware_of(const PlanSettings& s);  // from --gpus-per-node, --gpu-memory, ...
 
 // Whether the groups along an axis span more than one node (rank order [dp][pp][cp][tp]).
 bool tp_crosses_nodes(const TrainConfig& c, const Hardware& hw);

@@ -28,7 +28,7 @@ std::string ms(double s) { return fixed(s * 1e3, 0); }
 
 // "dp 4 x tp 2 x pp 1 x cp 1, ep 2, zero 1 +offload, recompute selective, kernels fused, ..."
 // (ep: a mixture of experts; kernels: where they are not what --kernels auto picks)
-std::string layout_text(const TrainConfig& c) {
+std::string layout_text(const RunConfig& c) {
   std::ostringstream o;
   o << "dp " << c.dp << " x tp " << c.tp << " x pp " << c.pp << " x cp " << c.cp;
   if (c.cp > 1 && c.cp_mode != "ring") o << " " << c.cp_mode << (c.cp_ulysses ? " " + std::to_string(c.cp_ulysses) : "");
@@ -43,8 +43,8 @@ std::string layout_text(const TrainConfig& c) {
 
 // --plan-layout: the given layout's prediction alone, with exact bytes for each pipeline
 // stage (a rank's --dry-run estimate) and the step in ms to 0.1 (CPU-sized runs).
-std::string layout_prediction_text(const TrainConfig& given, const ShardPlanFor& shard_plan_for) {
-  TrainConfig c = given;
+std::string layout_prediction_text(const RunConfig& given, const ShardPlanFor& shard_plan_for) {
+  RunConfig c = given;
   if (!c.dtype_given) c.dtype = c.device == "cuda" ? Precision::kBF16 : Precision::kFP32;  // what the run picks
   const Candidate p = evaluate_layout(c, shard_plan_for);
   const StepTime& t = p.time;
@@ -52,13 +52,13 @@ std::string layout_prediction_text(const TrainConfig& given, const ShardPlanFor&
   o << "plan-layout: " << c.model << " (" << with_commas(count_parameters(c.llama)) << " parameters), "
     << precision_name(c.dtype) << ", --seq-len " << c.seq_len << ": " << layout_text(c) << " = "
     << with_commas(int64_t(tokens_per_step(c))) << " tokens/step\n";
-  o << "  cost model: " << general(c.peak_tflops) << " TFLOP/s peak, this layout's GEMMs at "
-    << fixed(compute_efficiency(c) * 100, 1) << "% of it; links " << general(c.intra_node_gbps) << " GB/s in a node, "
-    << general(c.inter_node_gbps) << " GB/s between nodes, " << c.gpus_per_node << " per node\n";
+  o << "  cost model: " << general(c.planner.peak_tflops) << " TFLOP/s peak, this layout's GEMMs at "
+    << fixed(compute_efficiency(c) * 100, 1) << "% of it; links " << general(c.planner.intra_node_gbps) << " GB/s in a node, "
+    << general(c.planner.inter_node_gbps) << " GB/s between nodes, " << c.planner.gpus_per_node << " per node\n";
   for (size_t stage = 0; stage < p.stage_peak_bytes.size(); ++stage)
     o << "  memory of stage " << stage << " at its peak: " << with_commas(int64_t(p.stage_peak_bytes[stage])) << " B ("
       << human_bytes(p.stage_peak_bytes[stage]) << ")"
-      << (p.stage_peak_bytes[stage] > c.gpu_memory_gb * 1e9 ? ", above --gpu-memory" : "") << "\n";
+      << (p.stage_peak_bytes[stage] > c.planner.gpu_memory_gb * 1e9 ? ", above --gpu-memory" : "") << "\n";
   o << "  step " << fixed(t.total() * 1e3, 1) << " ms = compute " << fixed(t.compute * 1e3, 1) << " + communication "
     << fixed(t.exposed() * 1e3, 1) << " (tp " << fixed(t.tp * 1e3, 1) << ", cp " << fixed(t.cp * 1e3, 1) << ", pp "
     << fixed(t.pp * 1e3, 1) << ", dp " << fixed(t.dp * 1e3, 1) << (c.llama.is_moe() ? ", ep " + fixed(t.ep * 1e3, 1) : "")
@@ -72,10 +72,10 @@ std::string layout_prediction_text(const TrainConfig& given, const ShardPlanFor&
 
 // Why this cp mode: each mode's exposed cp time on this layout (plan_cost.h), e.g.
 // "hybrid 2: cp communication exposed 9.54 ms (ring 43.08, ulysses 16.70, hybrid 4 14.32 ms)".
-static std::string cp_mode_reason(const TrainConfig& c, const Hardware& hw) {
+static std::string cp_mode_reason(const RunConfig& c, const Hardware& hw) {
   std::string others;
   for (const auto& [mode, u] : cp_modes(c.cp)) {
-    TrainConfig alt = c;
+    RunConfig alt = c;
     alt.cp_mode = mode, alt.cp_ulysses = u;
     if ((mode == c.cp_mode && u == c.cp_ulysses) || !validate(alt, alt.dp * alt.tp * alt.pp * alt.cp).empty()) continue;
     others += std::string(others.empty() ? "" : ", ") + mode + (u ? " " + std::to_string(u) : "") + " " +
@@ -86,7 +86,7 @@ static std::string cp_mode_reason(const TrainConfig& c, const Hardware& hw) {
 }
 
 std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
-  const TrainConfig& c = cand.cfg;
+  const RunConfig& c = cand.cfg;
   const int n = c.dp * c.cp;
   std::vector<std::string> rules;
   const bool tp_in_node = c.tp > 1 && !tp_crosses_nodes(c, hw);
@@ -121,7 +121,7 @@ std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
 }
 
 std::string command_line(const Candidate& cand) {
-  const TrainConfig& c = cand.cfg;
+  const RunConfig& c = cand.cfg;
   std::ostringstream o;
   o << "mpirun -np " << c.dp * c.tp * c.pp * c.cp << " build/train --device cuda --model " << c.model;
   for (const auto& [flag, value] : config_fields(c))  // the shape flags given on the command line
@@ -146,27 +146,27 @@ std::string command_line(const Candidate& cand) {
   return o.str();
 }
 
-std::string plan_text(const TrainConfig& given, const ShardPlanFor& shard_plan_for) {
-  if (given.plan_layout) return layout_prediction_text(given, shard_plan_for);
-  TrainConfig base = given;
+std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for) {
+  if (given.planner.layout_only) return layout_prediction_text(given, shard_plan_for);
+  RunConfig base = given;
   if (!base.dtype_given) base.dtype = Precision::kBF16;  // the GPU default
   // The run's default sequence (128) is a CPU demo's; a plan is for GPUs: the Playbook's
   // benchmark length unless --seq-len says otherwise.
   if (!base.seq_len_given) base.seq_len = std::min<int64_t>(4096, base.llama.max_position_embeddings);
-  const Hardware hw = hardware_of(base);
+  const Hardware hw = hardware_of(base.planner);
   std::ostringstream o;
-  o << "plan: " << base.model << " (" << with_commas(count_parameters(base.llama)) << " parameters), " << base.gpus
-    << " GPU(s), " << base.gpus_per_node << " per node, " << fixed(base.gpu_memory_gb, 0) << " GB each, "
+  o << "plan: " << base.model << " (" << with_commas(count_parameters(base.llama)) << " parameters), " << base.planner.gpus
+    << " GPU(s), " << base.planner.gpus_per_node << " per node, " << fixed(base.planner.gpu_memory_gb, 0) << " GB each, "
     << precision_name(base.dtype) << ", --seq-len " << base.seq_len << (given.seq_len_given ? "" : " (a plan's default)")
     << ", global batch >= "
-    << with_commas(base.global_batch_tokens) << " tokens\n";
-  o << "  cost model: " << fixed(base.peak_tflops, 0) << " TFLOP/s peak at <= " << fixed(kMaxEfficiency * 100, 0)
-    << "% efficiency; links " << fixed(base.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.inter_node_gbps, 0)
+    << with_commas(base.planner.global_batch_tokens) << " tokens\n";
+  o << "  cost model: " << fixed(base.planner.peak_tflops, 0) << " TFLOP/s peak at <= " << fixed(kMaxEfficiency * 100, 0)
+    << "% efficiency; links " << fixed(base.planner.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.planner.inter_node_gbps, 0)
     << " GB/s between nodes; offload: PCIe " << fixed(kPcieBytesPerS / 1e9, 0) << " GB/s, CPU AdamW "
     << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (README.md, \"Choosing a layout\")\n";
-  const PlanResult r = search_layouts(base, base.gpus, shard_plan_for, base.plan_top);
+  const PlanResult r = search_layouts(base, base.planner.gpus, shard_plan_for, base.planner.top);
   o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass validate(), "
-    << with_commas(r.fit) << " fit in " << fixed(base.gpu_memory_gb, 0) << " GB\n";
+    << with_commas(r.fit) << " fit in " << fixed(base.planner.gpu_memory_gb, 0) << " GB\n";
   if (!r.best.empty()) {
     o << "best " << r.best.size() << " by predicted tokens/s per GPU (each layout once, at its best micro-batch and "
       << "cp x dp split; within " << fixed(kTieBand * 100, 0) << "% of each other the simpler first):\n";
@@ -188,26 +188,26 @@ std::string plan_text(const TrainConfig& given, const ShardPlanFor& shard_plan_f
   } else {
     o << "nothing fits: ";
     if (r.valid == 0) {
-      o << "no layout of " << base.gpus << " GPU(s) passes validate() for this model and sequence\n";
+      o << "no layout of " << base.planner.gpus << " GPU(s) passes validate() for this model and sequence\n";
     } else {
       o << "the least any layout needs is " << gb(r.least_peak_bytes) << " per GPU, above --gpu-memory "
-        << fixed(base.gpu_memory_gb, 0) << "\n";
+        << fixed(base.planner.gpu_memory_gb, 0) << "\n";
     }
     const WhatWouldFit w = what_would_fit(base, r, shard_plan_for);
     o << "what would fit (the same search again):\n";
     if (w.gpus > 0) {
-      TrainConfig more = base;
-      more.gpus = w.gpus;
+      RunConfig more = base;
+      more.planner.gpus = w.gpus;
       const PlanResult at = search_layouts(more, w.gpus, shard_plan_for, 1);
-      o << "  more GPUs: --gpus " << w.gpus << " (the smallest power of two x " << base.gpus << "), best "
+      o << "  more GPUs: --gpus " << w.gpus << " (the smallest power of two x " << base.planner.gpus << "), best "
         << layout_text(at.best[0].cfg) << ", " << gb(at.best[0].peak_bytes) << "\n";
     } else {
       o << "  more GPUs: none up to 4096\n";
     }
     if (w.memory_bytes > 0)
       o << "  more memory: a GPU of " << gb(w.memory_bytes) << " (--gpu-memory " << fixed(w.memory_bytes / 1e9 + 0.05, 1)
-        << ") at " << base.gpus << " GPU(s)\n";
-    if (w.seq_len > 0) o << "  a shorter sequence: --seq-len " << w.seq_len << " at " << base.gpus << " GPU(s)\n";
+        << ") at " << base.planner.gpus << " GPU(s)\n";
+    if (w.seq_len > 0) o << "  a shorter sequence: --seq-len " << w.seq_len << " at " << base.planner.gpus << " GPU(s)\n";
     else o << "  a shorter sequence: none down to 64 tokens\n";
   }
   std::string s = o.str();

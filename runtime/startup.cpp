@@ -200,13 +200,13 @@ std::string out_of_memory_message(const std::string& error, const TrainConfig& c
          std::to_string(cfg.seq_len) + "), use --recompute full, --zero or more --tp/--pp ranks";
 }
 
-std::string config_mismatch(const std::optional<TrainConfig>& config, const LaunchInfo& launch,
+std::string config_mismatch(const std::optional<RunConfig>& config, const LaunchInfo& launch,
                             const Distributed& dist) {
   if (launch.world_size == 1) return "";
   std::vector<std::pair<std::string, std::string>> fields;
   if (config) fields = config_fields(*config);
   // [parsed?, hash of each setting's text]; a rank whose flags did not parse sends zeros.
-  std::vector<uint64_t> mine(1 + config_fields(TrainConfig{}).size(), 0);
+  std::vector<uint64_t> mine(1 + config_fields(RunConfig{}).size(), 0);
   mine[0] = config ? 1 : 0;
   for (size_t i = 0; i < fields.size(); ++i) mine[i + 1] = fnv1a64(fields[i].second.data(), fields[i].second.size());
   const int timeout = config ? config->timeout_s : TrainConfig{}.timeout_s;
@@ -252,7 +252,7 @@ std::string blame_config_json(const std::string& problem, const std::string& ini
 }
 }  // namespace
 
-std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& launch) {
+std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launch) {
   std::vector<std::string> problems;
   if (!cfg.init_from.empty()) problems = apply_hf_config(cfg);  // the shape comes from its config.json
   if (problems.empty()) problems = apply_tokenizer(cfg);         // V follows --tokenizer or the data's manifest

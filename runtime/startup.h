@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/checkpoint.h"
-#include "picotron/config.h"
+#include "runtime/run_config.h"
 #include "picotron/data.h"
 #include "picotron/distributed.h"
 
@@ -20,7 +20,7 @@ namespace picotron {
 
 // The flags themselves: a Hugging Face folder's config.json applied (--init-from), then
 // validate() against the launch's world size (--dry-run: the mesh's). Pure.
-std::vector<std::string> config_problems(TrainConfig& cfg, const LaunchInfo& launch);
+std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launch);
 // What a real run also needs, checked in order until one fails: every output writable,
 // this machine (GPU, kernels), the memory this rank will need, and the --data and
 // --val-data files (opened into `data`). One line per problem.
@@ -61,7 +61,7 @@ std::string out_of_memory_message(const std::string& error, const TrainConfig& c
 // Every rank's settings (config_fields), hashed and compared in one all-gather bounded by
 // --timeout-s: "" when all agree, else one line naming a flag that differs. `config` is
 // empty on a rank whose flags did not parse (it reports that itself). Collective.
-std::string config_mismatch(const std::optional<TrainConfig>& config, const LaunchInfo& launch,
+std::string config_mismatch(const std::optional<RunConfig>& config, const LaunchInfo& launch,
                             const Distributed& dist);
 
 }  // namespace picotron

@@ -32,6 +32,9 @@ picotron_plan_test(cli.plan_gpu_poor_4096
 picotron_plan_test(cli.plan_mixtral_64gpus
   "\\(tp 0, cp 0, pp [0-9]+, dp [0-9]+, ep [1-9][0-9]*\\)[^\n]*\n    rule: [^\n]*EP: the experts over [248] dp ranks[^\n]*\n    mpirun -np 64 build/train --device cuda --model mixtral-8x7b [^\n]* --ep [248]"
   --model mixtral-8x7b --gpus 64)
+# 310,000 layouts (the ep sizes multiply the search): about 70 s of one core alone, more when
+# the suite runs beside it.
+set_tests_properties(cli.plan_mixtral_64gpus PROPERTIES TIMEOUT 300)
 picotron_plan_test(cli.plan_nothing_fits
   "nothing fits: the least any layout needs is [0-9.]+ GB per GPU, above --gpu-memory 80\nwhat would fit .*more GPUs: --gpus [0-9]+ .*more memory: a GPU of [0-9.]+ GB.*a shorter sequence: none"
   --model llama3-70b --gpus 1 --seq-len 4096)

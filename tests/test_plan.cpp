@@ -29,29 +29,29 @@ ShardPlan shard_plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   return plan;
 }
 
-TrainConfig planning(const std::string& model, int gpus, int64_t seq_len) {
-  TrainConfig c;
+RunConfig planning(const std::string& model, int gpus, int64_t seq_len) {
+  RunConfig c;
   c.model = model;
   c.llama = preset(model);
   c.dtype = Precision::kBF16;
   c.seq_len = seq_len;
-  c.gpus = gpus;
-  c.global_batch_tokens = 1 << 20;
+  c.planner.gpus = gpus;
+  c.planner.global_batch_tokens = 1 << 20;
   return c;
 }
 
-int axes_used(const TrainConfig& c) { return (c.dp > 1) + (c.tp > 1) + (c.pp > 1) + (c.cp > 1); }
+int axes_used(const RunConfig& c) { return (c.dp > 1) + (c.tp > 1) + (c.pp > 1) + (c.cp > 1); }
 
 }  // namespace
 
 TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]") {
-  const TrainConfig base = planning("llama3-8b", 8, 4096);
+  const RunConfig base = planning("llama3-8b", 8, 4096);
   const PlanResult r = search_layouts(base, 8, shard_plan_for, 5);
   REQUIRE(r.fit > 0);
   REQUIRE(!r.best.empty());
   CHECK(r.considered >= r.valid);
   CHECK(r.valid >= r.fit);
-  const TrainConfig& top = r.best[0].cfg;
+  const RunConfig& top = r.best[0].cfg;
   INFO(command_line(r.best[0]));
   CHECK(axes_used(top) == 1);                              // TP alone, or DP / ZeRO alone
   CHECK((top.tp == 8 || (top.dp == 8 && top.zero >= 1)));  // plain DP does not fit 8B's 144 GB of state
@@ -60,10 +60,10 @@ TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]
 
 TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[plan]") {
   // TP in the node with PP or with ZeRO-3, or ZeRO-3 alone; no CP for a 4096-token sequence.
-  const TrainConfig base = planning("llama3-70b", 64, 4096);
+  const RunConfig base = planning("llama3-70b", 64, 4096);
   const PlanResult r = search_layouts(base, 64, shard_plan_for, 5);
   REQUIRE(!r.best.empty());
-  const TrainConfig& top = r.best[0].cfg;
+  const RunConfig& top = r.best[0].cfg;
   INFO(command_line(r.best[0]));
   const bool tp_with_pp_or_zero3 = top.tp > 1 && top.tp <= 8 && (top.pp > 1 || top.zero == 3);
   const bool zero3_alone = top.dp == 64 && top.zero == 3;
@@ -74,8 +74,8 @@ TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[pl
 }
 
 TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and accumulation", "[plan]") {
-  TrainConfig base = planning("llama3.2-1b", 1, 1024);  // at 2048 nothing fits in 24 GB without offloading
-  base.gpu_memory_gb = 24;
+  RunConfig base = planning("llama3.2-1b", 1, 1024);  // at 2048 nothing fits in 24 GB without offloading
+  base.planner.gpu_memory_gb = 24;
   const PlanResult r = search_layouts(base, 1, shard_plan_for, 50);
   REQUIRE(!r.best.empty());
   // The optimizer offloaded (ZeRO-1 at dp 1) and no recompute ranks first: its CPU step
@@ -85,16 +85,16 @@ TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and ac
   const auto on_gpu =
       std::find_if(r.best.begin(), r.best.end(), [](const Candidate& c) { return !c.cfg.zero_offload; });
   REQUIRE(on_gpu != r.best.end());
-  const TrainConfig& top = on_gpu->cfg;
+  const RunConfig& top = on_gpu->cfg;
   INFO(command_line(*on_gpu));
   CHECK(top.recompute == "full");
   CHECK(top.grad_acc_steps > 1);
-  CHECK(tokens_per_step(top) >= double(base.global_batch_tokens));
-  CHECK(cheatsheet_rule(*on_gpu, hardware_of(base)).find("GPU-poor") != std::string::npos);
+  CHECK(tokens_per_step(top) >= double(base.planner.global_batch_tokens));
+  CHECK(cheatsheet_rule(*on_gpu, hardware_of(base.planner)).find("GPU-poor") != std::string::npos);
 }
 
 TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would", "[plan]") {
-  const TrainConfig base = planning("llama3-70b", 1, 4096);
+  const RunConfig base = planning("llama3-70b", 1, 4096);
   const PlanResult r = search_layouts(base, 1, shard_plan_for, 5);
   CHECK(r.fit == 0);
   CHECK(r.best.empty());
@@ -113,14 +113,14 @@ TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would",
 
 TEST_CASE("plan: every layout returned passes validate() and reaches the batch", "[plan]") {
   for (auto [model, gpus] : {std::pair{"llama3-8b", 8}, {"llama3-8b", 16}, {"smollm-360m", 4}}) {
-    const TrainConfig base = planning(model, gpus, 2048);
+    const RunConfig base = planning(model, gpus, 2048);
     const PlanResult r = search_layouts(base, gpus, shard_plan_for, 10);
     REQUIRE(!r.best.empty());
     for (const Candidate& c : r.best) {
       INFO(command_line(c));
       CHECK(validate(c.cfg, gpus).empty());
       CHECK(c.cfg.dp * c.cfg.tp * c.cfg.pp * c.cfg.cp == gpus);
-      CHECK(tokens_per_step(c.cfg) >= double(base.global_batch_tokens));
+      CHECK(tokens_per_step(c.cfg) >= double(base.planner.global_batch_tokens));
       CHECK(c.time.total() > 0);
     }
     for (size_t i = 1; i < r.best.size(); ++i) {  // best first: by band, then the simpler, then the faster
@@ -133,9 +133,9 @@ TEST_CASE("plan: every layout returned passes validate() and reaches the batch",
 }
 
 TEST_CASE("plan cost: the pipeline bubble is the schedule's formula times the compute", "[plan]") {
-  TrainConfig c = planning("llama3-8b", 4, 4096);
+  RunConfig c = planning("llama3-8b", 4, 4096);
   c.pp = 4, c.micro_batch_size = 1, c.grad_acc_steps = 8;
-  const Hardware hw = hardware_of(c);
+  const Hardware hw = hardware_of(c.planner);
   for (auto [schedule, v, fraction] : {std::tuple{"afab", 1, 3.0 / 8}, {"1f1b", 1, 3.0 / 8},
                                        {"interleaved", 2, 3.0 / 16}, {"zb-h1", 1, 3.0 / 24}}) {
     c.pp_schedule = schedule, c.pp_virtual_stages = v;
@@ -146,8 +146,8 @@ TEST_CASE("plan cost: the pipeline bubble is the schedule's formula times the co
 }
 
 TEST_CASE("plan cost: full recompute costs one more forward, selective less", "[plan]") {
-  TrainConfig c = planning("llama3-8b", 1, 4096);
-  const Hardware hw = hardware_of(c);
+  RunConfig c = planning("llama3-8b", 1, 4096);
+  const Hardware hw = hardware_of(c.planner);
   const double none = predict_step(c, hw, 8e9).compute;
   c.recompute = "full";
   CHECK(predict_step(c, hw, 8e9).compute == Approx(none * 4 / 3));
@@ -158,9 +158,9 @@ TEST_CASE("plan cost: full recompute costs one more forward, selective less", "[
 }
 
 TEST_CASE("plan cost: tensor parallelism across nodes is slower than inside one", "[plan]") {
-  TrainConfig c = planning("llama3-70b", 16, 4096);
+  RunConfig c = planning("llama3-70b", 16, 4096);
   c.tp = 8, c.dp = 2;  // rank order [dp][pp][cp][tp]: tp groups are 8 consecutive ranks
-  Hardware node8 = hardware_of(c), node4 = node8;
+  Hardware node8 = hardware_of(c.planner), node4 = node8;
   node4.gpus_per_node = 4;
   CHECK_FALSE(tp_crosses_nodes(c, node8));
   CHECK(tp_crosses_nodes(c, node4));
@@ -174,25 +174,25 @@ TEST_CASE("plan cost: tensor parallelism across nodes is slower than inside one"
 }
 
 TEST_CASE("plan cost: the ring hides behind long attention, Ulysses' all-to-alls win short and on slow links", "[plan]") {
-  TrainConfig c = planning("llama2-7b", 8, 2048);  // nH = nKV = 32, Hd 128: the ring moves all heads
+  RunConfig c = planning("llama2-7b", 8, 2048);  // nH = nKV = 32, Hd 128: the ring moves all heads
   c.cp = 8, c.micro_batch_size = 1, c.grad_acc_steps = 1;
-  Hardware hw = hardware_of(c);
+  Hardware hw = hardware_of(c.planner);
   hw.inter_bytes_per_s = 25e9, hw.gpus_per_node = 4;  // the cp group spans two nodes
-  TrainConfig ulysses = c;
+  RunConfig ulysses = c;
   ulysses.cp_mode = "ulysses";
   const double T = 2048.0 / 8, L = 32, e = 2;
   // context_parallel/README.md: 2 x (C-1)/C x T Hd (2 nH + 2 nKV) e per layer, exposed
   CHECK(predict_step(ulysses, hw, 7e9).cp == Approx(L * 2 * 7.0 / 8 * T * 128 * (64 + 64) * e / 25e9));
   CHECK(predict_step(ulysses, hw, 7e9).cp < predict_step(c, hw, 7e9).cp);  // 22 hops of k, v barely hidden
   // llama3-8b (nKV 8) at 128k tokens in one node: attention hides every ring hop
-  TrainConfig long_seq = planning("llama3-8b", 8, 131072);
+  RunConfig long_seq = planning("llama3-8b", 8, 131072);
   long_seq.cp = 8, long_seq.micro_batch_size = 1, long_seq.grad_acc_steps = 1;
-  TrainConfig long_ulysses = long_seq;
+  RunConfig long_ulysses = long_seq;
   long_ulysses.cp_mode = "ulysses";
-  CHECK(predict_step(long_seq, hardware_of(long_seq), 8e9).cp == 0);
-  CHECK(predict_step(long_ulysses, hardware_of(long_seq), 8e9).cp > 0);
+  CHECK(predict_step(long_seq, hardware_of(long_seq.planner), 8e9).cp == 0);
+  CHECK(predict_step(long_ulysses, hardware_of(long_seq.planner), 8e9).cp > 0);
   // the hybrid: the all-to-all over U = 2 in the node, a ring of 4 on 2T tokens of nKV/2 heads
-  TrainConfig hybrid = c;
+  RunConfig hybrid = c;
   hybrid.cp_mode = "hybrid", hybrid.cp_ulysses = 2;
   CHECK(predict_step(hybrid, hw, 7e9).cp >= L * 2 * 0.5 * T * 128 * 128 * e / hw.intra_bytes_per_s);
   CHECK(cp_modes(8) == std::vector<std::pair<std::string, int>>{{"ring", 0}, {"ulysses", 0}, {"hybrid", 2}, {"hybrid", 4}});
@@ -200,20 +200,20 @@ TEST_CASE("plan cost: the ring hides behind long attention, Ulysses' all-to-alls
 }
 
 TEST_CASE("plan cost: data parallelism's all-reduce hides behind the last backward", "[plan]") {
-  TrainConfig c = planning("llama3-8b", 8, 4096);
+  RunConfig c = planning("llama3-8b", 8, 4096);
   c.dp = 8, c.micro_batch_size = 1, c.grad_acc_steps = 32;
-  Hardware hw = hardware_of(c);
+  Hardware hw = hardware_of(c.planner);
   const double params = 1e9;  // a small model's gradients: hidden but for the last bucket
   const StepTime hidden = predict_step(c, hw, params);
   CHECK(hidden.dp == Approx(c.dp_bucket_mb * 1024 * 1024 * 7 / 8 / 450e9));
   hw.intra_bytes_per_s = 1e9;  // a slow link: most of it is exposed
   CHECK(predict_step(c, hw, params).dp > 0.5 * 2 * 7.0 / 8 * params * 4 / 1e9);
   c.zero = 1;  // ZeRO-1: reduce-scatter after backward + all-gather, not overlapped
-  CHECK(predict_step(c, hardware_of(c), params).dp == Approx(7.0 / 8 * params * (4 + 2) / 450e9));
+  CHECK(predict_step(c, hardware_of(c.planner), params).dp == Approx(7.0 / 8 * params * (4 + 2) / 450e9));
 }
 
 TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs it", "[plan]") {
-  const TrainConfig base = planning("llama3-8b", 8, 4096);
+  const RunConfig base = planning("llama3-8b", 8, 4096);
   const PlanResult r = search_layouts(base, 8, shard_plan_for, 5);
   REQUIRE(!r.best.empty());
   for (const Candidate& found : r.best) {
@@ -225,13 +225,13 @@ TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs 
     CHECK(int(again.stage_peak_bytes.size()) == found.cfg.pp);
   }
   // A pipeline: one peak per stage, the worst one is the layout's.
-  TrainConfig c = base;
+  RunConfig c = base;
   c.pp = 4, c.dp = 2, c.micro_batch_size = 1, c.grad_acc_steps = 8;
   const Candidate p = evaluate_layout(c, shard_plan_for);
   REQUIRE(p.stage_peak_bytes.size() == 4);
   CHECK(p.peak_bytes == p.stage_peak_bytes[p.worst_stage]);
   for (double stage : p.stage_peak_bytes) CHECK(stage <= p.peak_bytes);
-  c.plan_layout = true;
+  c.planner.layout_only = true;
   CHECK_THAT(plan_text(c, shard_plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
                                          Catch::Contains("memory of stage 3 at its peak: ") &&
                                          Catch::Contains(" tokens/s per GPU | MFU "));
@@ -241,7 +241,7 @@ TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs 
 TEST_CASE("the start-up table says which layers, heads, vocabulary rows and tokens each rank holds", "[holdings]") {
   CHECK(ranges_text({0, 1, 2, 5, 7, 8}) == "0-2, 5, 7-8");
   CHECK(ranges_text({}).empty());
-  TrainConfig c;  // tiny: H 128, I 384, 4 layers, 4 heads, 2 kv heads, V 256
+  RunConfig c;  // tiny: H 128, I 384, 4 layers, 4 heads, 2 kv heads, V 256
   c.seq_len = 32;
   c.tp = 2, c.pp = 2;
   const auto plans = [&](const MeshCoords& h) { return shard_plan_for(c, h); };
@@ -264,8 +264,8 @@ TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
   CHECK(expert_parallel_sizes(preset("tiny-moe"), 6) == std::vector<int>{1, 2});  // E = 4
   CHECK(expert_parallel_sizes(preset("llama3-8b"), 8) == std::vector<int>{1});
   // tiny-moe on 8 GPUs: every layout fits; the list (each layout once) holds ep 2 and 4.
-  TrainConfig base = planning("tiny-moe", 8, 1024);
-  base.global_batch_tokens = 1 << 16;
+  RunConfig base = planning("tiny-moe", 8, 1024);
+  base.planner.global_batch_tokens = 1 << 16;
   const PlanResult r = search_layouts(base, 8, shard_plan_for, 1000);
   std::set<int> eps;
   for (const Candidate& c : r.best) {
@@ -283,17 +283,17 @@ TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
   CHECK(eps.count(2) == 1);
   CHECK(eps.count(4) == 1);
   // A rank holds E/ep experts: the planner's memory follows the plan's parameters.
-  TrainConfig one = base;
+  RunConfig one = base;
   one.dp = 8, one.micro_batch_size = 1, one.grad_acc_steps = 8;
-  TrainConfig four = one;
+  RunConfig four = one;
   four.ep = 4;
   CHECK(evaluate_layout(four, shard_plan_for).peak_bytes < evaluate_layout(one, shard_plan_for).peak_bytes);
 }
 
 TEST_CASE("plan cost: the experts' all-to-all is zero at ep 1 and grows with ep", "[plan]") {
-  TrainConfig c = planning("mixtral-8x7b", 16, 4096);
+  RunConfig c = planning("mixtral-8x7b", 16, 4096);
   c.dp = 16, c.micro_batch_size = 1, c.grad_acc_steps = 4;
-  const Hardware hw = hardware_of(c);
+  const Hardware hw = hardware_of(c.planner);
   CHECK(expert_all_to_all_time(c, hw) == 0);
   CHECK(predict_step(c, hw, 1e9).ep == 0);
   // 4 all-to-alls per layer and micro-batch, k T H e (ep-1)/ep bytes each, in the node at 450 GB/s
@@ -312,16 +312,16 @@ TEST_CASE("plan cost: the experts' all-to-all is zero at ep 1 and grows with ep"
   CHECK(ep_crosses_nodes(c, hw));
   CHECK(expert_all_to_all_time(c, hw) == Approx(4 * L * 4 * k * T * H * e * 15.0 / 16 / 50e9));
   // A dense model has no all-to-all whatever --ep says.
-  TrainConfig dense = planning("llama3-8b", 16, 4096);
+  RunConfig dense = planning("llama3-8b", 16, 4096);
   dense.dp = 16, dense.ep = 2;
   CHECK(expert_all_to_all_time(dense, hw) == 0);
 }
 
 TEST_CASE("plan cost: under tp a MoE's experts run whole, on every token without sp", "[plan]") {
-  TrainConfig c = planning("mixtral-8x7b", 16, 4096);
+  RunConfig c = planning("mixtral-8x7b", 16, 4096);
   c.dp = 8, c.tp = 2, c.micro_batch_size = 1, c.grad_acc_steps = 4;
-  const Hardware hw = hardware_of(c);
-  TrainConfig sp = c;
+  const Hardware hw = hardware_of(c.planner);
+  RunConfig sp = c;
   sp.sp = true;
   // Without sp each tp rank repeats the experts' 18 k H I L FLOPs per token of its tokens.
   const double k = 2, H = 4096, I = 14336, L = 32;
@@ -330,7 +330,7 @@ TEST_CASE("plan cost: under tp a MoE's experts run whole, on every token without
         Approx((2 - 1) * 18 * k * H * I * L / model_flops_per_token(c)).epsilon(1e-9));
   CHECK(extra > 0);
   // tp's all-reduces: the attention's alone (a MoE block has no f/g), L + 1 per pass.
-  TrainConfig dense = planning("llama3-8b", 16, 4096);
+  RunConfig dense = planning("llama3-8b", 16, 4096);
   dense.dp = 8, dense.tp = 2, dense.micro_batch_size = 1, dense.grad_acc_steps = 4;
   const double T = 4096, e = 2;
   CHECK(predict_step(c, hw, 1e9).tp == Approx(2 * 0.5 * 2 * (L + 1) * T * H * 4 * e / 450e9));
@@ -341,9 +341,9 @@ TEST_CASE("plan cost: under tp a MoE's experts run whole, on every token without
 }
 
 TEST_CASE("plan cost: with --ep the experts' gradients reduce over their replicas only", "[plan]") {
-  TrainConfig c = planning("mixtral-8x7b", 16, 4096);
+  RunConfig c = planning("mixtral-8x7b", 16, 4096);
   c.dp = 16, c.zero = 1, c.micro_batch_size = 1, c.grad_acc_steps = 4, c.ep = 16;
-  const Hardware hw = hardware_of(c);
+  const Hardware hw = hardware_of(c.planner);
   const double H = 4096, I = 14336, L = 32, experts = L * 8.0 / 16 * 3 * H * I;  // one expert per layer here
   const double P = 3e9, bw = 50e9;  // 16 dp ranks span two nodes
   // ep = dp: each expert has one copy, nothing to reduce; the rest: reduce-scatter fp32 + all-gather bf16.
