@@ -7,11 +7,11 @@ namespace picotron {
 
 std::vector<PipelineAction> dualpipev_actions(int P, int m, int rank) {
   using A = PipelineAction;
+  // BEGIN ASSIGNMENT pp.dualpipev
   const int r = rank;
   std::vector<A> out;
   int next_f[2] = {0, 0}, next_b[2] = {0, 0};  // the next micro-batch of each chunk, in order
   std::deque<A> waiting;                        // W's of the B's that let theirs wait
-  // BEGIN ASSIGNMENT pp.dualpipev
   auto F = [&](int chunk, bool paired = false) {
     A a{A::kForward, next_f[chunk]++, chunk};
     a.paired = paired;  // an F&B pair: the B that follows shares this slot
@@ -44,8 +44,8 @@ std::vector<PipelineAction> dualpipev_actions(int P, int m, int rank) {
   }
   for (int i = 0; i < P - 1 - r; ++i) W(), B(0, true);  // 7. W B0
   while (!waiting.empty()) W();                         // 8. the rest: r + 1 W's
-  // END ASSIGNMENT
   return out;
+  // END ASSIGNMENT
 }
 
 }  // namespace picotron
