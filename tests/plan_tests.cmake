@@ -49,6 +49,15 @@ grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2.txt && ech
 set_tests_properties(cli.plan_layout_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "memory of stage 1 at its peak: [0-9,]+ B.*\n  step [0-9.]+ ms = compute [0-9.]+ \\+ communication [0-9.]+ \\(tp 0.0, cp 0.0, pp [0-9.]+, dp 0.0\\) \\+ bubble [0-9.]+ .*layout ok")
+# DualPipeV: the V's rank 0 holds the embedding, layers 0 and 3 and the head, with two
+# chunks' activations in flight; --dry-run's estimate for rank 0 is --plan-layout's stage 0.
+string(JOIN " " PLAN_LAYOUT_DPV ${PLAN_LAYOUT} --pp-schedule dualpipev)
+add_test(NAME cli.plan_layout_pp2_dualpipev COMMAND sh -c "\
+dry=$(${PLAN_TRAIN} --dry-run ${PLAN_LAYOUT_DPV} | sed -n 's/^  total at the peak .* \\([0-9,]*\\) B$/\\1/p' | head -n 1) && \
+${PLAN_MPIRUN} -np 2 ${PLAN_TRAIN} --plan-layout ${PLAN_LAYOUT_DPV} > plan_layout_pp2_dualpipev.txt && cat plan_layout_pp2_dualpipev.txt && \
+grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2_dualpipev.txt && echo \"dry-run rank 0: $dry B: layout ok\"")
+set_tests_properties(cli.plan_layout_pp2_dualpipev PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "dualpipev v2, micro-batch 2 x grad-acc 4.*layout ok")
 # Context parallelism's modes (context_parallel/README.md, "Ring or all-to-all"): llama2-7b
 # (nH = nKV = 32) at 4096 tokens on two nodes of 8: the ring's 22 hops of every kv head are
 # not hidden by so short an attention, and the search picks an all-to-all mode for its cp
