@@ -121,6 +121,9 @@ std::string schedule_problem(PipelineSchedule s, int P, int m, int v, int64_t la
   if (s == PipelineSchedule::kZbH1 && m < P)  // the deferred W's fill the cool-down only when m >= P
     return flags + " needs --grad-acc-steps >= --pp (the W passes fill the bubbles of m >= P micro-batches), got " +
            std::to_string(m);
+  if (layers < int64_t(P) * v && is_v_shape(s))
+    return "--num-hidden-layers " + std::to_string(layers) + " is fewer than 2 x --pp " + std::to_string(P) +
+           " (dualpipev: two stages per rank, every stage needs at least one layer)";
   if (layers < int64_t(P) * v)
     return "--num-hidden-layers " + std::to_string(layers) + " is fewer than --pp " + std::to_string(P) +
            " x --pp-virtual-stages " + std::to_string(v) + " (every stage needs at least one layer)";

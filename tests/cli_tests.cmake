@@ -65,6 +65,9 @@ picotron_mpi_cli_test(cli.mpi_pp_interleaved_acc 2
 picotron_mpi_cli_test(cli.mpi_pp_dualpipev_few_micro_batches 2
   "\\[rank 1\\] error: --pp 2 --pp-schedule dualpipev needs --grad-acc-steps >= 2 x --pp" ${TRAIN} --pp 2
   --pp-schedule dualpipev --grad-acc-steps 3)
+picotron_mpi_cli_test(cli.mpi_pp_dualpipev_few_layers 2
+  "\\[rank 1\\] error: --num-hidden-layers 3 is fewer than 2 x --pp 2 \\(dualpipev" ${TRAIN} --pp 2
+  --pp-schedule dualpipev --num-hidden-layers 3 --grad-acc-steps 4)
 picotron_mpi_cli_test(cli.mpi_pp_too_few_layers 4
   "\\[rank 3\\] error: --num-hidden-layers 4 is fewer than --pp 4 x --pp-virtual-stages 2" ${TRAIN} --pp 4
   --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 4)

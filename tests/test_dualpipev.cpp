@@ -95,7 +95,7 @@ TEST_CASE("dualpipev: dependencies across ranks, NCCL's rules, and DualPipe's bu
 TEST_CASE("dualpipev: its refusals and its messages", "[dualpipev]") {
   CHECK_THAT(schedule_problem(kV, 4, 7, 2, 8), Catch::Contains("needs --grad-acc-steps >= 2 x --pp"));
   CHECK_THAT(schedule_problem(kV, 4, 8, 1, 8), Catch::Contains("holds 2 chunks per rank"));
-  CHECK_THAT(schedule_problem(kV, 4, 8, 2, 7), Catch::Contains("is fewer than --pp 4 x --pp-virtual-stages 2"));
+  CHECK_THAT(schedule_problem(kV, 4, 8, 2, 7), Catch::Contains("is fewer than 2 x --pp 4 (dualpipev"));
   CHECK(schedule_problem(kV, 4, 8, 2, 8).empty());
   // Each of the 2P stages but the last sends m activations, each but the first m
   // gradients; the V's bottom (stage P-1 <-> P) keeps its 2m on the rank: 2 (2P - 2) m.
