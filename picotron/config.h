@@ -92,7 +92,7 @@ struct TrainConfig {
   int dp = 1, tp = 1, pp = 1, cp = 1;  // mesh sizes; dp*pp*cp*tp must equal the world size
   int ep = 1;                          // expert parallelism: each MoE layer's experts over ep ranks of dp (divides dp)
   bool sp = false;                     // sequence parallelism: activations between blocks split along S over tp
-  std::string pp_schedule = "1f1b";    // afab | 1f1b | interleaved | zb-h1 (pipeline_parallel/schedules.h)
+  std::string pp_schedule = "1f1b";    // afab | 1f1b | interleaved | zb-h1 | dualpipev (pipeline_parallel/schedules.h)
   int pp_virtual_stages = 1;           // model chunks per pp rank (interleaved: >= 2)
   std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
   std::string kernels = "auto";        // auto | aten | fused: fused CUDA kernels (kernels/README.md); auto = fused on CUDA

@@ -15,7 +15,6 @@ using A = PipelineAction;
 using Key = std::tuple<int, int, int>;  // a tensor: (Transfer kind, micro-batch, sender's virtual stage)
 
 Key key_of(const Transfer& t) { return {t.kind, t.micro, t.from_stage}; }
-int chunks_of(PipelineSchedule s, int v) { return s == PipelineSchedule::kInterleaved ? v : 1; }
 
 std::vector<std::vector<A>> all_lists(PipelineSchedule s, int P, int m, int v) {
   std::vector<std::vector<A>> lists(P);
@@ -26,19 +25,20 @@ std::vector<std::vector<A>> all_lists(PipelineSchedule s, int P, int m, int v) {
 }  // namespace
 
 std::vector<std::vector<PipelineStep>> pipeline_programs(PipelineSchedule s, int P, int m, int v) {
-  v = chunks_of(s, v);
-  return programs_for_lists(all_lists(s, P, m, v), P, v);
+  v = schedule_chunks(s, v);
+  return programs_for_lists(all_lists(s, P, m, v), P, v, is_v_shape(s));
 }
 
 std::vector<std::vector<PipelineStep>> forward_only_programs(PipelineSchedule s, int P, int m, int v) {
-  v = chunks_of(s, v);
+  v = schedule_chunks(s, v);
   auto lists = all_lists(s, P, m, v);
   for (auto& list : lists)
     list.erase(std::remove_if(list.begin(), list.end(), [](const A& a) { return a.kind != A::kForward; }), list.end());
-  return programs_for_lists(lists, P, v);
+  return programs_for_lists(lists, P, v, is_v_shape(s));
 }
 
-std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int v) {
+std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int v,
+                                                         bool v_shape) {
   std::vector<std::vector<PipelineStep>> programs(P);
   std::vector<size_t> next(P, 0);
   std::set<Key> produced;  // tensors made in earlier rounds, kept by their senders until asked for
@@ -51,12 +51,14 @@ std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std:
       left = true;
       const A& a = lists[r][next[r]];
       Transfer in;
-      if (receives(a, P, v, r, &in)) {
+      if (receives(a, P, v, r, &in, v_shape)) {
         if (!produced.count(key_of(in))) continue;  // its input does not exist yet: r sits this round out
         Transfer out = in;
         out.peer = r;  // the sender's view: the same tensor, going to r
-        round[in.peer].exchange.push_back({/*send=*/true, out});
-        round[r].exchange.push_back({/*send=*/false, in});
+        if (in.peer != r) {  // (the V's bottom hands stage P-1's output to itself: no message)
+          round[in.peer].exchange.push_back({/*send=*/true, out});
+          round[r].exchange.push_back({/*send=*/false, in});
+        }
       }
       round[r].action = a;
     }
@@ -67,7 +69,7 @@ std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std:
       std::stable_partition(ops.begin(), ops.end(), [](const PipelineStep::Op& o) { return o.send; });
       if (round[r].action) {
         Transfer made;
-        if (sends(*round[r].action, P, v, r, &made)) produced.insert(key_of(made));
+        if (sends(*round[r].action, P, v, r, &made, v_shape)) produced.insert(key_of(made));
         ++next[r];
         ran = true;
       }
@@ -80,15 +82,16 @@ std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std:
 }
 
 std::vector<std::vector<PipelineStep>> one_transfer_at_a_time(PipelineSchedule s, int P, int m, int v) {
-  v = chunks_of(s, v);
+  v = schedule_chunks(s, v);
+  const bool vee = is_v_shape(s);
   const auto lists = all_lists(s, P, m, v);
   std::vector<std::vector<PipelineStep>> programs(P);
   for (int r = 0; r < P; ++r)
     for (const A& a : lists[r]) {
       Transfer t;
-      if (receives(a, P, v, r, &t)) programs[r].push_back({{{false, t}}, std::nullopt});
+      if (receives(a, P, v, r, &t, vee) && t.peer != r) programs[r].push_back({{{false, t}}, std::nullopt});
       programs[r].push_back({{}, a});
-      if (sends(a, P, v, r, &t)) programs[r].push_back({{{true, t}}, std::nullopt});
+      if (sends(a, P, v, r, &t, vee) && t.peer != r) programs[r].push_back({{{true, t}}, std::nullopt});
     }
   return programs;
 }
@@ -114,7 +117,7 @@ std::string pipeline_programs_text(PipelineSchedule s, int P, int m, int v) {
   return out;
 }
 
-InOrderRun simulate_in_order(const std::vector<std::vector<PipelineStep>>& programs, bool split) {
+InOrderRun simulate_in_order(const std::vector<std::vector<PipelineStep>>& programs, bool split, bool v_shape) {
   InOrderRun run;
   const int P = int(programs.size());
   int v = 1;
@@ -142,9 +145,9 @@ InOrderRun simulate_in_order(const std::vector<std::vector<PipelineStep>>& progr
       }
       if (!step.action) continue;
       Transfer t;
-      if (receives(*step.action, P, v, r, &t) && !arrived.count(key_of(t)))
+      if (receives(*step.action, P, v, r, &t, v_shape) && !(t.peer == r ? made : arrived).count(key_of(t)))
         return run.problem = "rank " + std::to_string(r) + " runs " + to_string(*step.action) + " before its input arrives", run;
-      if (sends(*step.action, P, v, r, &t)) made.insert(key_of(t));
+      if (sends(*step.action, P, v, r, &t, v_shape)) made.insert(key_of(t));
     }
   }
   // 2. One channel per pair: the k-th send a -> b is the k-th receive at b from a, so

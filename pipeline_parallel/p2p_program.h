@@ -56,7 +56,8 @@ struct PipelineStep {
 std::vector<std::vector<PipelineStep>> pipeline_programs(PipelineSchedule s, int P, int m, int v);
 // The rounds over any lists (one per rank, v chunks each; each list in an order its data
 // allows). Throws std::logic_error when a round runs nothing.
-std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int v);
+std::vector<std::vector<PipelineStep>> programs_for_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int v,
+                                                         bool v_shape = false);
 // The schedule's forwards alone, in its order: the validation loss (no backward).
 std::vector<std::vector<PipelineStep>> forward_only_programs(PipelineSchedule s, int P, int m, int v);
 std::string to_string(const PipelineStep& step);  // "[send a3 to 1, recv g0 from 1] B0"
@@ -74,7 +75,7 @@ struct InOrderRun {
   int64_t makespan = 0;
   std::vector<int64_t> busy, idle;
 };
-InOrderRun simulate_in_order(const std::vector<std::vector<PipelineStep>>& programs, bool split);
+InOrderRun simulate_in_order(const std::vector<std::vector<PipelineStep>>& programs, bool split, bool v_shape = false);
 
 // The naive discipline, for the tests and the handout: each transfer alone, a receive
 // just before the action that needs it, a send just after the action that made it. It

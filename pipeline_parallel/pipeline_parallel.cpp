@@ -19,7 +19,7 @@ const std::string kEmbedding = "model.embed_tokens.weight";
 
 // The pp rank that owns parameter `name`: the embedding is virtual stage 0's, layer i
 // the virtual stage whose range holds i, the final norm and lm_head the last one's.
-int owner_of(const std::string& name, const LlamaConfig& c, int P, int v) {
+int owner_of(const std::string& name, const LlamaConfig& c, int P, int v, bool v_shape) {
   const std::string layer_prefix = "model.layers.";
   int vs = P * v - 1;
   if (name == kEmbedding) vs = 0;
@@ -30,23 +30,27 @@ int owner_of(const std::string& name, const LlamaConfig& c, int P, int v) {
       if (layer >= r.first && layer < r.first + r.count) break;
     }
   }
-  return vs % P;
+  return stage_rank(P, vs, v_shape);
 }
 
 }  // namespace
 
-void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P, int v) {
+void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P, int v, bool v_shape) {
   for (auto it = plan.begin(); it != plan.end();) {
     auto& record = it->second;
-    record.stage = owner_of(it->first, c, P, v);
-    // The last stage keeps a copy of a tied embedding: its head multiplies by it.
-    const bool tied_copy = it->first == kEmbedding && c.tie_word_embeddings && stage == P - 1;
+    record.stage = owner_of(it->first, c, P, v, v_shape);
+    // The last stage keeps a copy of a tied embedding: its head multiplies by it (in the
+    // V the last stage is rank 0's, which holds the embedding itself).
+    const bool tied_copy =
+        it->first == kEmbedding && c.tie_word_embeddings && stage == stage_rank(P, P * v - 1, v_shape);
     if (record.stage == stage || tied_copy) ++it;
     else it = plan.erase(it);
   }
 }
 
 std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, int v) {
+  v = schedule_chunks(s, v);
+  const int last_rank = stage_rank(P, P * v - 1, is_v_shape(s));
   std::ostringstream out;
   out << "pipeline: " << P << " stages" << (v > 1 ? " x " + std::to_string(v) + " chunks" : "") << ", schedule "
       << schedule_name(s);
@@ -54,10 +58,12 @@ std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, in
     out << "\n  pp rank " << r << ":";
     if (r == 0) out << " embedding,";
     for (int chunk = 0; chunk < v; ++chunk) {
-      const auto range = stage_layers(c.num_hidden_layers, P, v, virtual_stage(P, r, chunk));
+      const auto range = stage_layers(c.num_hidden_layers, P, v, virtual_stage(P, r, chunk, is_v_shape(s)));
       out << (chunk ? "," : "") << " layers " << range.first << "-" << range.first + range.count - 1;
     }
-    if (r == P - 1) out << ", final norm, " << (c.tie_word_embeddings ? "head (tied: a copy of the embedding)" : "lm_head");
+    if (r == last_rank)
+      out << ", final norm, "
+          << (!c.tie_word_embeddings ? "lm_head" : r == 0 ? "head (tied: the embedding itself)" : "head (tied: a copy of the embedding)");
   }
   return out.str();
 }
@@ -65,11 +71,16 @@ std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, in
 // ---- the executor ---------------------------------------------------------------------
 Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations)
     : model_(model), mesh_(mesh), opts_(opts), act_opts_(activations), P_(mesh.shape().pp), rank_(mesh.coords().pp) {
-  const bool ends = mesh.is_first_stage() || mesh.is_last_stage();
-  holds_tied_embedding_ = model->config.tie_word_embeddings && P_ > 1 && ends;
-  if (model->config.tie_word_embeddings && P_ > 1)  // collective over pp: every rank splits
+  v_shape_ = is_v_shape(opts_.schedule);
+  opts_.virtual_stages = schedule_chunks(opts_.schedule, opts_.virtual_stages);
+  last_rank_ = stage_rank(P_, P_ * opts_.virtual_stages - 1, v_shape_);  // the loss: P-1, or 0 in the V
+  const bool ends = rank_ == 0 || rank_ == last_rank_;
+  // In the V rank 0 holds the first and the last stage: one embedding, no group needed.
+  const bool two_copies = model->config.tie_word_embeddings && P_ > 1 && last_rank_ != 0;
+  holds_tied_embedding_ = two_copies && ends;
+  if (two_copies)  // collective over pp: every rank splits
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
-  if (opts_.schedule == PipelineSchedule::kZbH1) weight_queue_ = defer_weight_gradients(model);
+  if (splits_backward(opts_.schedule)) weight_queue_ = defer_weight_gradients(model);
   if (model->config.is_moe()) stats_size_ = 2 * model->config.num_local_experts + 1;
   stats_opts_ = act_opts_.dtype(accumulate_type(act_opts_.dtype().toScalarType()));  // fp32 (fp64): counts stay exact
   positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
@@ -104,7 +115,7 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
   TORCH_CHECK(inbox_.empty() && outbox_.empty() && stats_inbox_.empty() && stats_outbox_.empty(),
               "pipeline: tensors left unsent or unused");
   TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
-  mesh_.pp().broadcast(loss_sum_, P_ - 1);  // the last stage computed it; every rank logs it
+  mesh_.pp().broadcast(loss_sum_, last_rank_);  // the last stage computed it; every rank logs it
   return loss_sum_;
 }
 
@@ -121,22 +132,22 @@ torch::Tensor Pipeline::evaluate(int64_t index, const BatchLoader& loader) {
   alive_.clear();  // no backward: the forwards' records go
   opts_.trace = trace;
   TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
-  mesh_.pp().broadcast(loss_sum_, P_ - 1);
+  mesh_.pp().broadcast(loss_sum_, last_rank_);
   return loss_sum_;
 }
 
 void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, double loss_scale) {
-  const int v = opts_.virtual_stages, vs = virtual_stage(P_, rank_, a.chunk);
+  const int v = opts_.virtual_stages, vs = virtual_stage(P_, rank_, a.chunk, v_shape_);
   const auto layers = stage_layers(model_->config.num_hidden_layers, P_, v, vs);
   InFlight f;
   Transfer t;
   torch::Tensor x;
   auto& log = *model_->router_log;  // a mixture of experts: what this stage's routers see
   log.layers.clear();
-  if (receives(a, P_, v, rank_, &t)) {
-    f.input = take(inbox_, t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
+  if (receives(a, P_, v, rank_, &t, v_shape_)) {  // (the V's bottom: from its own outbox)
+    f.input = take(t.peer == rank_ ? outbox_ : inbox_, t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
     x = f.input;
-    if (stats_size_) f.stats_in = take(stats_inbox_, t).requires_grad_(true);  // [2E + 1] of the earlier stages
+    if (stats_size_) f.stats_in = take(t.peer == rank_ ? stats_outbox_ : stats_inbox_, t).requires_grad_(true);  // [2E + 1] of the earlier stages
   }
   const double start = now_us();
   Batch batch;
@@ -159,7 +170,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
     }
   }
   record(TraceEvent::kForward, a.micro, a.chunk, start);
-  if (sends(a, P_, v, rank_, &t)) {
+  if (sends(a, P_, v, rank_, &t, v_shape_)) {
     outbox_[key(t)] = h.detach().contiguous();  // sent when the next stage asks
     if (stats_size_) stats_outbox_[key(t)] = f.stats_out.detach().contiguous();
   }
@@ -175,9 +186,9 @@ void Pipeline::backward(const PipelineAction& a) {
   alive_.erase(it);  // the graph and the activations go when this backward is done
   Transfer t;
   torch::Tensor grad, grad_stats;  // dL/d(output) [B, S, H] (and [2E + 1]) from the next stage; none for the loss
-  if (receives(a, P_, v, rank_, &t)) {
-    grad = take(inbox_, t);
-    if (stats_size_) grad_stats = take(stats_inbox_, t);
+  if (receives(a, P_, v, rank_, &t, v_shape_)) {  // (the V's bottom: from its own outbox)
+    grad = take(t.peer == rank_ ? outbox_ : inbox_, t);
+    if (stats_size_) grad_stats = take(t.peer == rank_ ? stats_outbox_ : stats_inbox_, t);
   }
   const double start = now_us();
   if (weight_queue_) weight_queue_->begin(a.micro, a.chunk);  // zb-h1: dW waits for W
@@ -186,7 +197,7 @@ void Pipeline::backward(const PipelineAction& a) {
   else torch::autograd::backward({f.output});
   if (weight_queue_) weight_queue_->end();
   record(TraceEvent::kBackward, a.micro, a.chunk, start);
-  if (sends(a, P_, v, rank_, &t)) {
+  if (sends(a, P_, v, rank_, &t, v_shape_)) {
     outbox_[key(t)] = f.input.grad();  // dL/d(input), for the previous stage
     if (stats_size_)  // (no auxiliary loss: nothing reached them)
       stats_outbox_[key(t)] = f.stats_in.grad().defined() ? f.stats_in.grad() : torch::zeros_like(f.stats_in);

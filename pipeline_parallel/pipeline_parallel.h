@@ -8,7 +8,7 @@
 //
 // Every rank holds only its stage's parameters, under their global names
 // ("model.layers.5..." on stage 1), and a step's m micro-batches run in the order of a
-// schedule (schedules.h: afab, 1f1b, interleaved, zb-h1). The math of one step is the
+// schedule (schedules.h: afab, 1f1b, interleaved, zb-h1, dualpipev). The math of one step is the
 // single process's: the last stage divides each micro-batch loss by m, gradients
 // accumulate over the micro-batches, and data parallelism averages them once, after
 // the last backward.
@@ -64,7 +64,8 @@ namespace picotron {
 // The plan of pp rank `stage` out of P (v chunks each): its layers, the embedding on
 // the first stage (and on the last when tied), the final norm and lm_head on the last.
 // Each record's `stage` is the pp rank that owns it. Pure.
-void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P, int v);
+// v_shape: dualpipev's V (rank r: stages r and 2P-1-r; schedules.h).
+void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P, int v, bool v_shape = false);
 // "pipeline: 2 stages, 1f1b; rank 0: embedding, layers 0-1; rank 1: layers 2-3, norm, head"
 std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, int v);
 
@@ -139,6 +140,8 @@ class Pipeline {
   Options opts_;
   torch::TensorOptions act_opts_;
   int P_, rank_;
+  bool v_shape_ = false;  // dualpipev: chunk 1 is stage 2P-1-r (schedules.h)
+  int last_rank_ = 0;     // the pp rank of the last stage (the loss): P-1, or 0 in the V
   Comm embedding_group_;  // {first, last stage} (tied embeddings only)
   bool holds_tied_embedding_ = false;  // first or last stage of a tied model, pp > 1
   std::map<std::pair<int, int>, InFlight> alive_;  // (micro, chunk)

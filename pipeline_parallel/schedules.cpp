@@ -1,6 +1,8 @@
 // pipeline_parallel/schedules.cpp — see schedules.h for the four schedules and their bubbles.
 #include "pipeline_parallel/schedules.h"
 
+#include "pipeline_parallel/dualpipev.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -15,20 +17,21 @@ const char* schedule_name(PipelineSchedule s) {
     case PipelineSchedule::k1F1B: return "1f1b";
     case PipelineSchedule::kInterleaved: return "interleaved";
     case PipelineSchedule::kZbH1: return "zb-h1";
+    case PipelineSchedule::kDualPipeV: return "dualpipev";
   }
   return "?";
 }
 
 PipelineSchedule parse_schedule(const std::string& name) {
   for (auto s : {PipelineSchedule::kAfab, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved,
-                 PipelineSchedule::kZbH1})
+                 PipelineSchedule::kZbH1, PipelineSchedule::kDualPipeV})
     if (name == schedule_name(s)) return s;
-  throw std::invalid_argument("--pp-schedule must be afab, 1f1b, interleaved or zb-h1, got '" + name + "'");
+  throw std::invalid_argument("--pp-schedule must be afab, 1f1b, interleaved, zb-h1 or dualpipev, got '" + name + "'");
 }
 
 std::string to_string(const PipelineAction& a) {
   const char* k = a.kind == PipelineAction::kForward ? "F" : a.kind == PipelineAction::kBackward ? "B" : "W";
-  return k + std::to_string(a.micro) + (a.chunk > 0 ? "." + std::to_string(a.chunk) : "");
+  return k + std::to_string(a.micro) + (a.chunk > 0 ? "." + std::to_string(a.chunk) : "") + (a.paired ? "&" : "");
 }
 
 namespace {
@@ -66,6 +69,7 @@ std::vector<A> one_forward_one_backward(const std::vector<A>& fwd, const std::ve
 }  // namespace
 
 std::vector<PipelineAction> schedule_actions(PipelineSchedule s, int P, int m, int v, int rank) {
+  if (s == PipelineSchedule::kDualPipeV) return dualpipev_actions(P, m, rank);
   if (s != PipelineSchedule::kInterleaved) v = 1;
   std::vector<A> fwd, bwd;
   if (s == PipelineSchedule::kInterleaved) {
@@ -95,6 +99,7 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule s, int P, int m, i
       // chunks, (v-1) P, before its first backward (Megatron's warm-up).
       return one_forward_one_backward(fwd, bwd, std::min(2 * (P - 1 - rank) + (v - 1) * P, m * v), 0, false);
     case PipelineSchedule::kZbH1: return one_forward_one_backward(fwd, bwd, P - 1 - rank, rank, true);
+    case PipelineSchedule::kDualPipeV: break;  // above
   }
   return {};
 }
@@ -106,12 +111,19 @@ std::string schedule_problem(PipelineSchedule s, int P, int m, int v, int64_t la
     if (m % P != 0)
       return flags + " needs --grad-acc-steps divisible by --pp (micro-batches go through the chunks in groups of P), got " +
              std::to_string(m);
+  } else if (s == PipelineSchedule::kDualPipeV) {
+    if (v != 2) return flags + " holds 2 chunks per rank (the V): leave --pp-virtual-stages out or make it 2, got " + std::to_string(v);
+    if (m < 2 * P)  // step 4's count m - 2P + 1 + r is at least 1 on every rank
+      return flags + " needs --grad-acc-steps >= 2 x --pp (the V fills with 2P micro-batches), got " + std::to_string(m);
   } else if (v != 1) {
     return "--pp-virtual-stages " + std::to_string(v) + " needs --pp-schedule interleaved, got " + schedule_name(s);
   }
   if (s == PipelineSchedule::kZbH1 && m < P)  // the deferred W's fill the cool-down only when m >= P
     return flags + " needs --grad-acc-steps >= --pp (the W passes fill the bubbles of m >= P micro-batches), got " +
            std::to_string(m);
+  if (layers < int64_t(P) * v && is_v_shape(s))
+    return "--num-hidden-layers " + std::to_string(layers) + " is fewer than 2 x --pp " + std::to_string(P) +
+           " (dualpipev: two stages per rank, every stage needs at least one layer)";
   if (layers < int64_t(P) * v)
     return "--num-hidden-layers " + std::to_string(layers) + " is fewer than --pp " + std::to_string(P) +
            " x --pp-virtual-stages " + std::to_string(v) + " (every stage needs at least one layer)";
@@ -123,18 +135,18 @@ LayerRange stage_layers(int64_t layers, int P, int v, int vs) {
   return {vs * base + std::min<int64_t>(vs, extra), base + (vs < extra ? 1 : 0)};
 }
 
-bool receives(const PipelineAction& a, int P, int v, int rank, Transfer* t) {
-  const int vs = virtual_stage(P, rank, a.chunk), last = P * v - 1;
-  if (a.kind == A::kForward && vs > 0) *t = {Transfer::kActivation, a.micro, vs - 1, (rank + P - 1) % P};
-  else if (a.kind == A::kBackward && vs < last) *t = {Transfer::kGradient, a.micro, vs + 1, (rank + 1) % P};
+bool receives(const PipelineAction& a, int P, int v, int rank, Transfer* t, bool v_shape) {
+  const int vs = virtual_stage(P, rank, a.chunk, v_shape), last = P * v - 1;
+  if (a.kind == A::kForward && vs > 0) *t = {Transfer::kActivation, a.micro, vs - 1, stage_rank(P, vs - 1, v_shape)};
+  else if (a.kind == A::kBackward && vs < last) *t = {Transfer::kGradient, a.micro, vs + 1, stage_rank(P, vs + 1, v_shape)};
   else return false;
   return true;
 }
 
-bool sends(const PipelineAction& a, int P, int v, int rank, Transfer* t) {
-  const int vs = virtual_stage(P, rank, a.chunk), last = P * v - 1;
-  if (a.kind == A::kForward && vs < last) *t = {Transfer::kActivation, a.micro, vs, (rank + 1) % P};
-  else if (a.kind == A::kBackward && vs > 0) *t = {Transfer::kGradient, a.micro, vs, (rank + P - 1) % P};
+bool sends(const PipelineAction& a, int P, int v, int rank, Transfer* t, bool v_shape) {
+  const int vs = virtual_stage(P, rank, a.chunk, v_shape), last = P * v - 1;
+  if (a.kind == A::kForward && vs < last) *t = {Transfer::kActivation, a.micro, vs, stage_rank(P, vs + 1, v_shape)};
+  else if (a.kind == A::kBackward && vs > 0) *t = {Transfer::kGradient, a.micro, vs, stage_rank(P, vs - 1, v_shape)};
   else return false;
   return true;
 }
@@ -142,18 +154,20 @@ bool sends(const PipelineAction& a, int P, int v, int rank, Transfer* t) {
 int64_t pipeline_sends_per_step(PipelineSchedule s, int P, int m, int v, int rank) {
   Transfer t;
   int64_t n = 0;
-  for (const auto& a : schedule_actions(s, P, m, v, rank)) n += sends(a, P, v, rank, &t);
+  v = schedule_chunks(s, v);
+  for (const auto& a : schedule_actions(s, P, m, v, rank)) n += sends(a, P, v, rank, &t, is_v_shape(s)) && t.peer != rank;
   return n;
 }
 
 Simulation simulate(PipelineSchedule s, int P, int m, int v) {
-  if (s != PipelineSchedule::kInterleaved) v = 1;
+  v = schedule_chunks(s, v);
   std::vector<std::vector<A>> lists(P);
   for (int r = 0; r < P; ++r) lists[r] = schedule_actions(s, P, m, v, r);
-  return simulate_lists(lists, P, m, v, s == PipelineSchedule::kZbH1);
+  return simulate_lists(lists, P, m, v, splits_backward(s), is_v_shape(s));
 }
 
-Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int m, int v, bool split) {
+Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int m, int v, bool split,
+                          bool v_shape) {
   Simulation sim;
   const auto cost = [&](const A& a) { return a.kind == A::kForward ? 1 : (a.kind == A::kBackward && !split ? 2 : 1); };
 
@@ -172,8 +186,8 @@ Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
   for (int r = 0; r < P; ++r)
     for (const auto& a : lists[r]) {
       Transfer t;
-      if (sends(a, P, v, r, &t)) sent[{r, t.peer, t.tag()}].push_back({t.micro, t.from_stage});
-      if (receives(a, P, v, r, &t)) expected[{t.peer, r, t.tag()}].push_back({t.micro, t.from_stage});
+      if (sends(a, P, v, r, &t, v_shape)) sent[{r, t.peer, t.tag()}].push_back({t.micro, t.from_stage});
+      if (receives(a, P, v, r, &t, v_shape)) expected[{t.peer, r, t.tag()}].push_back({t.micro, t.from_stage});
     }
   if (sim.problem.empty() && sent != expected) sim.problem = "the receives do not match the sends in order";
   if (!sim.problem.empty()) return sim;
@@ -190,7 +204,7 @@ Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
     for (int r = 0; r < P; ++r) {
       if (next[r] == lists[r].size()) continue;
       const A& a = lists[r][next[r]];
-      const int vs = virtual_stage(P, r, a.chunk);
+      const int vs = virtual_stage(P, r, a.chunk, v_shape);
       std::tuple<int, int, int> input{-1, 0, 0};  // what must exist before it runs
       if (a.kind == A::kForward && vs > 0) input = {A::kForward, a.micro, vs - 1};
       if (a.kind == A::kBackward) input = vs < P * v - 1 ? std::tuple{int(A::kBackward), a.micro, vs + 1}
@@ -228,6 +242,8 @@ double bubble_formula(PipelineSchedule s, int P, int m, int v) {
   switch (s) {
     case PipelineSchedule::kInterleaved: return double(P - 1) / (double(v) * m);
     case PipelineSchedule::kZbH1: return double(P - 1) / (3.0 * m);
+    // dualpipev.h: (P-1)(F&B + B - 3W) idle with F&B = 2, B = 2, W = 1, over 2m x 3 busy
+    case PipelineSchedule::kDualPipeV: return double(P - 1) / (6.0 * m);
     default: return double(P - 1) / m;
   }
 }
@@ -236,6 +252,7 @@ std::string bubble_formula_text(PipelineSchedule s) {
   switch (s) {
     case PipelineSchedule::kInterleaved: return "(P-1)/(v m)";
     case PipelineSchedule::kZbH1: return "(P-1)/(3m)";
+    case PipelineSchedule::kDualPipeV: return "(P-1)(F&B+B-3W)/(6m) = (P-1)/(6m)";
     default: return "(P-1)/m";
   }
 }

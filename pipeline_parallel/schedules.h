@@ -29,6 +29,9 @@
 //                (weight gradient). Rank r lets up to r W's wait, and they fill the
 //                cool-down bubble. Bubble (P-1)/(3m) (the Zero Bubble paper's
 //                (P-1)(F+B-W) with F = B = W), at most P alive (as 1f1b); m >= P.
+//   dualpipev    two chunks per rank in a V (rank r: stages r and 2P-1-r), F&B pairs in
+//                the steady state, zero-bubble W's at the ends (dualpipev.h). Bubble
+//                (P-1)/(6m) in chunk units (DualPipe's (P-1)(F&B+B-3W)); m >= 2P.
 //
 // Test: build/tests/unit_tests "[schedule]"
 #pragma once
@@ -39,8 +42,16 @@
 
 namespace picotron {
 
-enum class PipelineSchedule { kAfab, k1F1B, kInterleaved, kZbH1 };
-const char* schedule_name(PipelineSchedule s);  // "afab", "1f1b", "interleaved", "zb-h1"
+enum class PipelineSchedule { kAfab, k1F1B, kInterleaved, kZbH1, kDualPipeV };
+const char* schedule_name(PipelineSchedule s);  // "afab", "1f1b", "interleaved", "zb-h1", "dualpipev"
+// DualPipeV's V: chunk 1 of rank r is stage 2P-1-r, not the round-robin P + r.
+inline bool is_v_shape(PipelineSchedule s) { return s == PipelineSchedule::kDualPipeV; }
+// Model chunks per rank: --pp-virtual-stages v for interleaved, 2 for dualpipev, else 1.
+inline int schedule_chunks(PipelineSchedule s, int v) {
+  return s == PipelineSchedule::kInterleaved ? v : s == PipelineSchedule::kDualPipeV ? 2 : 1;
+}
+// Whether backward is split into B (input gradient) and W (weight gradient).
+inline bool splits_backward(PipelineSchedule s) { return s == PipelineSchedule::kZbH1 || s == PipelineSchedule::kDualPipeV; }
 // Throws std::invalid_argument naming --pp-schedule and the choices.
 PipelineSchedule parse_schedule(const std::string& name);
 
@@ -49,9 +60,10 @@ struct PipelineAction {
                                                     // input grads only when W's follow
   int micro = 0;  // micro-batch 0..m-1
   int chunk = 0;  // model chunk 0..v-1 on this rank
+  bool paired = false;  // dualpipev: an F whose slot it shares with the B that follows (F&B)
   bool operator==(const PipelineAction& o) const { return kind == o.kind && micro == o.micro && chunk == o.chunk; }
 };
-std::string to_string(const PipelineAction& a);  // "F3", "B0.1" (chunk 1), "W2"
+std::string to_string(const PipelineAction& a);  // "F3", "B0.1" (chunk 1), "W2", "F3&" (paired)
 
 // This rank's actions for one optimizer step, in order. P pipeline ranks, m micro-
 // batches, v chunks per rank (1 unless interleaved), rank 0..P-1.
@@ -61,7 +73,12 @@ std::vector<PipelineAction> schedule_actions(PipelineSchedule s, int P, int m, i
 std::string schedule_problem(PipelineSchedule s, int P, int m, int v, int64_t layers);
 
 // ---- the pipeline's geometry ---------------------------------------------------------
-inline int virtual_stage(int P, int rank, int chunk) { return chunk * P + rank; }
+// Round-robin (v_shape false): chunk c of rank r is virtual stage c P + r. The V
+// (dualpipev, v = 2): chunk 0 is stage r, chunk 1 stage 2P-1-r.
+inline int virtual_stage(int P, int rank, int chunk, bool v_shape = false) {
+  return v_shape && chunk == 1 ? 2 * P - 1 - rank : chunk * P + rank;
+}
+inline int stage_rank(int P, int vs, bool v_shape = false) { return v_shape && vs >= P ? 2 * P - 1 - vs : vs % P; }
 // Layers [first, first + count) of virtual stage vs out of P*v (even split, the first
 // L % (P*v) stages one layer longer).
 struct LayerRange {
@@ -74,7 +91,8 @@ LayerRange stage_layers(int64_t layers, int P, int v, int vs);
 // gradients backward (B of vs < P*v-1 receives, vs > 0 sends). `peer` is a pp group
 // rank. `tag` keeps activations and gradients between the same two ranks apart (with
 // P = 2 and interleaving both travel each way), so messages of one tag arrive in
-// posting order.
+// posting order. In the V, stage P-1 -> P stays on rank P-1: peer == rank, no message
+// (the executor hands the tensor from its outbox to itself).
 struct Transfer {
   enum Kind { kActivation = 0, kGradient = 1 } kind;
   int micro = 0;
@@ -82,11 +100,12 @@ struct Transfer {
   int peer = 0;        // the other rank
   int tag() const { return int(kind); }
 };
-bool receives(const PipelineAction& a, int P, int v, int rank, Transfer* t);
-bool sends(const PipelineAction& a, int P, int v, int rank, Transfer* t);
+bool receives(const PipelineAction& a, int P, int v, int rank, Transfer* t, bool v_shape = false);
+bool sends(const PipelineAction& a, int P, int v, int rank, Transfer* t, bool v_shape = false);
 
 // Tensors this rank sends per step: every F not on the last virtual stage and every B
-// not on the first sends one [B, S, H] tensor. Whole pipeline: 2 (P v - 1) m tensors.
+// not on the first sends one [B, S, H] tensor. Whole pipeline: 2 (P v - 1) m tensors;
+// dualpipev: 2 (2P - 2) m (the V's bottom sends nothing).
 int64_t pipeline_sends_per_step(PipelineSchedule s, int P, int m, int v, int rank);
 
 // ---- simulation: all ranks at once, in unit time -------------------------------------
@@ -103,7 +122,8 @@ struct Simulation {
 };
 Simulation simulate(PipelineSchedule s, int P, int m, int v);
 // The same for any lists (one per rank; `split`: backward is B + W), e.g. a broken one.
-Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int m, int v, bool split);
+Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists, int P, int m, int v, bool split,
+                          bool v_shape = false);
 
 // The bubble formula of the schedule: idle / busy per rank.
 double bubble_formula(PipelineSchedule s, int P, int m, int v);

@@ -280,8 +280,12 @@ const std::vector<Flag>& flag_table() {
     t.push_back(integer("tp", "Parallelism", "tensor-parallel size", of(&TrainConfig::tp), {">=", 1, double(k << 16)}));
     t.push_back(integer("ep", "Parallelism", "expert-parallel size: a mixture of experts' experts split over this many ranks of the data-parallel group (divides --dp; expert_parallel/)", of(&TrainConfig::ep), {">=", 1, double(k << 16)}));
     t.push_back(integer("pp", "Parallelism", "pipeline-parallel size", of(&TrainConfig::pp), {">=", 1, double(k << 16)}));
-    Flag schedule = text("pp-schedule", "Parallelism", "pipeline schedule: afab | 1f1b | interleaved | zb-h1", of(&TrainConfig::pp_schedule));
-    schedule.set = [](RunConfig& c, const std::string& name) { c.pp_schedule = schedule_name(parse_schedule(name)); };
+    Flag schedule = text("pp-schedule", "Parallelism", "pipeline schedule: afab | 1f1b | interleaved | zb-h1 | dualpipev (two chunks per rank in a V: --pp-virtual-stages becomes 2)", of(&TrainConfig::pp_schedule));
+    schedule.set = [](RunConfig& c, const std::string& name) {
+      const PipelineSchedule s = parse_schedule(name);
+      c.pp_schedule = schedule_name(s);
+      if (is_v_shape(s)) c.pp_virtual_stages = 2;  // the V: chunks r and 2P-1-r
+    };
     t.push_back(schedule);
     t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
     t.push_back(text("pp-trace", "Learning", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));

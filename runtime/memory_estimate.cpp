@@ -30,7 +30,8 @@ std::string n(double v) { return with_commas(int64_t(v)); }
 // The layers of pipeline chunk `chunk` of this rank (all of them without pp).
 int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
   if (c.pp == 1) return c.llama.num_hidden_layers;
-  return stage_layers(c.llama.num_hidden_layers, c.pp, c.pp_virtual_stages, virtual_stage(c.pp, rank, chunk)).count;
+  const bool vee = is_v_shape(parse_schedule(c.pp_schedule));  // dualpipev: chunk 1 is stage 2P-1-r
+  return stage_layers(c.llama.num_hidden_layers, c.pp, c.pp_virtual_stages, virtual_stage(c.pp, rank, chunk, vee)).count;
 }
 
 }  // namespace
@@ -100,9 +101,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const double head = t.head + t.head_fixed / T;  // per token, the fused loss's dW spread over the micro-batch
   const int P_ = c.pp, v = c.pp_virtual_stages;
   const int last_vs = P_ * v - 1;
+  const bool vee = is_v_shape(parse_schedule(c.pp_schedule));  // dualpipev: two chunks' activations
   // Bytes per token that micro-batch activations of chunk `k` hold.
   auto chunk_bytes = [&](int chunk) {
-    const int vs = virtual_stage(P_, here.pp, chunk);
+    const int vs = virtual_stage(P_, here.pp, chunk, vee);
     double b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
     if (vs == last_vs) b += head;
     if (vs == 0) b += 8;                  // int64 token ids
@@ -158,7 +160,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   // ---- the backward's peak: the loss's gradient, or the last layer's MLP ----
   // (the fused loss: its forward's chunk loop, memory_per_token.h; its backward only scales dh and dW)
   const Recompute mode = parse_recompute(c.recompute);
-  const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk) == last_vs;
+  const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk, vee) == last_vs;
   const FusedPieces fused = fused_pieces(c);
   const double at_loss = newest_has_head ? 2 * V * a : 0;  // d(log-softmax) and d(logits), [T, V/tp] each
   double at_mlp = H * e + 2 * I * e;                 // d(output), and dgated, dsilu, dup - gated

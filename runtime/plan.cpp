@@ -28,24 +28,26 @@ struct Schedule {
 };
 std::vector<Schedule> schedules_for(int pp) {
   if (pp == 1) return {{"1f1b", 1}};
-  return {{"afab", 1}, {"1f1b", 1}, {"interleaved", 2}, {"interleaved", 4}, {"zb-h1", 1}};
+  return {{"afab", 1}, {"1f1b", 1}, {"interleaved", 2}, {"interleaved", 4}, {"zb-h1", 1}, {"dualpipev", 2}};
 }
 
 // Micro-batches per step that reach `rows` sequences with B per micro-batch on dp ranks:
-// the smallest not below, then what the schedule needs (interleaved m % P == 0, zb-h1 m >= P).
+// the smallest not below, then what the schedule needs (interleaved m % P == 0, zb-h1 m >= P,
+// dualpipev m >= 2P).
 int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedule, int pp) {
   int64_t m = std::max<int64_t>(1, (rows + B * dp - 1) / (B * dp));
   if (schedule == "interleaved") m = (m + pp - 1) / pp * pp;
   if (schedule == "zb-h1") m = std::max<int64_t>(m, pp);
+  if (schedule == "dualpipev") m = std::max<int64_t>(m, 2 * int64_t(pp));
   return m;
 }
 
-// Shard plans by (tp, pp, v, ep, stage): every layout with those sizes holds the same shares.
+// Shard plans by (tp, pp, v, the V or not, ep, stage): every layout with those holds the same shares.
 class PlanCache {
  public:
   explicit PlanCache(const ShardPlanFor& shard_plan_for) : shard_plan_for_(shard_plan_for) {}
   const ShardPlan& at(const RunConfig& c, int stage) {
-    const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.ep, stage);
+    const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.pp_schedule == "dualpipev", c.ep, stage);
     auto it = plans_.find(key);
     if (it == plans_.end()) it = plans_.emplace(key, shard_plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
     return it->second;
@@ -53,7 +55,7 @@ class PlanCache {
 
  private:
   const ShardPlanFor& shard_plan_for_;
-  std::map<std::tuple<int, int, int, int, int>, ShardPlan> plans_;
+  std::map<std::tuple<int, int, int, bool, int, int>, ShardPlan> plans_;
 };
 
 // Same layout but for the micro-batch, --sp (whose saving the estimate does not model), the

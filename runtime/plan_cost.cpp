@@ -84,7 +84,7 @@ double pipeline_imbalance(const TrainConfig& c) {
   for (int r = 0; r < c.pp; ++r) {
     double work = 0;
     for (int chunk = 0; chunk < c.pp_virtual_stages; ++chunk) {
-      const int vs = virtual_stage(c.pp, r, chunk);
+      const int vs = virtual_stage(c.pp, r, chunk, is_v_shape(parse_schedule(c.pp_schedule)));
       work += double(stage_layers(m.num_hidden_layers, c.pp, c.pp_virtual_stages, vs).count) * layer +
               (vs == last ? head : 0);
     }

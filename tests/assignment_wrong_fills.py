@@ -3,9 +3,10 @@
 (ctest -L assignments_build; slow: it builds a course copy, about 6 minutes on 2 cores).
 
 scripts/assignment make all, then solve (the reference back), then a deliberately wrong
-line in nine tasks, each a mistake a student makes: the average forgotten, f without its
+line in ten tasks, each a mistake a student makes: the average forgotten, f without its
 all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in the
-gathered (rank) order instead of put back, one warm-up forward short, the
+gathered (rank) order instead of put back, one warm-up forward short, DualPipeV's waiting
+W's run newest first (a stack, not a queue), the
 recomputed inputs cut from the graph, the balancing statistics' gradient not summed over
 cp, eps outside the square root. Grading the copy must
 fail each of those tasks with a number that differs (not "not implemented"), and pass
@@ -40,6 +41,9 @@ WRONG = {
     "pp.one_f_one_b": ("pipeline_parallel/schedules.cpp",
                        "for (; f < size_t(warmup) && f < fwd.size(); ++f)",
                        "for (; f + 1 < size_t(warmup) && f < fwd.size(); ++f)"),
+    "pp.dualpipev": ("pipeline_parallel/dualpipev.cpp",
+                     "out.push_back(waiting.front());\n    waiting.pop_front();",
+                     "out.push_back(waiting.back());\n    waiting.pop_back();"),
     "memory.recompute_layer": ("picotron/recompute.cpp",
                                "leaves.push_back(saved.detach().requires_grad_(saved.requires_grad()));",
                                "leaves.push_back(saved.detach());"),

@@ -28,6 +28,7 @@ picotron_task(tp.vocab_parallel_cross_entropy POINTS 15 DOC tensor_parallel TEST
 picotron_task(tp.sequence_parallel POINTS 10 DOC tensor_parallel TESTS equivalence.tp2_sp equivalence.tp4_sp equivalence.tp2_sp_untied cli.mpi_comm_report_tp2_sp)
 picotron_task(pp.one_f_one_b POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_1f1b_acc4 equivalence.pp4_1f1b_acc8 UNIT "1f1b: warm-up*" "every schedule: inputs exist*" "zb-h1: rank r lets*")
 picotron_task(pp.send_recv POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_afab_acc4 equivalence.pp4_1f1b_acc4 cli.mpi_comm_report_pp2)
+picotron_task(pp.dualpipev POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_dualpipev_acc4 equivalence.pp4_dualpipev_acc8 UNIT "dualpipev: the eight steps*" "dualpipev: every F before*" "dualpipev: dependencies across*")
 picotron_task(pp.p2p_program POINTS 10 DOC pipeline_parallel TESTS equivalence.pp2_1f1b_acc4 equivalence.pp2_interleaved_acc4 UNIT "1f1b's program pairs*" "every schedule's program runs*")
 picotron_task(cp.lse_merge POINTS 10 DOC context_parallel TESTS context_parallel.ring_2 equivalence.cp2_zigzag equivalence.cp4_contiguous)
 picotron_task(cp.ring_step POINTS 10 DOC context_parallel TESTS context_parallel.ring_4 equivalence.cp2_zigzag equivalence.cp4_zigzag cli.mpi_comm_report_cp2)

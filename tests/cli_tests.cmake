@@ -62,12 +62,18 @@ picotron_mpi_cli_test(cli.mpi_cp_seq_len 4 "\\[rank 3\\] error: --seq-len 30 is 
 picotron_mpi_cli_test(cli.mpi_pp_interleaved_acc 2
   "\\[rank 1\\] error: --pp 2 --pp-schedule interleaved needs --grad-acc-steps divisible by --pp" ${TRAIN} --pp 2
   --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 3)
+picotron_mpi_cli_test(cli.mpi_pp_dualpipev_few_micro_batches 2
+  "\\[rank 1\\] error: --pp 2 --pp-schedule dualpipev needs --grad-acc-steps >= 2 x --pp" ${TRAIN} --pp 2
+  --pp-schedule dualpipev --grad-acc-steps 3)
+picotron_mpi_cli_test(cli.mpi_pp_dualpipev_few_layers 2
+  "\\[rank 1\\] error: --num-hidden-layers 3 is fewer than 2 x --pp 2 \\(dualpipev" ${TRAIN} --pp 2
+  --pp-schedule dualpipev --num-hidden-layers 3 --grad-acc-steps 4)
 picotron_mpi_cli_test(cli.mpi_pp_too_few_layers 4
   "\\[rank 3\\] error: --num-hidden-layers 4 is fewer than --pp 4 x --pp-virtual-stages 2" ${TRAIN} --pp 4
   --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 4)
 picotron_mpi_cli_test(cli.mpi_pp_virtual_needs_interleaved 2
   "\\[rank 0\\] error: --pp-virtual-stages 2 needs --pp-schedule interleaved, got 1f1b" ${TRAIN} --pp 2 --pp-virtual-stages 2)
-picotron_cli_test(cli.bad_pp_schedule ${EXPECT_FAIL} "error: --pp-schedule must be afab, 1f1b, interleaved or zb-h1, got 'gpipe'" --
+picotron_cli_test(cli.bad_pp_schedule ${EXPECT_FAIL} "error: --pp-schedule must be afab, 1f1b, interleaved, zb-h1 or dualpipev, got 'gpipe'" --
   ${TRAIN} --pp-schedule gpipe)
 picotron_cli_test(cli.pp_trace_needs_pp ${EXPECT_FAIL} "error: --pp-trace needs --pp > 1" -- ${TRAIN} --pp-trace t.json)
 picotron_cli_test(cli.pp_schedule_needs_pp ${EXPECT_FAIL} "error: --pp-schedule needs --pp > 1" -- ${TRAIN} --pp-schedule afab)
@@ -176,6 +182,15 @@ add_test(NAME cli.mpi_comm_report_pp2_interleaved COMMAND ${PICOTRON_MPIRUN} -np
 set_tests_properties(cli.mpi_comm_report_pp2_interleaved PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "pp +2 +send +24 +196608 +12 +98304\npp +2 +recv +24 +196608 +12 +98304\n")
+# DualPipeV, m = 4: rank 0 sends stage 0's 4 activations and stage 3's 4 gradients and
+# receives as many; the V's bottom (stage 1 -> 2, rank 1) sends nothing to itself, and the
+# tied embedding and head are both on rank 0: no embedding all-reduce.
+add_test(NAME cli.mpi_comm_report_pp2_dualpipev COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
+  --pp-schedule dualpipev --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2
+  --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_pp2_dualpipev PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 FAIL_REGULAR_EXPRESSION "\nembed " PASS_REGULAR_EXPRESSION
+  "pp +2 +broadcast +2 +2 +1 +1\npp +2 +send +16 +131072 +8 +65536\npp +2 +recv +16 +131072 +8 +65536\n")
 # --pp-trace: one Chrome trace with every rank's F, B, W, send and recv (zb-h1, 4 ranks).
 list(JOIN PICOTRON_MPIRUN " " MPIRUN_LINE)
 add_test(NAME cli.mpi_pp_trace COMMAND sh -c "${MPIRUN_LINE} -np 4 ${TRAIN} --device cpu --pp 4 --pp-schedule zb-h1 \

@@ -112,6 +112,19 @@ picotron_equivalence(pp2_dp2_zb NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --pp-schedu
 picotron_equivalence(pp2_tp2 NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --grad-acc-steps 4)
 picotron_equivalence(pp2_tp2_sp_interleaved NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --sp --pp-schedule interleaved
   --pp-virtual-stages 2 --grad-acc-steps 4)
+# DualPipeV (pipeline_parallel/dualpipev.h): the V puts the embedding and the head on
+# rank 0 (one tied matrix, no embedding group); m >= 2P. pp2, pp4 (8 layers: one per
+# stage), untied, x dp2, x tp2 (+sp), x ZeRO-1, and a mixture of experts (its statistics
+# go down the V and back up; 4 layers for 2 x 2 stages).
+picotron_equivalence(pp2_dualpipev_acc4 NP 2 ARGS ${PP_LAYERS} --pp 2 --pp-schedule dualpipev --grad-acc-steps 4)
+picotron_equivalence(pp4_dualpipev_acc8 NP 4 ARGS ${PP_LAYERS} --pp 4 --pp-schedule dualpipev --grad-acc-steps 8)
+picotron_equivalence(pp2_dualpipev_untied NP 2 ARGS ${PP_LAYERS} --pp 2 --pp-schedule dualpipev --grad-acc-steps 4
+  --tie-word-embeddings=false)
+picotron_equivalence(pp2_dp2_dualpipev NP 4 ARGS ${PP_LAYERS} --pp 2 --dp 2 --pp-schedule dualpipev --grad-acc-steps 4
+  --dp-bucket-mb 0.05)
+picotron_equivalence(pp2_tp2_sp_dualpipev NP 4 ARGS ${PP_LAYERS} --pp 2 --tp 2 --sp --pp-schedule dualpipev --grad-acc-steps 4)
+picotron_equivalence(zero1_dp2_pp2_dualpipev NP 4 ARGS ${PP_LAYERS} --zero 1 --dp 2 --pp 2 --pp-schedule dualpipev
+  --grad-acc-steps 4)
 
 # ZeRO-1 and ZeRO-2 (zero/). ZeRO-1: dp 2 and 4 x grad-acc 1 and 4; dp 3 with a vocabulary of 257 (the flat
 # buffer, 90,496 elements, is padded to a multiple of 3 and parameters straddle the
@@ -294,6 +307,7 @@ picotron_equivalence(moe_ep2_zero3_recompute_full NP 2 SAME_MICRO_BATCHES ${MOE}
 picotron_equivalence(moe_pp2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_zb_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule zb-h1 --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_interleaved NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule interleaved --pp-virtual-stages 2 --num-hidden-layers 4 --grad-acc-steps 2)
+picotron_equivalence(moe_pp2_dualpipev NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule dualpipev --num-hidden-layers 4 --grad-acc-steps 4)
 picotron_equivalence(moe_ep2_pp2_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_tp2_sp_acc2 NP 4 SAME_MICRO_BATCHES ${MOE} --pp 2 --tp 2 --sp --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_pp2_cp2_zero1 NP 8 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --cp 2 --zero 1 --grad-acc-steps 2)

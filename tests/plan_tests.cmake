@@ -5,10 +5,11 @@
 # alone), a GPU-poor single GPU (the optimizer offloaded; at 4096 tokens the fused loss too),
 # 70B on one GPU (what would fit), and Mixtral 8x7B on 64 GPUs (expert parallelism in the list). The unit tests check the same cases in detail: unit_tests "[plan]".
 set(PLAN_TRAIN $<TARGET_FILE:train>)
+# (TIMEOUT 240: the mixtral-8x7b search over 64 GPUs and six schedules takes about 2 minutes on one core)
 function(picotron_plan_test name regex)
   string(JOIN " " flags ${ARGN})
   add_test(NAME ${name} COMMAND sh -c "ulimit -v 6291456 && ${PLAN_TRAIN} --plan ${flags}")
-  set_tests_properties(${name} PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
+  set_tests_properties(${name} PROPERTIES LABELS cli TIMEOUT 240 ENVIRONMENT "OMP_NUM_THREADS=1"
     PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()
 picotron_plan_test(cli.plan_llama3_8b_8gpus
@@ -32,8 +33,7 @@ picotron_plan_test(cli.plan_gpu_poor_4096
 picotron_plan_test(cli.plan_mixtral_64gpus
   "\\(tp 0, cp 0, pp [0-9]+, dp [0-9]+, ep [1-9][0-9]*\\)[^\n]*\n    rule: [^\n]*EP: the experts over [248] dp ranks[^\n]*\n    mpirun -np 64 build/train --device cuda --model mixtral-8x7b [^\n]* --ep [248]"
   --model mixtral-8x7b --gpus 64)
-# 310,000 layouts (the ep sizes multiply the search): about 70 s of one core alone, more when
-# the suite runs beside it.
+# The largest search (the ep sizes multiply it): more room when the suite runs beside it.
 set_tests_properties(cli.plan_mixtral_64gpus PROPERTIES TIMEOUT 300)
 picotron_plan_test(cli.plan_nothing_fits
   "nothing fits: the least any layout needs is [0-9.]+ GB per GPU, above --gpu-memory 80\nwhat would fit .*more GPUs: --gpus [0-9]+ .*more memory: a GPU of [0-9.]+ GB.*a shorter sequence: none"
@@ -52,6 +52,15 @@ grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2.txt && ech
 set_tests_properties(cli.plan_layout_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "memory of stage 1 at its peak: [0-9,]+ B.*\n  step [0-9.]+ ms = compute [0-9.]+ \\+ communication [0-9.]+ \\(tp 0.0, cp 0.0, pp [0-9.]+, dp 0.0\\) \\+ bubble [0-9.]+ .*layout ok")
+# DualPipeV: the V's rank 0 holds the embedding, layers 0 and 3 and the head, with two
+# chunks' activations in flight; --dry-run's estimate for rank 0 is --plan-layout's stage 0.
+string(JOIN " " PLAN_LAYOUT_DPV ${PLAN_LAYOUT} --pp-schedule dualpipev)
+add_test(NAME cli.plan_layout_pp2_dualpipev COMMAND sh -c "\
+dry=$(${PLAN_TRAIN} --dry-run ${PLAN_LAYOUT_DPV} | sed -n 's/^  total at the peak .* \\([0-9,]*\\) B$/\\1/p' | head -n 1) && \
+${PLAN_MPIRUN} -np 2 ${PLAN_TRAIN} --plan-layout ${PLAN_LAYOUT_DPV} > plan_layout_pp2_dualpipev.txt && cat plan_layout_pp2_dualpipev.txt && \
+grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2_dualpipev.txt && echo \"dry-run rank 0: $dry B: layout ok\"")
+set_tests_properties(cli.plan_layout_pp2_dualpipev PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PROCESSORS 2 PASS_REGULAR_EXPRESSION "dualpipev v2, micro-batch 2 x grad-acc 4.*layout ok")
 # Context parallelism's modes (context_parallel/README.md, "Ring or all-to-all"): llama2-7b
 # (nH = nKV = 32) at 4096 tokens on two nodes of 8: the ring's 22 hops of every kv head are
 # not hidden by so short an attention, and the search picks an all-to-all mode for its cp

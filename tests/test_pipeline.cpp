@@ -109,7 +109,7 @@ TEST_CASE("schedule constraints are one line naming the flags", "[schedule]") {
   CHECK(schedule_problem(PipelineSchedule::kZbH1, 4, 3, 1, 4).find("needs --grad-acc-steps >= --pp") != std::string::npos);
   CHECK(schedule_problem(PipelineSchedule::kZbH1, 4, 4, 1, 4).empty());
   CHECK(schedule_problem(PipelineSchedule::k1F1B, 4, 1, 1, 4).empty());  // fewer micro-batches than ranks: fine
-  CHECK_THROWS_WITH(parse_schedule("gpipe"), Catch::Contains("--pp-schedule must be afab, 1f1b, interleaved or zb-h1"));
+  CHECK_THROWS_WITH(parse_schedule("gpipe"), Catch::Contains("--pp-schedule must be afab, 1f1b, interleaved, zb-h1 or dualpipev"));
 }
 
 TEST_CASE("stage split: layers as even as possible, embedding first, norm and head last", "[schedule]") {

@@ -24,7 +24,8 @@ namespace {
 ShardPlan shard_plan_for(const TrainConfig& cfg, const MeshCoords& here) {
   ShardPlan plan = replicated_plan(cfg.llama);
   if (cfg.tp > 1) shard_for_tensor_parallel(plan, cfg.llama, here.tp, cfg.tp);
-  if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages);
+  if (cfg.pp > 1) keep_pipeline_stage(plan, cfg.llama, here.pp, cfg.pp, cfg.pp_virtual_stages,
+                                      is_v_shape(parse_schedule(cfg.pp_schedule)));
   if (cfg.ep > 1) keep_local_experts(plan, cfg.llama, here.dp % cfg.ep, cfg.ep);
   return plan;
 }
@@ -137,7 +138,8 @@ TEST_CASE("plan cost: the pipeline bubble is the schedule's formula times the co
   c.pp = 4, c.micro_batch_size = 1, c.grad_acc_steps = 8;
   const Hardware hw = hardware_of(c.planner);
   for (auto [schedule, v, fraction] : {std::tuple{"afab", 1, 3.0 / 8}, {"1f1b", 1, 3.0 / 8},
-                                       {"interleaved", 2, 3.0 / 16}, {"zb-h1", 1, 3.0 / 24}}) {
+                                       {"interleaved", 2, 3.0 / 16}, {"zb-h1", 1, 3.0 / 24},
+                                       {"dualpipev", 2, 3.0 / 48}}) {  // (P-1)/(6m)
     c.pp_schedule = schedule, c.pp_virtual_stages = v;
     const StepTime t = predict_step(c, hw, 2e9);
     INFO(schedule);
