@@ -3,11 +3,11 @@
 (ctest -L assignments_build; slow: it builds a course copy, about 6 minutes on 2 cores).
 
 scripts/assignment make all, then solve (the reference back), then a deliberately wrong
-line in nine tasks, each a mistake a student makes: the average forgotten, f without its
+line in ten tasks, each a mistake a student makes: the average forgotten, f without its
 all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in the
 gathered (rank) order instead of put back, one warm-up forward short, the
 recomputed inputs cut from the graph, the balancing statistics' gradient not summed over
-cp, eps outside the square root. Grading the copy must
+cp, eps outside the square root, the fp8 amax kept local instead of max-reduced. Grading the copy must
 fail each of those tasks with a number that differs (not "not implemented"), and pass
 two tasks left right (their tests share no code with the wrong ones).
 """
@@ -28,6 +28,9 @@ WRONG = {
     "tp.f_and_g": ("tensor_parallel/tensor_parallel.cpp",
                    "return {all_reduced(grads[0], from_saved(ctx)), torch::Tensor()};",
                    "return {grads[0], torch::Tensor()};"),
+    "kernels.fp8_amax_sync": ("kernels/fp8.cpp",
+                              "group->all_reduce(amax, ReduceOp::kMax);",
+                              "(void)group;  // each rank keeps its own amax"),
     "cp.lse_merge": ("context_parallel/context_parallel.cpp",
                      "torch::maximum(lse, lb) + torch::log1p(torch::exp(-(lse - lb).abs()));",
                      "torch::log(torch::exp(lse) + torch::exp(lb));"),
