@@ -35,6 +35,7 @@
 #include "context_parallel/context_parallel.h"
 #include "data_parallel/data_parallel.h"
 #include "kernels/kernels.h"
+#include "kernels/fp8.h"
 #include "expert_parallel/expert_parallel.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
@@ -129,6 +130,12 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   if (cfg.cp > 1) {
     apply_context_parallel(model, mesh, cp_settings(cfg));  // attention: ring, all-to-all (Ulysses) or both over cp
     print0(rank, cp_summary(cp_settings(cfg), cfg.cp, cfg.seq_len));
+  }
+  if (cfg.fp8) {  // the projections' GEMMs in fp8, their scales max-reduced where the tensors are split (kernels/fp8.h)
+    std::vector<Comm*> amax_groups;
+    for (Comm* g : {&mesh.tp(), &mesh.cp()})
+      if (g->size() > 1) amax_groups.push_back(g);
+    print0(rank, fp8::apply_fp8(model, amax_groups));
   }
   // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
   // (--attention) and the loss where no technique replaced them.
@@ -225,7 +232,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
   print0(rank, model_summary(cfg));
   print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
-                   " process(es), device " + device.str() + ", " + precision_name(cfg.dtype));
+                   " process(es), device " + device.str() + ", " + precision_name(cfg.dtype) + (cfg.fp8 ? " + fp8 linears" : ""));
   print0(rank, describe_mesh(shape));
   print0(rank, plan_summary(cfg, shape, shard_plan_of));
   print0(rank, holdings_summary(cfg, shape, shard_plan_of));

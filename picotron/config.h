@@ -64,6 +64,7 @@ struct TrainConfig {
   std::string device = "auto";         // cpu | cuda | auto (cuda when a GPU is present)
   Precision dtype = Precision::kFP32;  // compute dtype; --dtype defaults to bf16 on cuda, fp32 on cpu
   bool dtype_given = false;            // whether --dtype was on the command line
+  bool fp8 = false;                    // the projections' GEMMs in fp8 (kernels/fp8.h); --dtype fp8 = bf16 + this
   bool seq_len_given = false;          // whether --seq-len was (--plan then plans for 4096, not the CPU demo's 128)
   int threads = 0;                     // CPU intra-op threads per rank (0: cores / ranks on this node)
   // --- batch and schedule ---

@@ -29,6 +29,10 @@ std::vector<std::string> validate(const RunConfig& c, int world_size) {
        "--kernels fused runs the CUDA kernels of kernels/: it needs --device cuda (on the CPU: --kernels aten)");
   need(!(c.kernels == "fused" && c.dtype_given && c.dtype == Precision::kFP64),
        "--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
+  need(!(c.fp8 && c.dtype == Precision::kFP16),
+       "--fp8 takes --dtype fp64, fp32 or bf16 (fp16's loss scaling and fp8's own scales are not combined; --dtype fp8 is bf16 + --fp8)");
+  need(!(c.fp8 && c.pp_schedule == "zb-h1"),
+       "--fp8 and --pp-schedule zb-h1 both replace the projections (zb-h1 defers their dW): use another schedule");
   need(c.attention == "sdpa" || c.kernels == "fused",
        "--attention " + c.attention + " is a kernel of kernels/: it needs --kernels fused (and --device cuda)");
   need(c.profile_first == 0 || !c.profile.empty(), "--profile-steps needs --profile DIR (where the trace goes)");

@@ -230,15 +230,17 @@ const std::vector<Flag>& flag_table() {
     t.push_back(on_off("dry-run", "Model", "print the model summary (exact parameter count), the plan and the memory estimate, and exit", of(&TrainConfig::dry_run)));
     // ---- Hardware ----
     t.push_back(choice("device", "Hardware", "cpu | cuda | auto (cuda when a GPU is present)", of(&TrainConfig::device), {"cpu", "cuda", "auto"}));
-    Flag dtype{"dtype", "Hardware", "fp32 | fp64 | bf16 | fp16 (default: bf16 on cuda, fp32 on cpu)"};
+    Flag dtype{"dtype", "Hardware", "fp32 | fp64 | bf16 | fp16 | fp8 (fp8 = bf16 with --fp8; default: bf16 on cuda, fp32 on cpu)"};
     dtype.shows_default = false;
     dtype.set = [](RunConfig& c, const std::string& name) {
+      if (name == "fp8") { c.dtype = Precision::kBF16, c.dtype_given = true, c.fp8 = true; return; }  // the shorthand
       for (Precision p : {Precision::kFP32, Precision::kFP64, Precision::kBF16, Precision::kFP16})
         if (name == precision_name(p)) { c.dtype = p, c.dtype_given = true; return; }
-      throw std::invalid_argument("--dtype must be fp32, fp64, bf16 or fp16, got '" + name + "'");
+      throw std::invalid_argument("--dtype must be fp32, fp64, bf16, fp16 or fp8, got '" + name + "'");
     };
     dtype.show = [](const RunConfig& c) { return std::string(precision_name(c.dtype)); };
     t.push_back(dtype);
+    t.push_back(on_off("fp8", "Hardware", "the projections' GEMMs (q/k/v/o, gate/up/down) take fp8 inputs with per-tensor scales (kernels/fp8.h): e4m3 weights and activations, e5m2 gradients; the rest stays in --dtype (fp64, fp32 or bf16; on the CPU the fp8 casts are emulated)", of(&TrainConfig::fp8)));
     t.push_back(integer("threads", "Hardware", "CPU intra-op threads per rank (0: cores / ranks on this node)", of(&TrainConfig::threads), {">=", 0, double(k << 12)}));
     // ---- Training ----
     Flag seq_len = integer("seq-len", "Training", "tokens per sequence (S; --plan without it: 4096)", of(&TrainConfig::seq_len), {">", 0, double(k << 24)});

@@ -69,6 +69,18 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
     t.layer = H * e;  // the layer's input only
     f << "H.e (the layer's input)";
   }
+  if (c.fp8 && mode != Recompute::kFull) {  // --fp8 (kernels/fp8.h): the projections save fp8 copies instead
+    // Each projection keeps q4(x) [in] (1 B each: q, k, v, gate, up read H; o nH/tp.Hd; down
+    // I/tp) and q4(W), its weight in 1 B per micro-batch, spread here over the T = B.S/cp
+    // tokens. Without recompute the two norms' outputs and silu(gate)*up, which only the
+    // projections kept, are no longer held: - (2H + I/tp).e.
+    const double T = double(c.micro_batch_size) * double(c.seq_len) / c.cp;
+    const double weights = (2 * nH + 2 * nKV) * Hd * H + 3 * I * H;  // this rank's q, k, v, o and gate, up, down
+    const double copies = 5 * H + nH * Hd + I + weights / T;
+    const double freed = mode == Recompute::kNone ? (2 * H + I) * e : 0;
+    t.layer += copies - freed;
+    f << " + fp8 copies (5H + (nH/tp).Hd + I/tp + W_layer/T) x 1" << (freed > 0 ? " - (2H + I/tp).e" : "");
+  }
   t.layer_formula = f.str() + " = " + n(t.layer) + " B";
   if (fused.loss) {  // final norm's x and 1/rms, dh, int64 targets; dW [V, H] per micro-batch
     t.head = 2 * H * e + a + 8, t.head_fixed = V * H * e;

@@ -22,7 +22,8 @@
 #   mode), smollm-1.7b B=4 and smollm-360m B=8 at seq 2048, bf16: picotron aten and fused against a minimal
 #   PyTorch LLaMA (eager and torch.compile) and transformers' model (tokens/s, MFU, peak
 #   memory, ratios), and a --profile of smollm-1.7b's fused steps 3-4 (OUT/profile/: the
-#   per-kernel table in the report, the Perfetto trace beside it).
+#   per-kernel table in the report, the Perfetto trace beside it); before it, --dtype fp8
+#   against bf16 at smollm-1.7b B=4 S=2048 (OUT/fp8_vs_bf16.txt: tokens/s and their ratio).
 #
 #   scripts/gpu_check.sh --out DIR [--long] [--deps DIR] [--build-dir DIR] [--budget S]
 #   scripts/gpu_check.sh --report DIR      # (re)write DIR/report.md from DIR's results
@@ -214,6 +215,19 @@ step bench_kernels 60 150 "$build/bench/bench_kernels"
 if [ $long -eq 0 ]; then
   TRAIN=$train MODELS=smollm-360m STEPS=20 MICRO_BATCHES="8 4" step kernels_e2e 90 240 "$root/bench/kernels_e2e.sh"
 else
+  # FP8 linears (kernels/fp8.h) against bf16: smollm-1.7b B=4 S=2048 on one GPU, 30 steps
+  # each; fp8_vs_bf16.txt: the median tokens/s of steps 10-30 and their ratio.
+  for d in bf16 fp8; do
+    step "speed_$d" 60 150 "$train" --device cuda --dtype "$d" --model smollm-1.7b --seq-len 2048 --micro-batch-size 4 \
+      --data synthetic --steps 30 --log-every 10 --generate 0 --metrics-file "$out/speed_$d.jsonl"
+  done
+  step fp8_vs_bf16 1 30 "$PYTHON" -c '
+import json, statistics, sys
+tps = {d: statistics.median(json.loads(l)["tokens_per_s"] for l in list(open(f"{sys.argv[1]}/speed_{d}.jsonl"))[10:])
+       for d in ("bf16", "fp8")}
+b, f = tps["bf16"], tps["fp8"]
+text = f"smollm-1.7b B=4 S=2048, one GPU: bf16 {b:.0f} tok/s, fp8 {f:.0f} tok/s, fp8/bf16 {f / b:.3f}"
+print(text); open(f"{sys.argv[1]}/fp8_vs_bf16.txt", "w").write(text + "\n")' "$out"
   TRAIN=$train DEVICE=cuda PYTHON=$PYTHON PROFILE=$out/profile CASES="smollm-1.7b:4 smollm-360m:8" \
     step vs_pytorch 120 480 "$root/bench/vs_pytorch.sh"
 fi

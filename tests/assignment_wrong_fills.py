@@ -8,7 +8,7 @@ all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in
 gathered (rank) order instead of put back, one warm-up forward short, DualPipeV's waiting
 W's run newest first (a stack, not a queue), the
 recomputed inputs cut from the graph, the balancing statistics' gradient not summed over
-cp, eps outside the square root. Grading the copy must
+cp, eps outside the square root, the fp8 amax kept local instead of max-reduced. Grading the copy must
 fail each of those tasks with a number that differs (not "not implemented"), and pass
 two tasks left right (their tests share no code with the wrong ones).
 """
@@ -29,6 +29,9 @@ WRONG = {
     "tp.f_and_g": ("tensor_parallel/tensor_parallel.cpp",
                    "return {all_reduced(grads[0], from_saved(ctx)), torch::Tensor()};",
                    "return {grads[0], torch::Tensor()};"),
+    "kernels.fp8_amax_sync": ("kernels/fp8.cpp",
+                              "group->all_reduce(amax, ReduceOp::kMax);",
+                              "(void)group;  // each rank keeps its own amax"),
     "cp.lse_merge": ("context_parallel/context_parallel.cpp",
                      "torch::maximum(lse, lb) + torch::log1p(torch::exp(-(lse - lb).abs()));",
                      "torch::log(torch::exp(lse) + torch::exp(lb));"),

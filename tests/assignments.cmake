@@ -41,3 +41,5 @@ picotron_task(moe.balancing_loss POINTS 10 DOC expert_parallel TESTS equivalence
 picotron_task(memory.recompute_layer POINTS 10 DOC memory TESTS recompute.full_1rank recompute.full_dp2 recompute.selective_1rank equivalence.recompute_full_dp2)
 picotron_task(data.bpe_merge POINTS 5 DOC data TESTS data.tokenizer_vs_library data.text_end_to_end UNIT "tokenizer: BPE merges*")
 picotron_task(kernels.rmsnorm_forward POINTS 5 DOC kernels UNIT "kernels: RMSNorm reference*" "kernels: a model with --kernels fused*")
+picotron_task(kernels.fp8_scale POINTS 5 DOC kernels UNIT "fp8 scale*" "fp8 quantize*" "fp8 linear:*")
+picotron_task(kernels.fp8_amax_sync POINTS 10 DOC kernels TESTS equivalence.fp8_tp2 equivalence.fp8_tp2_sp equivalence.fp8_cp2)

@@ -370,3 +370,17 @@ picotron_equivalence(val_dp2_pp2 NP 4 ARGS --dp 2 --pp 2 --grad-acc-steps 2 ${VA
 picotron_equivalence(val_tp2_cp2_sp NP 4 ARGS --tp 2 --cp 2 --sp ${VAL_FLAGS})
 picotron_equivalence(val_zero3_dp2_recompute NP 2 ARGS --dp 2 --zero 3 --recompute full ${VAL_FLAGS})
 picotron_equivalence(val_pp2_interleaved NP 2 ARGS --num-hidden-layers 4 --pp 2 --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 2 ${VAL_FLAGS})
+
+# FP8 linears (kernels/fp8.h): fp64 compute with the fp8 casts emulated, so a layout's run
+# equals the fp8 single process to fp64 rounding: the scales are the same numbers on
+# every mesh only because each amax is max-reduced over the ranks holding the tensor's
+# pieces (tp: sharded W, x of o/down, dY of q/k/v/gate/up; cp: every x and dY). Dynamic
+# scaling scales each micro-batch by itself, so the reference runs the same micro-batches
+# (SAME_MICRO_BATCHES), not one big one. A rounding flip (a value within 1e-16 of an fp8
+# rounding boundary) would show as a jump; none happens in these runs at 1e-9.
+picotron_equivalence(fp8_dp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --dp 2 --grad-acc-steps 2)
+picotron_equivalence(fp8_tp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --tp 2)
+picotron_equivalence(fp8_tp2_sp NP 2 SAME_MICRO_BATCHES ARGS --fp8 --tp 2 --sp)
+picotron_equivalence(fp8_cp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --cp 2)
+picotron_equivalence(fp8_zero3_dp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --zero 3 --dp 2)
+picotron_equivalence(fp8_pp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --pp 2 --grad-acc-steps 2)

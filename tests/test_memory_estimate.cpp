@@ -90,3 +90,21 @@ TEST_CASE("memory_estimate: --kernels auto counts what train.cpp runs", "[memory
   c.device = "cuda", c.dtype = Precision::kFP64;
   CHECK_FALSE(fused_pieces(c).on);
 }
+
+TEST_CASE("memory_estimate: --fp8 per token: fp8 copies saved, the bf16 inputs the projections held freed",
+          "[memory_estimate][fp8]") {
+  // smollm-1.7b: H 2048, I 8192, nH 32 (nKV 32), Hd 64; bf16 e = 2; B 4, S 2048 -> T 8192.
+  const double H = 2048, I = 8192, e = 2, a = 4, T = 4 * 2048;
+  TrainConfig c = smollm_1_7b("aten");
+  const PerToken bf16 = per_token(c, e, a);
+  c.fp8 = true;
+  const PerToken fp8 = per_token(c, e, a);
+  const double weights = 4 * H * H + 3 * I * H;  // q, k, v, o (nKV = nH) and gate, up, down
+  CHECK(fp8.layer - bf16.layer == Approx(5 * H + H + I + weights / T - (2 * H + I) * e));
+  CHECK(fp8.layer_formula.find("fp8 copies") != std::string::npos);
+  // Full recompute keeps only the layer's input: fp8 changes nothing there.
+  c.recompute = "full";
+  TrainConfig plain = c;
+  plain.fp8 = false;
+  CHECK(per_token(c, e, a).layer == per_token(plain, e, a).layer);
+}
