@@ -42,13 +42,14 @@ class TensorPrinter:
         except (gdb.MemoryError, gdb.error):
             return "<not built: TensorImpl pointer 0x%x, unreadable>" % impl
         # A live TensorImpl starts with its class's vtable pointer: ask gdb's symbol table
-        # what that word points at ("vtable for c10::TensorImpl + 16 in section ..."),
-        # without running anything in the program. Stack garbage points elsewhere.
+        # what that word points at ("vtable for c10::TensorImpl + 16 in section ..."; a
+        # subclass: at::SparseTensorImpl, at::FunctionalTensorWrapper, ...), without running
+        # anything in the program. Stack garbage, or another object, points elsewhere.
         try:
             where = gdb.execute("info symbol 0x%x" % vptr, to_string=True)
         except gdb.error:
             where = ""
-        if not where.startswith("vtable for"):
+        if not (where.startswith("vtable for") and ("TensorImpl" in where or "TensorWrapper" in where)):
             return "<not built: TensorImpl pointer 0x%x>" % impl
         try:
             text = gdb.parse_and_eval("(const char*)picotron_tensor_impl_text((const void*)%d)" % impl)

@@ -12,7 +12,7 @@ each session on the debug build and keeps, from gdb's output, the lines a reader
     #N  picotron::... at file.cpp:LINE                 backtrace frames
     LINE<tab>source                                    where `next` stopped
 
-(pointers become `...`: they differ from run to run; the values do not: same seed, one
+(pointers and references' addresses become `...`: they differ from run to run; the values do not: same seed, one
 thread). Without --rewrite the block must equal those lines, or the test fails naming the
 first line that drifted; --rewrite writes them into the file instead.
 Needs build-debug/train (scripts/build.sh --debug --target train): SKIPPED without it.
@@ -29,6 +29,7 @@ KEEP = re.compile(r'^(Thread \d+ "[^"]*" hit Breakpoint|\$\d+ = |Value returned 
 
 def normalise(line):
     line = re.sub(r'=0x[0-9a-f]+', '=...', line)             # this=0x55d4... -> this=...
+    line = re.sub(r'@0x[0-9a-f]+', '@...', line)             # a reference: (T &) @0x55d4...
     line = re.sub(r'^(#\d+ +)0x[0-9a-f]+ in', r'\g<1>0x... in', line)
     return line.rstrip()
 

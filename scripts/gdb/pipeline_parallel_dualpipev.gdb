@@ -6,5 +6,5 @@
 #   print rank_, last_rank_, v_shape_    the V: the loss is on last_rank_ = 0
 #   print outbox_      on the V's bottom (rank P-1): stage P-1's output waits here for its own F of chunk 1
 #   bt                 the step of the program it belongs to (Pipeline::run_step)
-# Run: scripts/debug.sh -np 2 --stop pipeline_parallel_dualpipev -- --pp 2 --pp-schedule dualpipev --grad-acc-steps 4 --steps 1
+# Walkthrough: docs/stepping.md.
 break Pipeline::forward
