@@ -25,9 +25,9 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-std::runtime_error data_error(const std::string& what) { return std::runtime_error("--data " + what); }
-
 }  // namespace
+
+std::runtime_error data_error(const std::string& what) { return std::runtime_error("--data " + what); }
 
 torch::Tensor window_starts(uint64_t seed, int64_t step, int64_t tokens, int64_t row_len, int64_t global_rows) {
   auto gen = at::detail::createCPUGenerator(mix(seed, uint64_t(step)));

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -121,6 +122,9 @@ class SyntheticSource : public TokenSource {
  private:
   int64_t vocab_size_;
 };
+
+// "--data " + what: the one line every problem with --data throws (data.cpp, data_mapped.cpp).
+std::runtime_error data_error(const std::string& what);
 
 // Open --data. Throws std::runtime_error with one line naming the file and the problem
 // (missing, empty, truncated, token >= vocab, fewer than seq_len + 1 tokens).

@@ -23,8 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::runtime_error data_error(const std::string& what) { return std::runtime_error("--data " + what); }
-
 // A file shortened while it is mapped: reading a page past its new end raises SIGBUS,
 // which would end the rank with no word. rows() checks the files' sizes before every
 // batch (one line naming the file, on every rank that reads it); for the instant between

@@ -42,6 +42,8 @@ int64_t available_memory_bytes();
 
 // 1234567 -> "1,234,567"
 std::string with_commas(int64_t n);
+// {2, 3} -> "[2, 3]"
+std::string shape_text(const std::vector<int64_t>& shape);
 // 1536 -> "1.50 KiB"
 std::string human_bytes(double bytes);
 // 1.234 -> "1.23 s"

@@ -18,8 +18,6 @@ using checkpoint_format::hex;
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10::IntArrayRef(shape)); }
-
 // What the manifest says one file holds: key -> (dtype, [flat_length], checksum).
 struct Expected {
   std::string dtype;

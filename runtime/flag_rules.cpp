@@ -11,15 +11,6 @@
 #include "pipeline_parallel/schedules.h"
 
 namespace picotron {
-namespace {
-template <typename T>
-std::string str(const T& v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-}  // namespace
-
 std::vector<std::string> validate(const RunConfig& c, int world_size) {
   std::vector<std::string> errors = flag_problems(c);  // each flag's own value (flags.cpp)
   auto need = [&](bool ok, const std::string& msg) { if (!ok) errors.push_back(msg); };
@@ -40,7 +31,7 @@ std::vector<std::string> validate(const RunConfig& c, int world_size) {
   const bool wait_rank = !w.empty() && w.size() < 9 && w.find_first_not_of("0123456789") == std::string::npos;
   need(w == "none" || w == "all" || wait_rank, "--wait-for-debugger takes none, all or a rank number, got '" + w + "'");
   need(!wait_rank || std::stoi(w) < world_size,
-       "--wait-for-debugger " + w + ": there is no such rank (" + str(world_size) + " rank(s))");
+       "--wait-for-debugger " + w + ": there is no such rank (" + value_text(world_size) + " rank(s))");
   // Products of the (bounded) sizes: rows and tokens of a step.
   if (c.micro_batch_size > 0 && c.grad_acc_steps > 0 && c.dp > 0 && c.seq_len > 0) {
     int64_t rows = 0, tokens = 0;
@@ -49,7 +40,7 @@ std::vector<std::string> validate(const RunConfig& c, int world_size) {
                           __builtin_mul_overflow(rows, c.seq_len, &tokens);
     need(!overflow && tokens <= int64_t(1) << 40,
          "--micro-batch-size x --grad-acc-steps x --dp x --seq-len = the tokens of a step must be <= 2^40 (got " +
-             (overflow ? std::string("more than 2^63") : str(tokens)) + ")");
+             (overflow ? std::string("more than 2^63") : value_text(tokens)) + ")");
   }
   need(c.eval_logits.empty() || !c.eval.empty(), "--eval-logits needs --eval");
   need(c.prompt.empty() || !c.tokenizer.empty(), "--prompt needs --tokenizer (the text becomes token ids through it; or give --prompt-ids)");
@@ -59,55 +50,55 @@ std::vector<std::string> validate(const RunConfig& c, int world_size) {
   need(c.val_data.empty() || (c.val_data != "synthetic" && c.val_data != "arithmetic"),
        "--val-data must be held-out tokens (a token file, a directory of them, or a text file), got '" + c.val_data + "'");
   for (int64_t id : c.prompt_ids)
-    need(id < m.vocab_size, "--prompt-ids: token " + str(id) + " is not below --vocab-size " + str(m.vocab_size));
-  need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + str(c.save_every) + " needs --save-dir");
+    need(id < m.vocab_size, "--prompt-ids: token " + value_text(id) + " is not below --vocab-size " + value_text(m.vocab_size));
+  need(c.save_every == 0 || !c.save_dir.empty(), "--save-every " + value_text(c.save_every) + " needs --save-dir");
   need(!c.async_save || !c.save_dir.empty(), "--async-save needs --save-dir (it writes the checkpoints there in the background)");
   if (m.hidden_size > 0 && m.num_attention_heads > 0) {
     need(m.hidden_size % m.num_attention_heads == 0,
-         "--hidden-size " + str(m.hidden_size) + " is not divisible by --num-attention-heads " + str(m.num_attention_heads));
+         "--hidden-size " + value_text(m.hidden_size) + " is not divisible by --num-attention-heads " + value_text(m.num_attention_heads));
     need(m.head_dim() % 2 == 0 || m.hidden_size % m.num_attention_heads != 0,
-         "--hidden-size " + str(m.hidden_size) + " / --num-attention-heads " + str(m.num_attention_heads) +
-             " = head dim " + str(m.head_dim()) + ", which must be even for RoPE");
+         "--hidden-size " + value_text(m.hidden_size) + " / --num-attention-heads " + value_text(m.num_attention_heads) +
+             " = head dim " + value_text(m.head_dim()) + ", which must be even for RoPE");
   }
   if (m.num_attention_heads > 0 && m.num_key_value_heads > 0)
     need(m.num_attention_heads % m.num_key_value_heads == 0,
-         "--num-attention-heads " + str(m.num_attention_heads) + " is not divisible by --num-key-value-heads " +
-             str(m.num_key_value_heads));
+         "--num-attention-heads " + value_text(m.num_attention_heads) + " is not divisible by --num-key-value-heads " +
+             value_text(m.num_key_value_heads));
   need(c.warmup_steps < c.steps || c.steps <= 0,
-       "--warmup-steps " + str(c.warmup_steps) + " must be smaller than --steps " + str(c.steps));
+       "--warmup-steps " + value_text(c.warmup_steps) + " must be smaller than --steps " + value_text(c.steps));
   need(c.seq_len <= m.max_position_embeddings,
-       "--seq-len " + str(c.seq_len) + " exceeds --max-position-embeddings " + str(m.max_position_embeddings));
+       "--seq-len " + value_text(c.seq_len) + " exceeds --max-position-embeddings " + value_text(m.max_position_embeddings));
   if (c.dp >= 1 && c.tp >= 1 && c.pp >= 1 && c.cp >= 1) {
     const int64_t product = int64_t(c.dp) * c.pp * c.cp * c.tp;
     // One process per rank: say the launch line that gives this layout its processes.
-    need(product == world_size, "--dp " + str(c.dp) + " x --pp " + str(c.pp) + " x --cp " + str(c.cp) + " x --tp " +
-                                    str(c.tp) + " = " + str(product) + " ranks, but the job has " + str(world_size) +
-                                    " processes: launch it as mpirun -np " + str(product) + " build/train ... (with --oversubscribe where the "
+    need(product == world_size, "--dp " + value_text(c.dp) + " x --pp " + value_text(c.pp) + " x --cp " + value_text(c.cp) + " x --tp " +
+                                    value_text(c.tp) + " = " + value_text(product) + " ranks, but the job has " + value_text(world_size) +
+                                    " processes: launch it as mpirun -np " + value_text(product) + " build/train ... (with --oversubscribe where the "
                                     "machine has fewer cores than ranks)");
   }
   if (c.tp > 1) {  // every rank holds whole heads, whole MLP columns, whole vocabulary rows
     for (auto [flag, v] : {std::pair{"--num-attention-heads", m.num_attention_heads},
                            {"--intermediate-size", m.intermediate_size}, {"--vocab-size", m.vocab_size}})
-      need(v % c.tp == 0, std::string(flag) + " " + str(v) + " is not divisible by --tp " + str(c.tp));
+      need(v % c.tp == 0, std::string(flag) + " " + value_text(v) + " is not divisible by --tp " + value_text(c.tp));
     need(m.num_key_value_heads % c.tp == 0,
-         "--num-key-value-heads " + str(m.num_key_value_heads) + " is not divisible by --tp " + str(c.tp) +
+         "--num-key-value-heads " + value_text(m.num_key_value_heads) + " is not divisible by --tp " + value_text(c.tp) +
              " (grouped-query attention: every tp rank needs whole key/value heads; use --tp <= " +
-             str(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
+             value_text(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
   }
   if (m.is_moe()) {  // a mixture of experts (picotron/moe.h)
-    need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + str(m.num_experts_per_tok) +
-                                                           " exceeds --num-local-experts " + str(m.num_local_experts));
+    need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + value_text(m.num_experts_per_tok) +
+                                                           " exceeds --num-local-experts " + value_text(m.num_local_experts));
   }
   if (c.ep > 1) {  // expert parallelism (expert_parallel/)
-    need(m.is_moe(), "--ep " + str(c.ep) + " needs a mixture of experts (--num-local-experts > 0, e.g. --model tiny-moe)");
-    need(c.dp % c.ep == 0, "--ep " + str(c.ep) + " does not divide --dp " + str(c.dp) +
+    need(m.is_moe(), "--ep " + value_text(c.ep) + " needs a mixture of experts (--num-local-experts > 0, e.g. --model tiny-moe)");
+    need(c.dp % c.ep == 0, "--ep " + value_text(c.ep) + " does not divide --dp " + value_text(c.dp) +
                                " (the experts are split over ranks of the data-parallel group)");
-    need(!m.is_moe() || m.num_local_experts % c.ep == 0, "--num-local-experts " + str(m.num_local_experts) +
-                                                             " is not divisible by --ep " + str(c.ep));
+    need(!m.is_moe() || m.num_local_experts % c.ep == 0, "--num-local-experts " + value_text(m.num_local_experts) +
+                                                             " is not divisible by --ep " + value_text(c.ep));
   }
   if (c.sp) {
-    need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + str(c.tp));
-    need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + str(c.seq_len) + " is not divisible by --tp " + str(c.tp) +
+    need(c.tp > 1, "--sp needs --tp > 1 (it splits the sequence over the tensor-parallel ranks), got --tp " + value_text(c.tp));
+    need(c.tp < 1 || c.seq_len % c.tp == 0, "--seq-len " + value_text(c.seq_len) + " is not divisible by --tp " + value_text(c.tp) +
                                                 " (--sp splits the sequence over tp)");
   }
   if (c.pp > 1 && c.pp_virtual_stages >= 1) {  // the schedule's own rules (pipeline_parallel/schedules.h)

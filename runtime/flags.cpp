@@ -21,19 +21,9 @@
 #include "pipeline_parallel/schedules.h"
 
 namespace picotron {
-namespace {
 
-using Problems = std::vector<std::string>;
-
-template <typename T>
-std::string str(const T& v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
-std::string str(bool v) { return v ? "true" : "false"; }
-// The shortest text that reads back as exactly v: 0.003, not 0.0030000000000000001.
-std::string str(double v) {
+std::string value_text(bool v) { return v ? "true" : "false"; }
+std::string value_text(double v) {
   for (int digits = 6;; ++digits) {
     std::ostringstream o;
     o.precision(digits);
@@ -41,6 +31,11 @@ std::string str(double v) {
     if (!std::isfinite(v) || digits >= 17 || std::strtod(o.str().c_str(), nullptr) == v) return o.str();
   }
 }
+
+namespace {
+
+using Problems = std::vector<std::string>;
+
 
 // ---- the value of one flag, read whole ----------------------------------------------
 int64_t to_integer(const std::string& flag, const std::string& text) {
@@ -112,10 +107,10 @@ template <typename T>
 std::function<void(const RunConfig&, Problems&)> bounded(const std::string& flag, Field<T> field, Bounds b) {
   return [flag, field, b](const RunConfig& c, Problems& p) {
     const T v = value_of(field, c);
-    if (!std::isfinite(double(v))) return p.push_back("--" + flag + " must be a finite number, got " + str(v));
+    if (!std::isfinite(double(v))) return p.push_back("--" + flag + " must be a finite number, got " + value_text(v));
     const bool low_ok = std::string(b.op) == ">" ? double(v) > b.low : double(v) >= b.low;
-    if (!low_ok) p.push_back("--" + flag + " must be " + b.op + " " + str(int64_t(b.low)) + b.note + ", got " + str(v));
-    if (double(v) > b.high) p.push_back("--" + flag + " must be <= " + str(int64_t(b.high)) + ", got " + str(v));
+    if (!low_ok) p.push_back("--" + flag + " must be " + b.op + " " + value_text(int64_t(b.low)) + b.note + ", got " + value_text(v));
+    if (double(v) > b.high) p.push_back("--" + flag + " must be <= " + value_text(int64_t(b.high)) + ", got " + value_text(v));
   };
 }
 constexpr double kNoLimit = 1e300;
@@ -138,14 +133,14 @@ Flag integer(std::string name, std::string group, std::string help, Field<T> fie
       field(c) = T(v);
     }
   };
-  f.show = [field](const RunConfig& c) { return str(value_of(field, c)); };
+  f.show = [field](const RunConfig& c) { return value_text(value_of(field, c)); };
   f.check = bounded<T>(name, field, b);
   return f;
 }
 Flag real(std::string name, std::string group, std::string help, Field<double> field, Bounds b) {
   Flag f{name, group, help};
   f.set = [name, field](RunConfig& c, const std::string& text) { field(c) = to_real(name, text); };
-  f.show = [field](const RunConfig& c) { return str(value_of(field, c)); };
+  f.show = [field](const RunConfig& c) { return value_text(value_of(field, c)); };
   f.check = bounded<double>(name, field, b);
   return f;
 }
@@ -168,7 +163,7 @@ Flag choice(std::string name, std::string group, std::string help, Field<std::st
 Flag on_off(std::string name, std::string group, std::string help, Field<bool> field) {
   Flag f{name, group, help, /*is_switch=*/true};
   f.set = [name, field](RunConfig& c, const std::string& t) { field(c) = to_bool(name, t); };
-  f.show = [field](const RunConfig& c) { return str(value_of(field, c)); };
+  f.show = [field](const RunConfig& c) { return value_text(value_of(field, c)); };
   return f;
 }
 Flag preset_override(Flag f) {  // a model-shape flag: its default is the preset's
@@ -255,8 +250,8 @@ const std::vector<Flag>& flag_table() {
     t.push_back(warmup);
     Flag min_lr = real("min-lr", "Training", "learning rate at the end of the cosine decay", of(&TrainConfig::min_lr), {">=", 0, kNoLimit});
     min_lr.check = [](const RunConfig& c, Problems& p) {
-      if (!std::isfinite(c.min_lr)) p.push_back("--min-lr must be a finite number, got " + str(c.min_lr));
-      else if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) p.push_back("--min-lr must be in [0, --lr " + str(c.lr) + "], got " + str(c.min_lr));
+      if (!std::isfinite(c.min_lr)) p.push_back("--min-lr must be a finite number, got " + value_text(c.min_lr));
+      else if (!(c.min_lr >= 0 && c.min_lr <= c.lr)) p.push_back("--min-lr must be in [0, --lr " + value_text(c.lr) + "], got " + value_text(c.min_lr));
     };
     t.push_back(min_lr);
     t.push_back(real("weight-decay", "Training", "AdamW weight decay (not applied to norms)", of(&TrainConfig::weight_decay), {">=", 0, kNoLimit}));
@@ -264,7 +259,7 @@ const std::vector<Flag>& flag_table() {
       Flag beta = real(name, "Training", std::string("AdamW ") + name, field, {">=", 0, kNoLimit});
       beta.check = [name = std::string(name), field](const RunConfig& c, Problems& p) {
         const double v = value_of(field, c);
-        if (!(v >= 0 && v < 1)) p.push_back("--" + name + " must be in [0, 1), got " + str(v));
+        if (!(v >= 0 && v < 1)) p.push_back("--" + name + " must be in [0, 1), got " + value_text(v));
       };
       t.push_back(beta);
     }
@@ -305,7 +300,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(on_off("sp", "Parallelism", "sequence parallelism with --tp: the activations between blocks split along the sequence", of(&TrainConfig::sp)));
     Flag zero = integer("zero", "Parallelism", "ZeRO stage over the cp x dp group: 0 (plain data parallelism) | 1 (master weights and AdamW moments sharded) | 2 (gradients too) | 3 (parameters too, gathered per layer)", of(&TrainConfig::zero), {">=", 0, 3});
     zero.check = [](const RunConfig& c, Problems& p) {
-      if (c.zero < 0 || c.zero > 3) p.push_back("--zero must be 0, 1, 2 or 3, got " + str(c.zero));
+      if (c.zero < 0 || c.zero > 3) p.push_back("--zero must be 0, 1, 2 or 3, got " + value_text(c.zero));
     };
     t.push_back(zero);
     t.push_back(on_off("zero-offload", "Parallelism", "with --zero >= 1 on --device cuda: this rank's master weights and AdamW moments live in pinned CPU memory and AdamW runs on the CPU (ZeRO-Offload)", of(&TrainConfig::zero_offload)));
@@ -332,15 +327,15 @@ const std::vector<Flag>& flag_table() {
       c.profile_last = to_integer("profile-steps", text.substr(colon + 1));
     };
     profile_steps.show = [](const RunConfig& c) {
-      return c.profile_first == 0 ? std::string("") : str(c.profile_first) + ":" + str(c.profile_last);
+      return c.profile_first == 0 ? std::string("") : value_text(c.profile_first) + ":" + value_text(c.profile_last);
     };
     profile_steps.check = [](const RunConfig& c, Problems& p) {
       if (c.profile_first == 0 && c.profile_last == 0) return;
       if (c.profile_first < 1 || c.profile_last < c.profile_first)
-        p.push_back("--profile-steps must be A:B with 1 <= A <= B, got " + str(c.profile_first) + ":" + str(c.profile_last));
+        p.push_back("--profile-steps must be A:B with 1 <= A <= B, got " + value_text(c.profile_first) + ":" + value_text(c.profile_last));
       else if (c.profile_last > c.steps)
-        p.push_back("--profile-steps " + str(c.profile_first) + ":" + str(c.profile_last) + " ends after the last step (--steps " +
-                    str(c.steps) + ")");
+        p.push_back("--profile-steps " + value_text(c.profile_first) + ":" + value_text(c.profile_last) + " ends after the last step (--steps " +
+                    value_text(c.steps) + ")");
     };
     t.push_back(profile_steps);
     t.push_back(text("save-params", "Output", "write the final full parameters to this file (safetensors, Hugging Face names)", of(&TrainConfig::save_params)));
@@ -353,7 +348,7 @@ const std::vector<Flag>& flag_table() {
     Flag stop = integer("stop-at-step", "Output", "stop after this step (0: --steps); the learning-rate schedule still runs to --steps, so a later --resume continues it", of(&TrainConfig::stop_at_step), {">=", 0, kNoLimit});
     stop.check = [](const RunConfig& c, Problems& p) {
       if (c.stop_at_step < 0 || c.stop_at_step > c.steps)
-        p.push_back("--stop-at-step must be in [0, --steps = " + str(c.steps) + "], got " + str(c.stop_at_step));
+        p.push_back("--stop-at-step must be in [0, --steps = " + value_text(c.steps) + "], got " + value_text(c.stop_at_step));
     };
     t.push_back(stop);
     t.push_back(text("export-hf", "Output", "write the final weights as a Hugging Face folder (config.json + model.safetensors) that transformers' LlamaForCausalLM (MixtralForCausalLM for a mixture of experts).from_pretrained loads", of(&TrainConfig::export_hf)));
@@ -377,7 +372,7 @@ const std::vector<Flag>& flag_table() {
     };
     prompt.show = [](const RunConfig& c) {
       std::string ids;
-      for (int64_t id : c.prompt_ids) ids += str(id) + ",";
+      for (int64_t id : c.prompt_ids) ids += value_text(id) + ",";
       return ids;
     };
     t.push_back(prompt);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,17 @@
 #include "runtime/run_config.h"
 
 namespace picotron {
+
+// A value as the messages print it: 4, true, 0.003 (a double: the shortest text that
+// reads back as exactly it, not 0.0030000000000000001).
+std::string value_text(bool v);
+std::string value_text(double v);
+template <typename T>
+std::string value_text(const T& v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 
 // Outcome of parse_args: either a config to run, or text to print and an exit code.
 struct ParsedArgs {

@@ -25,8 +25,6 @@ double MemoryEstimate::peak_bytes() const { return state_bytes() + activations.b
 
 namespace {
 
-std::string n(double v) { return with_commas(int64_t(v)); }
-
 // The layers of pipeline chunk `chunk` of this rank (all of them without pp).
 int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
   if (c.pp == 1) return c.llama.num_hidden_layers;
@@ -76,10 +74,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     P += double(experts.numel), shard += double(experts.shard);
   }
   MemoryEstimate est;
-  const std::string Pn = n(P), Sn = n(shard);
+  const std::string Pn = count_text(P), Sn = count_text(shard);
   // my slice: of cp x dp's layout, and of the experts' over their replicas
   const std::string slice = expert_numels.empty() ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
-  const std::string en = n(e), an = n(a);
+  const std::string en = count_text(e), an = count_text(a);
   if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, slice + " x e = " + Sn + " x " + en});
   else est.state.push_back({"weights", P * e, "P x e = " + Pn + " x " + en});
   if (c.zero >= 2) est.state.push_back({"gradients (my slice)", shard * a, slice + " x a = " + Sn + " x " + an});
@@ -91,10 +89,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const std::string where = c.zero_offload ? " (CPU memory, not counted)" : "";
   const double on_device = c.zero_offload ? 0.0 : 1.0;
   if (wide) est.state.push_back({"master weights", 0, "the weights are the masters"});
-  else est.state.push_back({"master weights" + where, on_device * opt * a, optn + " x a = " + n(opt) + " x " + an});
-  est.state.push_back({"AdamW moments" + where, on_device * 2 * opt * a, "2 x " + optn + " x a = 2 x " + n(opt) + " x " + an});
+  else est.state.push_back({"master weights" + where, on_device * opt * a, optn + " x a = " + count_text(opt) + " x " + an});
+  est.state.push_back({"AdamW moments" + where, on_device * 2 * opt * a, "2 x " + optn + " x a = 2 x " + count_text(opt) + " x " + an});
   const double rope = 2 * S * double(m.head_dim()) * e;
-  est.state.push_back({"RoPE tables", rope, "2 x S/cp x Hd x e = 2 x " + n(S) + " x " + n(double(m.head_dim())) + " x " + en});
+  est.state.push_back({"RoPE tables", rope, "2 x S/cp x Hd x e = 2 x " + count_text(S) + " x " + count_text(double(m.head_dim())) + " x " + en});
 
   // ---- activations: what the forwards in flight keep ----
   const PerToken t = per_token(c, e, a);
@@ -129,10 +127,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   }
   std::ostringstream af;
   if (P_ == 1)
-    af << "T x (L x A_layer + A_head + 8 token ids) = " << n(T) << " x (" << m.num_hidden_layers << " x " << n(t.layer)
-       << " + " << n(t.head) << " + 8)" << (t.head_fixed > 0 ? " + dW " + n(t.head_fixed) + " B" : "");
+    af << "T x (L x A_layer + A_head + 8 token ids) = " << count_text(T) << " x (" << m.num_hidden_layers << " x " << count_text(t.layer)
+       << " + " << count_text(t.head) << " + 8)" << (t.head_fixed > 0 ? " + dW " + count_text(t.head_fixed) + " B" : "");
   else
-    af << "T x the most the forwards in flight keep = " << n(T) << " x " << n(kept) << " B (" << in_flight
+    af << "T x the most the forwards in flight keep = " << count_text(T) << " x " << count_text(kept) << " B (" << in_flight
        << " micro-batch" << (in_flight > 1 ? "es" : "") << " in flight under " << c.pp_schedule
        << "; a stage's output H.e kept)";
   est.activations = {"activations kept", T * kept, af.str()};
@@ -141,7 +139,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     for (int chunk = 0; chunk < v; ++chunk) layers_here += chunk_layers(c, here.pp, chunk);
     const double log = double(layers_here) * double(m.num_local_experts) * (8 + a);
     est.activations.bytes += log;
-    est.activations.formula += " + router statistics L x E(8 + a) = " + n(log) + " B";
+    est.activations.formula += " + router statistics L x E(8 + a) = " + count_text(log) + " B";
   }
   // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
   // tied embedding). (A pipeline stage without the head keeps its last layer: the layer
@@ -154,7 +152,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     }
   if (gathered_kept > 0) {
     est.activations.bytes += gathered_kept;
-    est.activations.formula += " + head unit gathered " + n(gathered_kept) + " B";
+    est.activations.formula += " + head unit gathered " + count_text(gathered_kept) + " B";
   }
 
   // ---- the backward's peak: the loss's gradient, or the last layer's MLP ----
@@ -191,13 +189,13 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
           touched.insert(b);
     double buckets = 0;
     for (size_t b : touched) buckets += double(layout.buckets[b].padded) * a;
-    extra += buckets, extra_formula += " + gradient buckets " + n(buckets) + " B";
+    extra += buckets, extra_formula += " + gradient buckets " + count_text(buckets) + " B";
     if (c.zero == 3) {
       double layer_unit = 0;
       for (const auto& b : layout.buckets)
         if (zero3_unit(names[b.first_param]).rfind("layer", 0) == 0) layer_unit = std::max(layer_unit, double(b.padded));
       const double gathered = 2 * layer_unit * e;
-      extra += gathered, extra_formula += " + 2 layers gathered " + n(gathered) + " B";
+      extra += gathered, extra_formula += " + 2 layers gathered " + count_text(gathered) + " B";
     }
   }
   const double layer_peak = T * at_mlp + extra;
@@ -207,17 +205,17 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     est.transient = {"forward peak (fused loss, a chunk)", loss_peak, loss_formula};
   else if (newest_has_head && loss_peak >= layer_peak)
     est.transient = {"backward peak (at the loss)", loss_peak,
-                     "T x 2(V/tp).a = " + n(T) + " x " + n(2 * V * a) + " B: d(log-softmax), d(logits)"};
+                     "T x 2(V/tp).a = " + count_text(T) + " x " + count_text(2 * V * a) + " B: d(log-softmax), d(logits)"};
   else
     est.transient = {m.is_moe() ? "backward peak (last layer's experts)" : "backward peak (last layer's MLP)", layer_peak,
-                     "T x " + n(at_mlp) + " B" + extra_formula};
+                     "T x " + count_text(at_mlp) + " B" + extra_formula};
   if (m.is_moe() && c.ep > 1 && newest_has_head) {
     // Expert parallelism: the last layer's forward can top the backward (the head's
     // activations are not allocated yet then; the dispatch buffers are).
     const double fwd = ep_forward_per_token(c, e) - head;
     if (T * fwd > est.transient.bytes)
       est.transient = {"forward peak (last layer's all-to-all)", T * fwd,
-                       "T x (3k.H.e + 2H.e + 16k - A_head) = " + n(T) + " x " + n(fwd) +
+                       "T x (3k.H.e + 2H.e + 16k - A_head) = " + count_text(T) + " x " + count_text(fwd) +
                            " B: dispatch rows out, in, results; the combine"};
   }
   est.terms = {"A_layer = " + t.layer_formula + " per token per layer (--recompute " + c.recompute + ")",

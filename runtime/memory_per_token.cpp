@@ -12,7 +12,7 @@
 
 namespace picotron {
 
-static std::string n(double v) { return with_commas(int64_t(v)); }
+std::string count_text(double v) { return with_commas(int64_t(v)); }
 
 bool auto_means_fused(const TrainConfig& c) {
   return kernels::fused_chosen("auto", c.device == "cuda", c.dtype == Precision::kFP64, /*built=*/true);
@@ -81,14 +81,14 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
     t.layer += copies - freed;
     f << " + fp8 copies (5H + (nH/tp).Hd + I/tp + W_layer/T) x 1" << (freed > 0 ? " - (2H + I/tp).e" : "");
   }
-  t.layer_formula = f.str() + " = " + n(t.layer) + " B";
+  t.layer_formula = f.str() + " = " + count_text(t.layer) + " B";
   if (fused.loss) {  // final norm's x and 1/rms, dh, int64 targets; dW [V, H] per micro-batch
     t.head = 2 * H * e + a + 8, t.head_fixed = V * H * e;
-    t.head_formula = "2H.e + a + 8 = " + n(t.head) + " B per token (final norm's x and 1/rms, dh, targets), + dW " +
-                     "V x H x e = " + n(t.head_fixed) + " B per micro-batch";
+    t.head_formula = "2H.e + a + 8 = " + count_text(t.head) + " B per token (final norm's x and 1/rms, dh, targets), + dW " +
+                     "V x H x e = " + count_text(t.head_fixed) + " B per micro-batch";
   } else {  // final norm, log-softmax output, int64 targets
     t.head = norm + V * a + 8;
-    t.head_formula = std::string(fused.on ? "2H.e + a" : "H.a + a + 2H.e") + " + (V/tp).a + 8 = " + n(t.head) +
+    t.head_formula = std::string(fused.on ? "2H.e + a" : "H.a + a + 2H.e") + " + (V/tp).a + 8 = " + count_text(t.head) +
                      " B per token (final norm, log-softmax, targets)";
   }
   return t;
@@ -101,8 +101,8 @@ double fused_loss_peak(const TrainConfig& c, double T, double e, double a, std::
   const double chunk = rows * (V * e + V * a + H * a + H * e);
   const double saved = V * H * e;  // dW in the compute dtype: counted in the activations, made after the loop
   if (formula)
-    *formula = "V.H.a + c(V.e + V.a + H.a + H.e) - V.H.e, c = " + n(rows) + " rows: " + n(sum) + " + " + n(chunk) +
-               " - " + n(saved) + " B (dW's fp32 sum; a chunk's logits, fp32 dlogits^T and h_c, dh rows)";
+    *formula = "V.H.a + c(V.e + V.a + H.a + H.e) - V.H.e, c = " + count_text(rows) + " rows: " + count_text(sum) + " + " + count_text(chunk) +
+               " - " + count_text(saved) + " B (dW's fp32 sum; a chunk's logits, fp32 dlogits^T and h_c, dh rows)";
   return sum + chunk - saved;
 }
 

@@ -44,6 +44,9 @@ namespace picotron {
 // What `--kernels auto` means for this run (train.cpp's rule): fused on CUDA, except in
 // fp64, once the kernels have passed their GPU tests (kernels::kVerifiedOnGpu). A plan and
 // a --dry-run are for a build with the kernels (train.cpp also asks kernels::fused_built()).
+// 1234567.0 -> "1,234,567": a count or byte figure in the estimate's formulas.
+std::string count_text(double v);
+
 bool auto_means_fused(const TrainConfig& c);
 
 // The pieces of the run's model that the fused kernels replace.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "picotron/output_file.h"
+#include "picotron/utils.h"
 
 namespace picotron {
 
@@ -22,11 +23,6 @@ const std::vector<std::pair<std::string, torch::ScalarType>>& dtype_names() {
   return names;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string t = "[";
-  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
-  return t + "]";
-}
 
 }  // namespace
 

@@ -4,14 +4,19 @@
 # then print samples and how many arithmetic problems the model now answers exactly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Only what it runs (the tests build with scripts/test.sh). Without a GPU, without the
-# CUDA parts (NCCL, the fused kernels: a third of the build, never run on a CPU); a GPU
-# machine builds them (scripts/test.sh and scripts/build.sh build them wherever a CUDA
-# toolkit is found).
+# Only what it runs, as fast as a cold machine allows:
+#  - torch alone into the virtualenv (PICOTRON_EXTRAS=0: the tests' matplotlib and
+#    transformers come with scripts/test.sh);
+#  - build/train only, as a unity build (-DPICOTRON_UNITY=ON: a few large files instead
+#    of ~60, each of which would load the precompiled LibTorch header again);
+#  - without a GPU, without the CUDA parts (NCCL, the fused kernels: a third of the build,
+#    never run on a CPU). A GPU machine builds them here too, and scripts/test.sh and
+#    scripts/build.sh build them wherever a CUDA toolkit is found.
+export PICOTRON_EXTRAS=${PICOTRON_EXTRAS:-0}
 cuda=ON
 if ! nvidia-smi -L >/dev/null 2>&1; then
   cuda=OFF
   echo "[quickstart] no GPU found: building build/train without the CUDA parts (-DPICOTRON_CUDA=OFF)"
 fi
-scripts/build.sh --target train -DPICOTRON_CUDA=$cuda
+scripts/build.sh --target train -DPICOTRON_CUDA=$cuda -DPICOTRON_UNITY=ON
 exec build/train "$@"

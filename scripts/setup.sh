@@ -9,6 +9,9 @@
 #     3. otherwise torch==2.11.0 from PyPI into a virtualenv OUTSIDE the clone, at
 #        $PICOTRON_CACHE/torch-2.11.0 (default ~/.cache/picotron), so every later
 #        clone on this machine reuses it instead of downloading gigabytes again.
+#   Into that virtualenv also matplotlib and transformers, for the tests (the plots, the
+#   Hugging Face round trips); PICOTRON_EXTRAS=0 skips them (scripts/quickstart.sh, which
+#   runs neither; scripts/test.sh adds them later).
 set -euo pipefail
 log() { echo "[setup] $*" >&2; }
 
@@ -68,14 +71,15 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   "$venv/bin/pip" install -q --progress-bar off "${index[@]}" "torch==$torch_version" >&2 || {
     log "could not install torch==$torch_version; install LibTorch yourself and set Torch_DIR"; exit 1; }
 fi
+extras=${PICOTRON_EXTRAS:-1}
 # matplotlib draws the pictures (scripts/plot_*.py); their tests run when it is there.
-if ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
+if [ "$extras" != 0 ] && ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
   log "installing matplotlib into $venv (for scripts/plot_*.py)"
   "$venv/bin/pip" install -q --progress-bar off matplotlib >&2 || log "could not install matplotlib: the plot tests are skipped"
 fi
 # transformers and safetensors: the tests that import and export Hugging Face folders
 # (tests/hf_roundtrip.py) check picotron against the real library.
-if ! "$venv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
+if [ "$extras" != 0 ] && ! "$venv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
   log "installing transformers and safetensors into $venv (for tests/hf_roundtrip.py)"
   "$venv/bin/pip" install -q --progress-bar off "transformers==4.57.6" "safetensors" >&2 ||
     log "could not install transformers: the Hugging Face tests are skipped"
