@@ -118,13 +118,15 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   const int rank = mesh.rank();
   ModelOnMesh m;
   m.plan = shard_plan_of(mesh.coords());
-  m.model = LlamaForCausalLM(cfg.llama, m.plan, torch::TensorOptions().device(device).dtype(dtype));
+  const auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  m.model = LlamaForCausalLM(cfg.llama, m.plan, opts);
   auto& model = m.model;
+  const auto router_log = add_experts(*model, m.plan, opts);  // Mixtral: experts in place of the MLPs (moe.h)
   // Techniques replace the model's slots here, one line each (see model.h).
   if (cfg.tp > 1) apply_tensor_parallel(model, m.plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   if (cfg.ep > 1) m.experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep, cfg.cp);
-  if (cfg.llama.is_moe() && (cfg.cp > 1 || cfg.sp))  // the balancing statistics of whole sequences
-    model->router_log->sum_over_ranks = router_stats_sum(cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);
+  if (router_log && (cfg.cp > 1 || cfg.sp))  // the balancing statistics of whole sequences
+    router_log->sum_over_ranks = router_stats_sum(cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   m.my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);
   if (cfg.cp > 1) {
@@ -337,7 +339,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   if (uses_whole_model) {  // a whole model on rank 0, whatever the mesh trained
     const auto full = gather_full_tensors(optimizer->weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
     if (rank == 0) {
-      LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), torch::TensorOptions().device(device).dtype(dtype));
+      const auto opts = torch::TensorOptions().device(device).dtype(dtype);
+      LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), opts);
+      add_experts(*whole, replicated_plan(cfg.llama), opts);
       load_parameters(*whole, full);
       if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
       if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);

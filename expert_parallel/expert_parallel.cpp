@@ -85,10 +85,8 @@ ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int
   ep_group_ = cp_dp.split(/*color=*/(dp_i / ep) * cp + cp_i, /*key=*/dp_i % ep, "ep");
   replicas_ = cp_dp.split(/*color=*/dp_i % ep, /*key=*/d, "ep_replicas");
   for (auto& [index, layer] : model->model->layers->items)
-    if (layer->moe) {
-      MoEImpl* moe = layer->moe.get();
+    if (MoEImpl* moe = moe_of(*layer))
       moe->runner = [this, moe](const torch::Tensor& x, const Routing& r) { return run(*moe, x, r); };
-    }
 }
 
 torch::Tensor ExpertParallel::run(MoEImpl& moe, const torch::Tensor& x, const Routing& r) {
@@ -194,14 +192,15 @@ std::string DenseAndExperts::summary() const {
 
 std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(mesh.world().device());
-  auto counts = model.routed_tokens.defined()  // [E], this rank's micro-batches (pp: the last stage's loss)
-                    ? model.routed_tokens.to(torch::kFloat64).contiguous()
+  RouterLog* log = router_log_of(model);
+  auto counts = log && log->routed_tokens.defined()  // [E], this rank's micro-batches (pp: the last stage's loss)
+                    ? log->routed_tokens.to(torch::kFloat64).contiguous()
                     : torch::zeros({model.config.num_local_experts}, f64);
   mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
   if (sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);
   if (mesh.shape().pp > 1) mesh.pp().broadcast(counts, mesh.shape().pp - 1);
   counts = counts.cpu();
-  model.routed_tokens = torch::Tensor();
+  if (log) log->routed_tokens = torch::Tensor();
   return {counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel()};
 }
 

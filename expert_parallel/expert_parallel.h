@@ -1,6 +1,6 @@
 // expert_parallel/expert_parallel.h — expert parallelism (--ep N; GShard, arXiv 2006.16668;
 // the Ultra-Scale Playbook, "Expert parallelism"): the E experts of every MoE layer
-// (picotron/moe.h) split over N ranks of the data-parallel group; attention and the router
+// (moe.h) split over N ranks of the data-parallel group; attention and the router
 // stay data-parallel. Each rank routes its own tokens, and the tokens travel to their
 // experts and back with two all-to-alls:
 //
@@ -36,6 +36,7 @@
 #include "picotron/model.h"
 #include "picotron/optim.h"
 #include "picotron/shard.h"
+#include "expert_parallel/moe.h"
 
 namespace picotron {
 
@@ -118,7 +119,7 @@ class DenseAndExperts : public Optimizer {
 };
 
 // The step line's routing metric: how many tokens of the GLOBAL batch each expert got,
-// [E] on every rank. This rank's counts (model.routed_tokens, reset here) summed over the
+// [E] on every rank. This rank's counts (the router log's routed_tokens, reset here) summed over the
 // ranks that routed other tokens: cp x dp, and tp under sequence parallelism (each tp rank
 // routed S/tp of them); with a pipeline the last stage counted every layer and tells the rest.
 std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp);

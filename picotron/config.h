@@ -31,7 +31,7 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;  // longest sequence the RoPE tables cover
   double rms_norm_eps = 1e-5;              // RMSNorm epsilon
   bool tie_word_embeddings = true;         // lm_head shares the embedding matrix
-  // Mixture of experts (Mixtral; picotron/moe.h): 0 = every layer has one dense MLP.
+  // Mixture of experts (Mixtral; expert_parallel/moe.h): 0 = every layer has one dense MLP.
   int64_t num_local_experts = 0;           // E: experts per MoE layer, each an I-wide SwiGLU MLP
   int64_t num_experts_per_tok = 2;         // k: experts each token is routed to (top-k of the router)
   double router_aux_loss_coef = 0.02;      // c: weight of the load-balancing loss added to the loss

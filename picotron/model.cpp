@@ -3,6 +3,7 @@
 #include "picotron/utils.h"
 
 #include <algorithm>
+#include <set>
 
 
 #include "picotron/recompute.h"
@@ -154,18 +155,15 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const ShardPlan& plan, 
   self_attn = register_module("self_attn", Attention(c, plan, prefix + "self_attn.", opts));
   post_attention_layernorm = register_module(
       "post_attention_layernorm", RMSNorm(norm_size("post_attention_layernorm"), c.rms_norm_eps, opts));
-  if (c.is_moe()) {
-    const int64_t index = std::stoll(prefix.substr(std::string("model.layers.").size()));
-    moe = register_module("block_sparse_moe", MoE(c, plan, prefix + "block_sparse_moe.", index, opts));
-  } else {
-    mlp = register_module("mlp", MLP(plan, prefix + "mlp.", opts));
-  }
+  if (plan.count(prefix + "mlp.gate_proj.weight")) mlp = register_module("mlp", MLP(plan, prefix + "mlp.", opts));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
   auto h = x + self_attn->forward(input_layernorm->forward(x), rope);  // [B, S, H]
   const auto x2 = post_attention_layernorm->forward(h);               // [B, S, H]
-  return h + (moe ? moe->forward(x2) : mlp->forward(x2));           // [B, S, H]
+  TORCH_CHECK(mlp || !feed_forward.is_empty(),
+              "a decoder layer without its MLP: a mixture of experts needs add_experts (expert_parallel/moe.h)");
+  return h + (mlp ? mlp->forward(x2) : feed_forward.forward(x2));    // [B, S, H]
 }
 
 void DecoderStackImpl::add(int64_t global_index, DecoderLayer layer) {
@@ -192,17 +190,26 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, const ShardPlan& plan, torc
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, const ShardPlan& plan, torch::TensorOptions opts)
     : config(c) {
   model = register_module("model", LlamaModel(c, plan, opts));
-  for (auto& [index, layer] : model->layers->items)
-    if (layer->moe) layer->moe->log = router_log;  // the routers record into the model's log
   if (!c.tie_word_embeddings && plan.count("lm_head.weight")) {
     lm_head = make_linear(plan.at("lm_head.weight"), opts);  // [V(/tp), H]
     register_module("lm_head", lm_head.ptr());
   }
-  // Every parameter in the plan must now exist, and nothing else.
+  check_holds(plan, /*feed_forward_to_come=*/true);
+}
+
+void LlamaForCausalLMImpl::check_holds(const ShardPlan& plan, bool feed_forward_to_come) {
+  std::set<std::string> waiting;  // "model.layers.3.": a layer whose block in place of the MLP comes later
+  if (feed_forward_to_come)
+    for (const auto& [index, layer] : model->layers->items)
+      if (!layer->mlp && layer->feed_forward.is_empty()) waiting.insert("model.layers." + std::to_string(index) + ".");
   const auto params = named_parameters();
-  for (const auto& [name, record] : plan)
-    TORCH_CHECK(params.contains(name), "shard plan lists ", name, ", which this model (", c.num_hidden_layers,
-                " layers, tied=", c.tie_word_embeddings, ") does not have");
+  for (const auto& [name, record] : plan) {
+    const auto dot = name.find('.', std::string("model.layers.").size());
+    const bool waits = name.rfind("model.layers.", 0) == 0 && dot != std::string::npos &&
+                       waiting.count(name.substr(0, dot + 1));
+    TORCH_CHECK(params.contains(name) || waits, "shard plan lists ", name, ", which this model (", config.num_hidden_layers,
+                " layers, tied=", config.tie_word_embeddings, ") does not have");
+  }
 }
 
 torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& tokens) {
@@ -274,22 +281,17 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const t
 torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
   const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
   auto loss = part_runner ? part_runner("head", run) : run();
-  if (!router_log->layers.empty() && torch::GradMode::is_enabled()) {  // MoE, training: + c x aux (picotron/moe.h)
-    auto counts = router_log->counts();  // [E]
-    if (router_log->carried.defined())   // a pipeline's earlier stages
-      counts = counts + router_log->carried.narrow(0, 0, counts.size(0)).detach().to(counts.scalar_type());
-    routed_tokens = routed_tokens.defined() ? routed_tokens + counts : counts;
-    if (config.router_aux_loss_coef > 0)
-      loss = loss + router_log->aux_loss(config.num_local_experts, config.router_aux_loss_coef).to(loss.scalar_type());
+  if (layer_stats) {  // (a mixture of experts, training: + c x the balancing loss)
+    const auto term = torch::GradMode::is_enabled() ? layer_stats->loss_term() : torch::Tensor();
+    if (term.defined()) loss = loss + term.to(loss.scalar_type());
+    layer_stats->start();
   }
-  router_log->layers.clear();
-  router_log->carried = torch::Tensor();
   return loss;
 }
 
 torch::Tensor LlamaForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets,
                                          const torch::Tensor& positions) {
-  router_log->layers.clear();  // this forward's routing only
+  if (layer_stats) layer_stats->start();  // this forward's statistics only
   return head_loss(run_layers(embed(tokens), positions_of(tokens, positions)), targets);  // [B, S, H] -> scalar
 }
 

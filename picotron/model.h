@@ -25,6 +25,9 @@
 //   head          LlamaForCausalLM::head            hidden -> logits (default: @ head_weight()^T)
 //   loss          LlamaForCausalLM::loss_fn         final hidden states + targets -> mean loss
 //   attention     Attention::core                   q, k, v -> attention output
+//   feed-forward  DecoderLayer::feed_forward        a block in place of the dense MLP (AnyModule;
+//                                                   a mixture of experts: expert_parallel/moe.h)
+//   layer stats   LlamaForCausalLM::layer_stats     what blocks record over a forward for a loss term
 //   block entry   Attention::enter / MLP::enter     the input before the projections
 //   block exit    Attention::exit / MLP::exit       the output after o_proj / down_proj
 //   layer wrappers LlamaForCausalLM::layer_wrappers every decoder layer runs inside them, in order
@@ -44,12 +47,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <tuple>
 
 #include <torch/torch.h>
 
 #include "picotron/config.h"
-#include "picotron/moe.h"
 #include "picotron/shard.h"
 
 namespace picotron {
@@ -151,8 +154,10 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const RopeTables& rope);  // [B, S, H] -> [B, S, H]
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};  // a dense layer's MLP; null in a mixture-of-experts model
-  MoE moe{nullptr};  // "block_sparse_moe": the experts (picotron/moe.h) when E > 0
+  MLP mlp{nullptr};  // the dense SwiGLU MLP, when the plan holds one ("mlp.")
+  // Otherwise the block in its place, [B, S, H] -> [B, S, H], installed after construction
+  // (a mixture of experts, "block_sparse_moe": expert_parallel/moe.h, add_experts).
+  torch::nn::AnyModule feed_forward;
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -174,6 +179,28 @@ class LlamaModelImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};               // null when the plan holds no final norm
 };
 TORCH_MODULE(LlamaModel);
+
+// Statistics that blocks record over the layers of one forward and that the loss needs
+// whole (a mixture of experts: each router's counts and probabilities, for the balancing
+// loss; expert_parallel/moe.h). The model and the techniques only move them: each forward
+// starts them afresh, a pipeline stage hands its [n] on with its activation, recompute keeps
+// the gradient path of what a layer recorded, and the loss adds the term they give.
+class LayerStats {
+ public:
+  virtual ~LayerStats() = default;
+  virtual int64_t size() const = 0;  // n: the [n] tensor (accumulation dtype) a pipeline stage hands on
+  virtual void start() = 0;          // a new forward: drop what was recorded
+  // [n] of what this rank's layers recorded since start() (zeros when none did), then drop it.
+  virtual torch::Tensor take() = 0;
+  // [n] of the earlier pipeline stages of this micro-batch (undefined: none), for the loss.
+  virtual void carry(const torch::Tensor& earlier) = 0;
+  // At the loss, when training: the term to add (a 0-d tensor; undefined: none).
+  virtual torch::Tensor loss_term() = 0;
+  // Recompute: the tensor layer `layer` recorded with a gradient path (undefined: none), and
+  // the same tensor again from the re-run's graph.
+  virtual torch::Tensor recorded(int64_t layer) = 0;
+  virtual void rerecord(int64_t layer, const torch::Tensor& t) = 0;
+};
 
 // One run of decoder layer `index` (its global index): what a layer wrapper sees. next(x)
 // runs the rest: the wrappers inside this one, then layer->forward(x, rope). `next`
@@ -229,12 +256,15 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // module sits in the embedding slot.
   torch::Tensor head_weight();
 
-  // Mixture of experts: what the routers of the current forward saw. loss() starts it
-  // afresh and head_loss() adds router_aux_loss_coef x aux when training (picotron/moe.h).
-  std::shared_ptr<RouterLog> router_log = std::make_shared<RouterLog>();
-  // Tokens per expert over the step so far ([E] fp64; undefined in a dense model): each
-  // training forward adds its routing; the training loop reads it and clears it.
-  torch::Tensor routed_tokens;
+  // Throws unless this model holds every parameter `plan` lists (the constructor, and
+  // whoever fills a slot from the plan after it). feed_forward_to_come: except inside the
+  // layers left without an MLP, whose block is installed next (add_experts).
+  void check_holds(const ShardPlan& plan, bool feed_forward_to_come = false);
+
+  // What the blocks record over a forward for a term of the loss (null: nothing; a
+  // mixture of experts installs its router log: expert_parallel/moe.h). loss() starts it,
+  // head_loss() adds its term when training.
+  std::shared_ptr<LayerStats> layer_stats;
 
   LlamaConfig config;
   LlamaModel model{nullptr};

@@ -81,23 +81,25 @@ void apply_recompute(LlamaForCausalLM& model, Recompute mode) {
   if (mode == Recompute::kFull) {
     // Each layer keeps its input only; backward runs it again (through the wrappers
     // inside this one: the re-run is the same forward).
-    std::shared_ptr<RouterLog> log = model->router_log;
-    model->wrap_layers({"recompute", [log](const LayerCall& call, const torch::Tensor& x) {
+    std::shared_ptr<LayerStats> stats = model->layer_stats;  // (a mixture of experts: its routers' log)
+    model->wrap_layers({"recompute", [stats](const LayerCall& call, const torch::Tensor& x) {
                           const auto next = call.next;  // kept by the graph until backward
-                          if (!call.layer->moe)
+                          if (!stats)
                             return checkpoint([next](const std::vector<torch::Tensor>& in) { return next(in[0]); }, {x});
-                          // A mixture-of-experts layer: its first run (no graph) logs routing
-                          // probabilities without a gradient path, so they leave the checkpoint
-                          // as a second output; the balancing loss's gradient then reaches the
-                          // router through the re-run (picotron/moe.h).
+                          // A layer that records statistics for the loss (model.h, LayerStats; a
+                          // mixture of experts' routing probabilities): its first run (no graph)
+                          // records them without a gradient path, so they leave the checkpoint as
+                          // a second output; the loss term's gradient then reaches the router
+                          // through the re-run (expert_parallel/moe.h).
                           const int64_t index = call.index;
                           const auto outs = checkpoint_all(
-                              [next, log, index](const std::vector<torch::Tensor>& in) {
-                                auto y = next(in[0]);                          // [B, S, H]
-                                return std::vector{y, log->layers.at(index).probs};  // and [E]
+                              [next, stats, index](const std::vector<torch::Tensor>& in) {
+                                auto y = next(in[0]);                      // [B, S, H]
+                                const auto recorded = stats->recorded(index);  // [E]
+                                return recorded.defined() ? std::vector{y, recorded} : std::vector{y};
                               },
                               {x});
-                          log->layers.at(index).probs = outs[1];  // (the logged tensor, now on the graph)
+                          if (outs.size() > 1) stats->rerecord(index, outs[1]);  // (now on the graph)
                           return outs[0];
                         }});
   } else if (mode == Recompute::kSelective) {

@@ -81,7 +81,7 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   if (two_copies)  // collective over pp: every rank splits
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
   if (splits_backward(opts_.schedule)) weight_queue_ = defer_weight_gradients(model);
-  if (model->config.is_moe()) stats_size_ = 2 * model->config.num_local_experts + 1;
+  if (model->layer_stats) stats_size_ = model->layer_stats->size();  // a mixture of experts: 2E + 1
   stats_opts_ = act_opts_.dtype(accumulate_type(act_opts_.dtype().toScalarType()));  // fp32 (fp64): counts stay exact
   positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
                                          : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
@@ -142,8 +142,8 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   InFlight f;
   Transfer t;
   torch::Tensor x;
-  auto& log = *model_->router_log;  // a mixture of experts: what this stage's routers see
-  log.layers.clear();
+  LayerStats* stats = model_->layer_stats.get();  // a mixture of experts: what this stage's routers see
+  if (stats) stats->start();
   if (receives(a, P_, v, rank_, &t, v_shape_)) {  // (the V's bottom: from its own outbox)
     f.input = take(t.peer == rank_ ? outbox_ : inbox_, t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
     x = f.input;
@@ -155,7 +155,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   if (vs == 0) x = model_->embed(batch.inputs.to(act_opts_.device()));        // [B, S, H]
   auto h = model_->run_layers(x, positions_, layers.first, layers.count);      // [B, S, H]
   if (vs == P_ * v - 1) {
-    log.carried = f.stats_in;  // with this stage's layers: the whole model's routing
+    if (stats) stats->carry(f.stats_in);  // with this stage's layers: the whole model's routing
     // The single process's loss: each micro-batch's mean divided by m, summed over m.
     auto loss = model_->head_loss(h, batch.targets.to(act_opts_.device())) /
                 double(opts_.grad_acc_steps);
@@ -164,9 +164,8 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   } else {
     f.output = h;
     if (stats_size_) {  // the earlier stages' statistics plus mine (zeros when no router logged: no gradients)
-      const auto mine = log.layers.empty() ? torch::zeros({stats_size_}, stats_opts_) : log.stats();
+      const auto mine = stats->take();
       f.stats_out = f.stats_in.defined() ? f.stats_in + mine : mine;  // [2E + 1]
-      log.layers.clear();
     }
   }
   record(TraceEvent::kForward, a.micro, a.chunk, start);

@@ -121,8 +121,9 @@ class Pipeline {
   struct InFlight {
     torch::Tensor input;   // [B, S, H] received activation (a leaf that requires grad); undefined on vs 0
     torch::Tensor output;  // [B, S, H] activation to send, or the scaled loss on the last stage
-    // A mixture of experts: the micro-batch's balancing statistics [2E + 1] (picotron/moe.h)
-    // travel with the activation, so that the last stage's loss sees every layer's routing.
+    // The model's layer_stats (a mixture of experts: the micro-batch's balancing statistics
+    // [2E + 1], expert_parallel/moe.h) travel with the activation, so that the last stage's
+    // loss sees every layer's.
     torch::Tensor stats_in, stats_out;  // received (a leaf that requires grad), sent on
   };
   void forward(const PipelineAction& a, const BatchLoader& loader, double loss_scale);

@@ -85,7 +85,7 @@ std::vector<std::string> validate(const RunConfig& c, int world_size) {
              " (grouped-query attention: every tp rank needs whole key/value heads; use --tp <= " +
              value_text(m.num_key_value_heads) + " dividing it, or more --num-key-value-heads)");
   }
-  if (m.is_moe()) {  // a mixture of experts (picotron/moe.h)
+  if (m.is_moe()) {  // a mixture of experts (expert_parallel/moe.h)
     need(m.num_experts_per_tok <= m.num_local_experts, "--num-experts-per-tok " + value_text(m.num_experts_per_tok) +
                                                            " exceeds --num-local-experts " + value_text(m.num_local_experts));
   }

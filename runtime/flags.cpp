@@ -217,7 +217,7 @@ const std::vector<Flag>& flag_table() {
     t.push_back(preset_override(real("rope-theta", "Model", "override rope_theta", of(&LlamaConfig::rope_theta), {">", 0, kNoLimit})));
     t.push_back(preset_override(integer("max-position-embeddings", "Model", "override max_position_embeddings", of(&LlamaConfig::max_position_embeddings), {">", 0, double(k << 24)})));
     t.push_back(preset_override(real("rms-norm-eps", "Model", "override rms_norm_eps", of(&LlamaConfig::rms_norm_eps), {">", 0, kNoLimit})));
-    t.push_back(preset_override(integer("num-local-experts", "Model", "override num_local_experts (E; 0: dense MLPs, else every layer a mixture of E experts, picotron/moe.h)", of(&LlamaConfig::num_local_experts), {">=", 0, double(k << 12)})));
+    t.push_back(preset_override(integer("num-local-experts", "Model", "override num_local_experts (E; 0: dense MLPs, else every layer a mixture of E experts, expert_parallel/moe.h)", of(&LlamaConfig::num_local_experts), {">=", 0, double(k << 12)})));
     t.push_back(preset_override(integer("num-experts-per-tok", "Model", "override num_experts_per_tok (k: the experts each token goes to)", of(&LlamaConfig::num_experts_per_tok), {">", 0, double(k << 12)})));
     t.push_back(preset_override(real("router-aux-loss-coef", "Model", "override router_aux_loss_coef (the load-balancing loss's weight; 0: none)", of(&LlamaConfig::router_aux_loss_coef), {">=", 0, kNoLimit})));
     t.push_back(preset_override(on_off("tie-word-embeddings", "Model", "override tie_word_embeddings (--tie-word-embeddings=false unties)", of(&LlamaConfig::tie_word_embeddings))));

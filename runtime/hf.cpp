@@ -73,7 +73,7 @@ std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
   if (!j.is_object()) return {where + ": not a JSON object (a Hugging Face config.json is {\"hidden_size\": ...})"};
   LlamaConfig m;
   try {
-    // LLaMA or Mixtral (a LLaMA whose MLPs are mixtures of experts, picotron/moe.h). A
+    // LLaMA or Mixtral (a LLaMA whose MLPs are mixtures of experts, expert_parallel/moe.h). A
     // field config.json leaves out takes the default of transformers' own config class.
     const std::string type = j.value("model_type", "llama");
     const bool mixtral = type == "mixtral";

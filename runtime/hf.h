@@ -16,7 +16,7 @@
 // The names are the same on both sides (model.layers.3.self_attn.q_proj.weight,
 // model.layers.3.block_sparse_moe.experts.5.w1.weight, ...), and so is the math: RoPE
 // rotates halves (transformers' rotate_half), RMSNorm in fp32, Mixtral's router
-// (picotron/moe.h).
+// (expert_parallel/moe.h).
 //
 // Test: ctest -R hf   (tests/hf_roundtrip.py: logits and loss against transformers;
 //                      tests/hf_mixtral.py: the same for Mixtral, with the load-balancing

@@ -11,7 +11,7 @@
 // What one token keeps per layer and at the head, with ATen's ops or with --kernels fused
 // (whose norms, SwiGLU and chunked loss keep less), is memory_per_token.h's.
 //
-// A mixture of experts (picotron/moe.h) counts its block as autograd keeps it: the router's
+// A mixture of experts (expert_parallel/moe.h) counts its block as autograd keeps it: the router's
 // probabilities and top-k, every (token, slot) pair's rows through its expert, and under
 // --ep the all-to-all buffers. Routing is assumed balanced: the experts of a rank get k.T
 // rows per micro-batch (a rank whose experts are popular holds more).

@@ -8,7 +8,7 @@ namespace picotron {
 // Under sp a MoE block runs on this tp rank's S/tp positions (its experts whole).
 static double sp_share(const TrainConfig& c) { return c.sp ? 1.0 / double(c.tp) : 1.0; }
 
-// What autograd keeps of MoEImpl::forward and run_experts (picotron/moe.cpp; with --ep
+// What autograd keeps of MoEImpl::forward and run_experts (expert_parallel/moe.cpp; with --ep
 // ExpertParallel::run, expert_parallel.cpp), per routed token:
 //   router: the softmax's output p [T, E] (a), the top-k indices [T, k] (int64), the top-k
 //     probabilities [T, k] and their sum [T, 1] (a: the division that normalises keeps both)

@@ -1,4 +1,4 @@
-// runtime/memory_moe.h — what a mixture-of-experts block (picotron/moe.h) keeps,
+// runtime/memory_moe.h — what a mixture-of-experts block (expert_parallel/moe.h) keeps,
 // for the --dry-run estimate (memory_estimate.h), in bytes per token of this rank's
 // micro-batch (B x S/cp tokens; under sp each tp rank routes S/tp of the positions, so
 // 1/tp of that). e: the compute dtype's bytes, a: the accumulation dtype's.

@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # Only what it runs, as fast as a cold machine allows:
 #  - torch alone into the virtualenv (PICOTRON_EXTRAS=0: the tests' matplotlib and
 #    transformers come with scripts/test.sh);
-#  - build/train only, as a unity build (-DPICOTRON_UNITY=ON: a few large files instead
-#    of ~60, each of which would load the precompiled LibTorch header again);
+#  - build/train only, in the fast build (-DPICOTRON_FAST_BUILD=ON, CMakeLists.txt: a few
+#    large files instead of ~60, each of which would load the precompiled LibTorch header
+#    again, at -O1);
 #  - without a GPU, without the CUDA parts (NCCL, the fused kernels: a third of the build,
 #    never run on a CPU). A GPU machine builds them here too, and scripts/test.sh and
 #    scripts/build.sh build them wherever a CUDA toolkit is found.
@@ -18,5 +19,5 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   cuda=OFF
   echo "[quickstart] no GPU found: building build/train without the CUDA parts (-DPICOTRON_CUDA=OFF)"
 fi
-scripts/build.sh --target train -DPICOTRON_CUDA=$cuda -DPICOTRON_UNITY=ON
+scripts/build.sh --target train -DPICOTRON_CUDA=$cuda -DPICOTRON_FAST_BUILD=ON
 exec build/train "$@"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-scripts/build.sh -DPICOTRON_CUDA=ON -DPICOTRON_UNITY=ON  # the CUDA parts wherever a toolkit is found (quickstart.sh may have left them off); a unity build (CMakeLists.txt: PICOTRON_UNITY)
+scripts/build.sh -DPICOTRON_CUDA=ON -DPICOTRON_FAST_BUILD=ON  # the CUDA parts wherever a toolkit is found (quickstart.sh may have left them off); the fast cold build (CMakeLists.txt)
 # The debug build of the trainer (build-debug/train): ctest -L debug steps through it in gdb
 # (docs/stepping.md). Release objects and ccache make it a few minutes.
 scripts/build.sh --debug --target train

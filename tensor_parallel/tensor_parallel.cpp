@@ -218,7 +218,7 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   }
   // Blocks: f before the column-parallel projections, g after the row-parallel one.
   // (The projections themselves are plain linears of the plan's local shapes.)
-  // A mixture-of-experts layer (picotron/moe.h) keeps its experts whole and runs them on
+  // A mixture-of-experts layer (expert_parallel/moe.h) keeps its experts whole and runs them on
   // the tokens this rank holds: all of them (the same on every tp rank), or S/tp under SP
   // (then, like the norms, its gradients are summed over tp, and its balancing statistics
   // too: router_stats_sum).

@@ -50,7 +50,7 @@ WRONG = {
     "memory.recompute_layer": ("picotron/recompute.cpp",
                                "leaves.push_back(saved.detach().requires_grad_(saved.requires_grad()));",
                                "leaves.push_back(saved.detach());"),
-    "moe.balancing_loss": ("picotron/moe.cpp",
+    "moe.balancing_loss": ("expert_parallel/moe.cpp",
                            "if (ctx->saved_data[\"sum_gradient\"].toBool())",
                            "if (false)"),
     "kernels.rmsnorm_forward": ("kernels/reference.cpp",

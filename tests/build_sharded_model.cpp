@@ -17,6 +17,7 @@
 
 #include <iostream>
 
+#include "expert_parallel/moe.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/shard.h"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   for (auto& [name, r] : plan)
     if (r.full_shape.size() == 2) r.split(/*dim=*/0, Axis::kTp, index, ways);  // every matrix, by rows
   LlamaForCausalLM model(c, plan, torch::TensorOptions().dtype(dtype));
+  add_experts(*model, plan, torch::TensorOptions().dtype(dtype));  // (a Mixtral preset)
   if (argc == 6) init_parameters(*model, plan, /*seed=*/1, /*init_std=*/0.02);
   int64_t allocated = 0;
   for (const auto& item : model->named_parameters()) {

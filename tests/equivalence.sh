@@ -36,7 +36,7 @@ run() {  # LOG COMMAND...: run it, show its step lines, and stop here if it fail
 }
 global=$((micro * acc * dp))
 if [ "${REF_MICRO_BATCHES:-whole}" = same ]; then
-  # A mixture of experts' load-balancing loss is computed per micro-batch (picotron/moe.h),
+  # A mixture of experts' load-balancing loss is computed per micro-batch (expert_parallel/moe.h),
   # so the reference must run the same micro-batches: dp x acc of them, one after another
   # (BatchLoader: dp rank d's micro-batch j is the reference's micro-batch d x acc + j).
   echo "== reference: 1 process, the same $((acc * dp)) micro-batches of $micro rows: ${ref_args[*]}"

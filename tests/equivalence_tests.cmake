@@ -253,7 +253,7 @@ picotron_equivalence(cp4_hybrid_tp2_sp NP 8 ARGS --cp 4 --cp-mode hybrid --cp-ul
 picotron_equivalence(cp4_hybrid_pp2_zero1 NP 8 ARGS --cp 4 --cp-mode hybrid --cp-ulysses 2 --pp 2 --zero 1 --grad-acc-steps 2)
 picotron_equivalence(cp4_hybrid_recompute_full NP 4 ARGS --cp 4 --cp-mode hybrid --cp-ulysses 2 --recompute full)
 
-# Mixture of experts (picotron/moe.h) and expert parallelism (expert_parallel/). The
+# Mixture of experts (expert_parallel/moe.h) and expert parallelism (expert_parallel/). The
 # load-balancing loss is computed per micro-batch, so the reference runs the same
 # micro-batches one after another (SAME_MICRO_BATCHES); the aux loss is on (0.02). Tiny
 # MoE: H 64, 4 experts of I 96, top-2, 2 layers. Plain dp2 and ZeRO-1 (every rank holds

@@ -100,19 +100,21 @@ int main() {
     c.num_key_value_heads = 2, c.vocab_size = 32, c.num_local_experts = 2 * N, c.num_experts_per_tok = 2;
     const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
     LlamaForCausalLM whole(c, replicated_plan(c), opts);
+    add_experts(*whole, replicated_plan(c), opts);
     init_parameters(*whole, replicated_plan(c), /*seed=*/5, 0.2);
     ShardPlan mine = replicated_plan(c);
     keep_local_experts(mine, c, rank, N);
     LlamaForCausalLM split(c, mine, opts);
+    add_experts(*split, mine, opts);
     init_parameters(*split, mine, /*seed=*/5, 0.2);  // the same values, by name
     ExpertParallel ep(split, world, N);
     torch::manual_seed(100 + rank);  // each rank its own tokens
     const int64_t T = 6 + rank;      // and not the same number of them
     const auto x = torch::randn({1, T, c.hidden_size}, f64), dy = torch::randn({1, T, c.hidden_size}, f64);
     auto xw = x.clone().requires_grad_(), xs = x.clone().requires_grad_();
-    const auto yw = whole->model->layers->items[0].second->moe->forward(xw);
+    const auto yw = moe_of(*whole->model->layers->items[0].second)->forward(xw);
     ep.ep_group().reset_ledger();
-    const auto ys = split->model->layers->items[0].second->moe->forward(xs);
+    const auto ys = moe_of(*split->model->layers->items[0].second)->forward(xs);
     const int64_t fwd = ledger(ep.ep_group(), "all_to_all");
     yw.backward(dy);
     ys.backward(dy);
@@ -120,9 +122,9 @@ int main() {
     check(max_diff(xs.grad(), xw.grad()) < 1e-12, "... and its dL/dx", rank);
     // Each expert's gradient: the sum over every rank's tokens.
     bool grads = true;
-    auto& held = split->model->layers->items[0].second->moe->experts;
+    auto& held = moe_of(*split->model->layers->items[0].second)->experts;
     for (int64_t e = 0; e < c.num_local_experts; ++e) {  // every rank, every expert: the all-reduces match
-      const auto g = whole->model->layers->items[0].second->moe->experts.at(e)->w1.grad();
+      const auto g = moe_of(*whole->model->layers->items[0].second)->experts.at(e)->w1.grad();
       auto sum = g.defined() ? g.clone() : torch::zeros({c.intermediate_size, c.hidden_size}, f64);
       world.all_reduce(sum, ReduceOp::kSum);
       if (held.count(e)) grads = grads && held.at(e)->w1.grad().defined() && max_diff(held.at(e)->w1.grad(), sum) < 1e-12;
@@ -131,7 +133,7 @@ int main() {
     // The ledger, forward: N - 1 counts; my pairs for other ranks (rows x H and their
     // expert ids); coming back, the rows my experts computed for other ranks' pairs.
     // pairs[s][o]: rank s's (token, slot) pairs whose expert rank o owns.
-    const auto probs = torch::linear(x.reshape({T, -1}), whole->model->layers->items[0].second->moe->gate).softmax(-1);
+    const auto probs = torch::linear(x.reshape({T, -1}), moe_of(*whole->model->layers->items[0].second)->gate).softmax(-1);
     const auto owner = std::get<1>(probs.topk(2, -1)).div(2, "floor").reshape({-1});  // [T·k], 2 experts per rank
     auto pairs = torch::zeros({N, N}, torch::kInt64);
     pairs[rank] = torch::bincount(owner, {}, N);

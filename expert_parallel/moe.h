@@ -1,4 +1,4 @@
-// picotron/moe.h — a mixture-of-experts block in place of the MLP (Mixtral, arXiv
+// expert_parallel/moe.h — a mixture-of-experts block in place of the MLP (Mixtral, arXiv
 // 2401.04088; the load-balancing loss of the Switch Transformer, arXiv 2101.03961, as
 // Hugging Face transformers computes it for Mixtral).
 //
@@ -18,6 +18,10 @@
 // f is a count (no gradient); the gradient reaches the router through P. With tokens
 // spread evenly (f_e = k/E, P_e = 1/E) aux = k: its minimum.
 //
+// The block sits in the decoder layer's feed_forward slot and its statistics in the
+// model's layer_stats (picotron/model.h): add_experts installs both after the model is
+// built; expert parallelism (expert_parallel.h) then replaces how the experts run.
+//
 // Test: build/tests/unit_tests "[moe]"; ctest -R equivalence.moe
 #pragma once
 
@@ -28,12 +32,16 @@
 
 #include "picotron/comm.h"
 #include "picotron/config.h"
+#include "picotron/model.h"
 #include "picotron/shard.h"
 
 namespace picotron {
 
-// What the routers of one forward saw (one micro-batch), for the loss and the metrics.
-struct RouterLog {
+// What the routers of one forward saw (one micro-batch), for the loss and the metrics: the
+// model's LayerStats in a mixture of experts, n = 2E + 1 ([counts | probs | rows]).
+struct RouterLog : LayerStats {
+  RouterLog(int64_t num_experts, double coef, torch::TensorOptions stats_opts)
+      : num_experts(num_experts), coef(coef), stats_opts(stats_opts) {}
   struct Layer {
     torch::Tensor counts;  // [E] fp64, no grad: (row, slot) pairs routed to each expert
     torch::Tensor probs;   // [E] accumulation dtype, with grad: sum over rows of p
@@ -53,6 +61,23 @@ struct RouterLog {
   // no layer is logged).
   torch::Tensor aux_loss(int64_t num_experts, double coef) const;
   torch::Tensor counts() const;  // [E] fp64: the sum over the layers logged
+
+  int64_t num_experts;              // E
+  double coef;                      // c: router_aux_loss_coef
+  torch::TensorOptions stats_opts;  // [2E + 1]'s: the accumulation dtype, on the model's device
+  // Tokens per expert over the step so far ([E] fp64; undefined before the first training
+  // forward): each adds its routing; the step line's metric reads and clears it
+  // (global_tokens_per_expert, expert_parallel.h).
+  torch::Tensor routed_tokens;
+
+  // ---- LayerStats (picotron/model.h) ----
+  int64_t size() const override { return 2 * num_experts + 1; }
+  void start() override;
+  torch::Tensor take() override;
+  void carry(const torch::Tensor& earlier) override { carried = earlier; }
+  torch::Tensor loss_term() override;  // counts routed_tokens; c · aux when c > 0
+  torch::Tensor recorded(int64_t layer) override;
+  void rerecord(int64_t layer, const torch::Tensor& t) override { layers.at(layer).probs = t; }
 };
 
 // One expert: a SwiGLU MLP with Mixtral's names w1 (gate), w2 (down), w3 (up).
@@ -86,9 +111,20 @@ class MoEImpl : public torch::nn::Module {
   std::map<int64_t, Expert> experts;  // by global expert index: those this rank holds
   int64_t num_experts, top_k, layer_index;
   ExpertRunner runner;                // empty: run_experts
-  std::shared_ptr<RouterLog> log;     // set by the model: where forward() records its routing
+  std::shared_ptr<RouterLog> log;     // where forward() records its routing (add_experts sets it)
 };
 TORCH_MODULE(MoE);
+
+// A mixture of experts in place of each held layer's MLP, when the config has experts
+// (c.is_moe()): the blocks in the layers' feed_forward slots (registered as
+// "block_sparse_moe", Mixtral's name, with the experts `plan` lists) and one RouterLog as
+// the model's layer_stats. Call it right after building the model. Returns the log (null
+// for a dense model).
+std::shared_ptr<RouterLog> add_experts(LlamaForCausalLMImpl& model, const ShardPlan& plan, torch::TensorOptions opts);
+// The mixture of experts in a layer, or null (a dense layer).
+MoEImpl* moe_of(DecoderLayerImpl& layer);
+// The model's router log, or null (a dense model).
+RouterLog* router_log_of(LlamaForCausalLMImpl& model);
 
 // The sum of [counts | probs | rows] over the ranks that split each sequence: the cp group
 // and, under sequence parallelism, the tp group (either may be null).

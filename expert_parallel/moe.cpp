@@ -1,5 +1,5 @@
-// picotron/moe.cpp — router, top-k, the experts and the load-balancing loss. See moe.h.
-#include "picotron/moe.h"
+// expert_parallel/moe.cpp — router, top-k, the experts and the load-balancing loss. See moe.h.
+#include "expert_parallel/moe.h"
 
 #include "picotron/saved_object.h"
 #include "picotron/utils.h"
@@ -42,6 +42,31 @@ torch::Tensor RouterLog::aux_loss(int64_t num_experts, double coef) const {
   const auto P = stats.narrow(0, num_experts, num_experts) / stats[2 * num_experts].detach();  // [E] mean probability
   return coef * double(num_experts) * (f * P).sum();                // E · sum_e f_e P_e, weighted
   // END ASSIGNMENT
+}
+
+void RouterLog::start() {
+  layers.clear();
+  carried = torch::Tensor();
+}
+
+torch::Tensor RouterLog::take() {
+  auto s = layers.empty() ? torch::zeros({size()}, stats_opts) : stats();  // [2E + 1] (zeros: no gradient)
+  layers.clear();
+  return s;
+}
+
+torch::Tensor RouterLog::loss_term() {
+  if (layers.empty()) return {};
+  auto counts = this->counts();  // [E]
+  if (carried.defined())         // a pipeline's earlier stages
+    counts = counts + carried.narrow(0, 0, counts.size(0)).detach().to(counts.scalar_type());
+  routed_tokens = routed_tokens.defined() ? routed_tokens + counts : counts;
+  return coef > 0 ? aux_loss(num_experts, coef) : torch::Tensor();
+}
+
+torch::Tensor RouterLog::recorded(int64_t layer) {
+  const auto it = layers.find(layer);
+  return it == layers.end() ? torch::Tensor() : it->second.probs;  // [E], with the router's gradient path
 }
 
 namespace {
@@ -142,5 +167,29 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& x_in) {
   const auto y = runner ? runner(x, r) : run_experts(x, r);                  // [T, H]
   return y.reshape(shape);                                                   // [B, S, H]
 }
+
+// ---- in the model ---------------------------------------------------------------------
+std::shared_ptr<RouterLog> add_experts(LlamaForCausalLMImpl& model, const ShardPlan& plan, torch::TensorOptions opts) {
+  const LlamaConfig& c = model.config;
+  if (!c.is_moe()) return nullptr;
+  const auto stats_opts = opts.dtype(accumulate_type(opts.dtype().toScalarType()));  // fp32 (fp64): counts stay exact
+  auto log = std::make_shared<RouterLog>(c.num_local_experts, c.router_aux_loss_coef, stats_opts);
+  for (auto& [index, layer] : model.model->layers->items) {
+    const std::string prefix = "model.layers." + std::to_string(index) + ".block_sparse_moe.";
+    MoE moe(c, plan, prefix, index, opts);
+    moe->log = log;
+    layer->feed_forward = torch::nn::AnyModule(moe);
+    layer->register_module("block_sparse_moe", moe);
+  }
+  model.layer_stats = log;
+  model.check_holds(plan);  // now every parameter of the plan, the experts' too
+  return log;
+}
+
+MoEImpl* moe_of(DecoderLayerImpl& layer) {
+  return layer.feed_forward.is_empty() ? nullptr : dynamic_cast<MoEImpl*>(layer.feed_forward.ptr().get());
+}
+
+RouterLog* router_log_of(LlamaForCausalLMImpl& model) { return dynamic_cast<RouterLog*>(model.layer_stats.get()); }
 
 }  // namespace picotron
