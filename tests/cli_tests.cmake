@@ -208,7 +208,7 @@ add_test(NAME cli.mpi_comm_report_zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
 set_tests_properties(cli.mpi_comm_report_zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
-  "zero-1 over cp x dp = 2 ranks. rank 0 holds parameters 3.13 MiB, gradients 4.69 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
+  "zero-1 over cp_dp = 2 ranks. rank 0 holds parameters 3.13 MiB, gradients 4.69 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
 picotron_cli_test(cli.zero_offload_cpu ${EXPECT_FAIL} "error: --zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda" -- ${TRAIN} --zero 2 --zero-offload --device cpu)
 picotron_cli_test(cli.zero_offload_no_gpu ${EXPECT_FAIL} "error: --zero-offload moves the optimizer from the GPU to the CPU: it needs a GPU, and none is visible" -- ${TRAIN} --zero 3 --zero-offload)
 picotron_cli_test(cli.zero_offload_needs_zero ${EXPECT_FAIL} "error: --zero-offload needs --zero 1, 2 or 3" -- ${TRAIN} --zero-offload --device cpu)
@@ -219,7 +219,7 @@ add_test(NAME cli.mpi_comm_report_zero2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
   --dp-bucket-mb 1 --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
 set_tests_properties(cli.mpi_comm_report_zero2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
-  "zero-2 over cp x dp = 2 ranks. rank 0 holds parameters 3.13 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +8 +1640704 +4 +820352\ncp_dp +2 +reduce_scatter +16 +3281408 +8 +1640704\n")
+  "zero-2 over cp_dp = 2 ranks. rank 0 holds parameters 3.13 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +8 +1640704 +4 +820352\ncp_dp +2 +reduce_scatter +16 +3281408 +8 +1640704\n")
 # ZeRO-3 (tiny model: embedding 32,768, 4 layers of 196,864, head = final norm 128, tied;
 # Ψ = 820,352; dp 2, grad-acc 2), per micro-batch: every unit gathered before its forward
 # (the tied embedding twice: the lookup and the head) and every layer again before its
@@ -229,7 +229,7 @@ add_test(NAME cli.mpi_comm_report_zero3 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN
   --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
 set_tests_properties(cli.mpi_comm_report_zero3 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
-  "zero-3 over cp x dp = 2 ranks. rank 0 holds parameters 1.56 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp +2 +reduce_scatter +24 +3281408 +12 +1640704\n")
+  "zero-3 over cp_dp = 2 ranks. rank 0 holds parameters 1.56 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp +2 +reduce_scatter +24 +3281408 +12 +1640704\n")
 # ZeRO-3 over a pipeline stage (tiny model, dp 2 x pp 2, 1f1b, grad-acc 2; rank 0 = stage 0:
 # embedding 32,768 + layers 0-1 of 196,864 = 426,496 elements), per micro-batch: each unit
 # gathered before its forward, and again before its backward but for the stage's last

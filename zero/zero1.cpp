@@ -263,8 +263,8 @@ Zero1Optimizer::Bytes Zero1Optimizer::bytes() const {
 std::string Zero1Optimizer::summary() const {
   const Bytes b = bytes();
   const std::string n = std::to_string(layout_.ranks);
-  const std::string over = group_.name() == "cp_dp" ? "cp x dp" : group_.name();  // (expert parallelism: ep_replicas)
-  return "zero-" + std::to_string(stage_) + " over " + over + " = " + n + " ranks; rank " + std::to_string(group_.rank()) +
+  // over the group's name: cp_dp (expert parallelism's experts: ep_replicas)
+  return "zero-" + std::to_string(stage_) + " over " + group_.name() + " = " + n + " ranks; rank " + std::to_string(group_.rank()) +
          " holds parameters " + human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) +
          ", master weights " + (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
          ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" + n + " slice" +
