@@ -64,24 +64,27 @@ if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   index=(--index-url https://download.pytorch.org/whl/cpu)
   log "no CUDA toolkit (nvcc) found: using the CPU-only torch build"
 fi
+# --no-compile: no .pyc files at install time (a third of torch's install on 2 cores;
+# Python writes those it needs when it first imports a module).
+pip_install() { "$venv/bin/pip" install -q --progress-bar off --no-compile --disable-pip-version-check "$@" >&2; }
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   log "installing torch==$torch_version into $venv (a few GB, once per machine)"
   mkdir -p "$cache"
   python3 -m venv "$venv" >&2
-  "$venv/bin/pip" install -q --progress-bar off "${index[@]}" "torch==$torch_version" >&2 || {
+  pip_install "${index[@]}" "torch==$torch_version" || {
     log "could not install torch==$torch_version; install LibTorch yourself and set Torch_DIR"; exit 1; }
 fi
 extras=${PICOTRON_EXTRAS:-1}
 # matplotlib draws the pictures (scripts/plot_*.py); their tests run when it is there.
 if [ "$extras" != 0 ] && ! "$venv/bin/python" -c "import matplotlib" 2>/dev/null; then
   log "installing matplotlib into $venv (for scripts/plot_*.py)"
-  "$venv/bin/pip" install -q --progress-bar off matplotlib >&2 || log "could not install matplotlib: the plot tests are skipped"
+  pip_install matplotlib || log "could not install matplotlib: the plot tests are skipped"
 fi
 # transformers and safetensors: the tests that import and export Hugging Face folders
 # (tests/hf_roundtrip.py) check picotron against the real library.
 if [ "$extras" != 0 ] && ! "$venv/bin/python" -c "import transformers, safetensors" 2>/dev/null; then
   log "installing transformers and safetensors into $venv (for tests/hf_roundtrip.py)"
-  "$venv/bin/pip" install -q --progress-bar off "transformers==4.57.6" "safetensors" >&2 ||
+  pip_install "transformers==4.57.6" "safetensors" ||
     log "could not install transformers: the Hugging Face tests are skipped"
 fi
 log "using torch $torch_version from $venv"
