@@ -24,6 +24,7 @@
 #include "picotron/comm.h"
 #include "picotron/config.h"
 #include "picotron/data.h"
+#include "picotron/distributed.h"
 #include "picotron/init.h"
 #include "picotron/mesh.h"
 #include "picotron/model.h"
@@ -44,7 +45,6 @@
 #include "runtime/async_save.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_check.h"
-#include "picotron/distributed.h"
 #include "runtime/explain.h"
 #include "runtime/flags.h"
 #include "runtime/generate.h"
@@ -158,6 +158,80 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   return m;
 }
 
+// ---- the phases of a run around the step ---------------------------------------------
+
+// What this run is, printed once by rank 0: the model, the launch, the mesh, the shard
+// plan, what each rank holds, the pipeline's schedule.
+void print_run(const TrainConfig& cfg, const Distributed& dist, torch::Device device, const MeshShape& shape,
+               const ShardPlanOf& shard_plan_of) {
+  const int rank = dist.rank();
+  print0(rank, model_summary(cfg));
+  print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
+                   " process(es), device " + device.str() + ", " + precision_name(cfg.dtype) + (cfg.fp8 ? " + fp8 linears" : ""));
+  print0(rank, describe_mesh(shape));
+  print0(rank, plan_summary(cfg, shape, shard_plan_of));
+  print0(rank, holdings_summary(cfg, shape, shard_plan_of));
+  if (cfg.pp > 1) print0(rank, pipeline_summary(cfg.llama, parse_schedule(cfg.pp_schedule), cfg.pp, cfg.pp_virtual_stages));
+}
+
+// pp > 1: the micro-batches run through the stages in the schedule's order (pipeline_parallel/).
+std::unique_ptr<Pipeline> make_pipeline(const TrainConfig& cfg, LlamaForCausalLM& model, Mesh& mesh,
+                                        const std::vector<int64_t>& my_tokens, torch::TensorOptions activations) {
+  if (cfg.pp == 1) return nullptr;
+  const Pipeline::Options opts{parse_schedule(cfg.pp_schedule), cfg.pp_virtual_stages, cfg.grad_acc_steps,
+                               cfg.micro_batch_size, cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(),
+                               torch::tensor(my_tokens, torch::kInt64)};
+  return std::make_unique<Pipeline>(model, mesh, opts, activations);
+}
+
+// The sums each technique makes over its own axis, registered with the optimizer, which
+// runs them after (or within) the cp x dp average: Optimizer::sync_grads (picotron/optim.h).
+void add_own_axis_sums(Optimizer& optimizer, const TrainConfig& cfg, Mesh& mesh, Pipeline* pipeline,
+                       ExpertParallel* experts) {
+  using Held = std::vector<TrainableParam>;
+  if (pipeline)  // the tied embedding: its lookup (first stage) and its head (last stage)
+    optimizer.add_grad_sum([pipeline](Held& held) { pipeline->sync_tied_embedding(held); });
+  if (cfg.sp)  // the norm gains saw S/tp tokens on each tp rank
+    optimizer.add_grad_sum([&tp = mesh.tp()](Held& held) { sync_sequence_parallel_grads(held, tp); });
+  if (experts && cfg.zero == 0)  // each expert over its copies, / dp (with ZeRO: DenseAndExperts)
+    optimizer.add_grad_sum([experts](Held& held) { experts->sync_expert_grads(held); });
+}
+
+// --save-params, --export-hf: the fp32 master weights (fp64 in fp64 runs), reassembled on
+// rank 0 from every rank's shards.
+void save_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+                      const ShardPlanOf& shard_plan_of, Comm& world) {
+  if (cfg.save_params.empty() && cfg.export_hf.empty()) return;
+  const auto full =
+      gather_full_tensors(optimizer.masters_by_name(), cfg.llama, shape, shard_plan_of, optimizer.state_dtype(), world);
+  if (world.rank() != 0) return;
+  if (!cfg.save_params.empty()) {
+    save_tensors(cfg.save_params, full);
+    print0(0, "saved parameters to " + cfg.save_params);
+  }
+  if (!cfg.export_hf.empty()) {
+    export_hf(cfg.export_hf, cfg.llama, full);
+    print0(0, "exported a Hugging Face folder to " + cfg.export_hf + " (config.json, model.safetensors)");
+  }
+}
+
+// Samples, --eval, --prompt: a whole model on rank 0, whatever the mesh trained.
+void use_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+                     const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader) {
+  if (!prints_samples(cfg) && cfg.eval.empty() && cfg.prompt_ids.empty() && cfg.prompt.empty()) return;
+  const auto dtype = scalar_type(cfg.dtype);
+  const auto full = gather_full_tensors(optimizer.weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
+  if (world.rank() != 0) return;
+  const auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), opts);
+  add_experts(*whole, replicated_plan(cfg.llama), opts);
+  load_parameters(*whole, full);
+  if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
+  if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
+  else if (!cfg.prompt.empty()) print_text_continuation(whole, cfg.tokenizer, cfg.prompt, cfg.generate);
+  else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
+}
+
 // ---- one training step ---------------------------------------------------------------
 struct Trainer {  // what a step works with
   const TrainConfig& cfg;
@@ -213,6 +287,22 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   return {loss_sum.item<double>(), norm, lr, finite};  // item(): syncs the device, so the step's timer is honest
 }
 
+// The step line's figures (runtime/report.h: RunLog prints them and writes --metrics-file).
+StepStats step_stats(const TrainConfig& cfg, int64_t step, const StepResult& r, double tokens_per_s, double peak_flops,
+                     torch::Device device) {
+  StepStats stats;
+  stats.step = step + 1;
+  stats.steps = cfg.steps;
+  stats.loss = r.loss;
+  stats.tokens_per_s = tokens_per_s;
+  stats.lr = r.lr;
+  stats.grad_norm = r.grad_norm;
+  stats.mfu = peak_flops > 0 ? flops_per_token(cfg.llama, cfg.seq_len) * tokens_per_s / peak_flops : -1.0;
+  stats.peak_mem_bytes = peak_memory_bytes(device);
+  stats.skipped = !r.stepped;
+  return stats;
+}
+
 // ---- the run: mesh, model on the mesh, optimizer, the loop, the end ---------------------
 int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const int rank = dist.rank();
@@ -232,14 +322,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   setup.disarm();
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
   Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
-  print0(rank, model_summary(cfg));
-  print0(rank, "launch: " + std::string(launcher_name(dist.info().launcher)) + ", " + std::to_string(dist.world_size()) +
-                   " process(es), device " + device.str() + ", " + precision_name(cfg.dtype) + (cfg.fp8 ? " + fp8 linears" : ""));
-  print0(rank, describe_mesh(shape));
-  print0(rank, plan_summary(cfg, shape, shard_plan_of));
-  print0(rank, holdings_summary(cfg, shape, shard_plan_of));
-  const PipelineSchedule schedule = parse_schedule(cfg.pp_schedule);
-  if (cfg.pp > 1) print0(rank, pipeline_summary(cfg.llama, schedule, cfg.pp, cfg.pp_virtual_stages));
+  print_run(cfg, dist, device, shape, shard_plan_of);
 
   // ---- model on the mesh ------------------------------------------------------------
   ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
@@ -249,20 +332,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   // ---- optimizer: AdamW, its gradients all-reduced by data parallelism; or ZeRO -------
   std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, model, on_mesh.plan, mesh, experts, on_mesh.fused);
   if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
-  std::unique_ptr<Pipeline> pipeline;  // pp > 1: the micro-batches run through the stages in the schedule's order
-  if (cfg.pp > 1)
-    pipeline = std::make_unique<Pipeline>(
-        model, mesh,
-        Pipeline::Options{schedule, cfg.pp_virtual_stages, cfg.grad_acc_steps, cfg.micro_batch_size,
-                          cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(),
-                          torch::tensor(on_mesh.my_tokens, torch::kInt64)},
-        torch::TensorOptions().device(device).dtype(dtype));
-  // The sums each technique makes over its own axis, after (or within) the cp x dp average.
-  using Held = std::vector<TrainableParam>;
-  if (pipeline) optimizer->add_grad_sum([&](Held& held) { pipeline->sync_tied_embedding(held); });  // lookup + head
-  if (cfg.sp) optimizer->add_grad_sum([&](Held& held) { sync_sequence_parallel_grads(held, mesh.tp()); });  // norm gains saw S/tp tokens
-  if (experts && cfg.zero == 0)
-    optimizer->add_grad_sum([&](Held& held) { experts->sync_expert_grads(held); });  // each expert over its copies, / dp
+  const std::unique_ptr<Pipeline> pipeline =
+      make_pipeline(cfg, model, mesh, on_mesh.my_tokens, torch::TensorOptions().device(device).dtype(dtype));
+  add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), experts);
   LossScaler scaler(cfg.dtype == Precision::kFP16);
 
   BatchLoader loader(sources.train, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
@@ -272,8 +344,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   print0(rank, data_summary(cfg, loader));
   const std::optional<BatchLoader> val = validation_batches(sources.val, cfg, mesh, on_mesh.my_tokens);  // --val-data
   RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
-  const double peak_flops = device_peak_flops(device) * dist.world_size();
-  const double flops_tok = flops_per_token(cfg.llama, cfg.seq_len);
+  const double peak_flops = device_peak_flops(device) * dist.world_size();  // of all ranks, for the MFU
 
   // ---- checkpoints (runtime/resume.h): resume on any mesh, save what this rank owns --
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
@@ -292,16 +363,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     Timer timer;
     const StepResult r = train_step(trainer, loader, step, watch);
     watch.end(dist);  // --explain: rank 0 prints every rank's narration
-    StepStats stats;
-    stats.step = step + 1;
-    stats.steps = cfg.steps;
-    stats.loss = r.loss;
-    stats.tokens_per_s = double(loader.tokens_per_step()) / timer.seconds();
-    stats.lr = r.lr;
-    stats.grad_norm = r.grad_norm;
-    stats.mfu = peak_flops > 0 ? flops_tok * stats.tokens_per_s / peak_flops : -1.0;
-    stats.peak_mem_bytes = peak_memory_bytes(device);
-    stats.skipped = !r.stepped;
+    StepStats stats = step_stats(cfg, step, r, double(loader.tokens_per_step()) / timer.seconds(), peak_flops, device);
     if (cfg.llama.is_moe()) stats.tokens_per_expert = global_tokens_per_expert(*model, mesh, cfg.sp);
     if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
       stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
@@ -322,33 +384,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
                                               experts ? &experts->ep_group() : nullptr,
                                               experts ? &experts->replica_group() : nullptr}));
   if (pipeline && !cfg.pp_trace.empty()) pipeline->write_trace(cfg.pp_trace, world, cfg.steps);
-  // Full tensors reassembled on rank 0 from every rank's shards.
-  if (!cfg.save_params.empty() || !cfg.export_hf.empty()) {  // fp32 master weights (fp64 in fp64 runs)
-    const auto full = gather_full_tensors(optimizer->masters_by_name(), cfg.llama, shape, shard_plan_of,
-                                          optimizer->state_dtype(), world);
-    if (rank == 0 && !cfg.save_params.empty()) {
-      save_tensors(cfg.save_params, full);
-      print0(rank, "saved parameters to " + cfg.save_params);
-    }
-    if (rank == 0 && !cfg.export_hf.empty()) {
-      export_hf(cfg.export_hf, cfg.llama, full);
-      print0(rank, "exported a Hugging Face folder to " + cfg.export_hf + " (config.json, model.safetensors)");
-    }
-  }
-  const bool uses_whole_model = prints_samples(cfg) || !cfg.eval.empty() || !cfg.prompt_ids.empty() || !cfg.prompt.empty();
-  if (uses_whole_model) {  // a whole model on rank 0, whatever the mesh trained
-    const auto full = gather_full_tensors(optimizer->weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
-    if (rank == 0) {
-      const auto opts = torch::TensorOptions().device(device).dtype(dtype);
-      LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), opts);
-      add_experts(*whole, replicated_plan(cfg.llama), opts);
-      load_parameters(*whole, full);
-      if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
-      if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
-      else if (!cfg.prompt.empty()) print_text_continuation(whole, cfg.tokenizer, cfg.prompt, cfg.generate);
-      else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
-    }
-  }
+  save_whole_model(cfg, *optimizer, shape, shard_plan_of, world);
+  use_whole_model(cfg, *optimizer, shape, shard_plan_of, device, world, loader);
   return 0;
 }
 

@@ -6,7 +6,7 @@
 //
 // TrainConfig holds everything else. Every field has a default and a one-line comment.
 // The command line fills it through one table of flags (runtime/flags.cpp:
-// each flag's name, help, field and checks), and validate() there reports every problem
+// each flag's name, help, field and checks), and check_flag_rules() there reports every problem
 // at once, with the numbers, naming the flag.
 //
 // This file includes no LibTorch header: it compiles in a second and is tested alone.

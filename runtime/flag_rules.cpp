@@ -1,4 +1,4 @@
-// runtime/flag_rules.cpp — validate(): each flag's own checks (the table in
+// runtime/flag_rules.cpp — check_flag_rules(): each flag's own checks (the table in
 // flags.cpp), then the rules between flags: the mesh against the world size and the
 // model's sizes, the techniques' pairings, the pipeline schedule's and the context-parallel
 // layout's own rules. One line per problem, naming the flags and the numbers.
@@ -11,7 +11,7 @@
 #include "pipeline_parallel/schedules.h"
 
 namespace picotron {
-std::vector<std::string> validate(const RunConfig& c, int world_size) {
+std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {
   std::vector<std::string> errors = flag_problems(c);  // each flag's own value (flags.cpp)
   auto need = [&](bool ok, const std::string& msg) { if (!ok) errors.push_back(msg); };
   const LlamaConfig& m = c.llama;

@@ -1,6 +1,6 @@
 // runtime/flags.cpp — the flag table, parse_args, config_fields and each flag's
 // own checks. See flags.h. To add a flag: a field with its default in picotron/config.h,
-// one row in flag_table() below; a rule between flags goes into validate() (flag_rules.cpp).
+// one row in flag_table() below; a rule between flags goes into check_flag_rules() (flag_rules.cpp).
 #include "runtime/flags.h"
 
 #include <algorithm>
@@ -77,7 +77,7 @@ struct Flag {
   bool shows_default = true;  // --help prints the default (not for preset overrides)
   std::function<void(RunConfig&, const std::string& text)> set;  // throws one line naming the flag
   std::function<std::string(const RunConfig&)> show;             // the value as text
-  std::function<void(const RunConfig&, Problems&)> check;        // the value alone (validate)
+  std::function<void(const RunConfig&, Problems&)> check;        // the value alone (check_flag_rules: the rules between flags)
 };
 
 // Where a row's value lives in the config.

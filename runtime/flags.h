@@ -1,7 +1,7 @@
 // runtime/flags.h — build/train's command line: every flag in one table
 // (flags.cpp), each row its name, its --help group and text, the RunConfig field it sets
 // (whose default, in picotron/config.h or runtime/run_config.h, --help shows) and the checks on its value; then
-// validate(), the rules between flags (the mesh must divide the model, ...).
+// check_flag_rules(), the rules between flags (the mesh must divide the model, ...).
 //
 // Errors are ours, one line naming the flag: cxxopts (which splits the command line and
 // formats --help) only ever sees a command line that flags.cpp has checked first.
@@ -49,6 +49,6 @@ std::vector<std::string> flag_problems(const RunConfig& c);
 // Every problem with the config, one line each (empty: valid): flag_problems, then the
 // rules between flags (flag_rules.cpp). `world_size` is the number of processes the launcher
 // started (the mesh must use exactly these).
-std::vector<std::string> validate(const RunConfig& c, int world_size);
+std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size);
 
 }  // namespace picotron

@@ -1,4 +1,4 @@
-// runtime/plan.cpp — the search of plan.h: enumerate, validate(), estimate_memory()
+// runtime/plan.cpp — the search of plan.h: enumerate, check_flag_rules(), estimate_memory()
 // for every pipeline stage, predict_step(), rank. The text, the rules and the command lines:
 // plan_report.cpp.
 #include "runtime/plan.h"
@@ -164,7 +164,7 @@ PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& s
         c.micro_batch_size = B;
         c.grad_acc_steps = grad_acc_for(rows, B, c.dp, c.pp_schedule, c.pp);
         ++result.considered;
-        if (!validate(c, gpus).empty()) continue;
+        if (!check_flag_rules(c, gpus).empty()) continue;
         ++result.valid;
         if (too_big || fitted) continue;
         Candidate cand;

@@ -11,7 +11,7 @@
 //   --global-batch-tokens (the smallest not below; interleaved needs m % P == 0, zb-h1
 //   m >= P: rounded up)
 //
-// keeps those validate() accepts (runtime/flag_rules.cpp: the same rules a run is
+// keeps those check_flag_rules() accepts (runtime/flag_rules.cpp: the same rules a run is
 // held to), predicts each one's peak memory with estimate_memory() for every pipeline
 // stage (the stages are the distinct roles: tp, cp and dp ranks of a stage hold equal
 // shares) and keeps those whose worst stage fits --gpu-memory, predicts their step time
@@ -63,17 +63,17 @@ constexpr double kTieBand = 0.05;
 int complexity(const RunConfig& c);
 
 // The --ep sizes the search tries at `dp` data-parallel ranks: {1}, and for a mixture of
-// experts every divisor of dp that divides E (validate() then judges each layout).
+// experts every divisor of dp that divides E (check_flag_rules() then judges each layout).
 std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp);
 
 // The --cp-mode (and --cp-ulysses) the search tries at `cp` ranks: ring, ulysses, and the
-// hybrid with every all-to-all group 1 < U < cp dividing cp (validate() judges the heads).
+// hybrid with every all-to-all group 1 < U < cp dividing cp (check_flag_rules() judges the heads).
 std::vector<std::pair<std::string, int>> cp_modes(int cp);
 
 struct PlanResult {
   int gpus = 0;
   int64_t considered = 0;  // layouts enumerated
-  int64_t valid = 0;       // accepted by validate()
+  int64_t valid = 0;       // accepted by check_flag_rules()
   int64_t fit = 0;         // predicted peak <= --gpu-memory
   double least_peak_bytes = 0;  // the smallest predicted peak of a valid layout (0: none valid)
   std::vector<Candidate> best;  // the top ones, best first, one per layout (its best micro-batch)
@@ -84,7 +84,7 @@ PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& s
 
 // One given layout, as the search costs it (--plan-layout): the layout of `c` as it stands
 // (mesh, sp, ZeRO, recompute, schedule, micro-batch, grad-acc, dtype, device), every
-// pipeline stage's peak, the step time. No validate(), no --gpu-memory check: the caller's.
+// pipeline stage's peak, the step time. No check_flag_rules(), no --gpu-memory check: the caller's.
 Candidate evaluate_layout(const RunConfig& c, const ShardPlanFor& shard_plan_for);
 
 // What would fit when nothing does, each found by the same search: the smallest power of

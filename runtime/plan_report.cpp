@@ -77,7 +77,8 @@ static std::string cp_mode_reason(const RunConfig& c, const Hardware& hw) {
   for (const auto& [mode, u] : cp_modes(c.cp)) {
     RunConfig alt = c;
     alt.cp_mode = mode, alt.cp_ulysses = u;
-    if ((mode == c.cp_mode && u == c.cp_ulysses) || !validate(alt, alt.dp * alt.tp * alt.pp * alt.cp).empty()) continue;
+    if (mode == c.cp_mode && u == c.cp_ulysses) continue;
+    if (!check_flag_rules(alt, alt.dp * alt.tp * alt.pp * alt.cp).empty()) continue;
     others += std::string(others.empty() ? "" : ", ") + mode + (u ? " " + std::to_string(u) : "") + " " +
               fixed(predict_step(alt, hw, 0).cp * 1e3, 2);
   }
@@ -165,7 +166,7 @@ std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for
     << " GB/s between nodes; offload: PCIe " << fixed(kPcieBytesPerS / 1e9, 0) << " GB/s, CPU AdamW "
     << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (README.md, \"Choosing a layout\")\n";
   const PlanResult r = search_layouts(base, base.planner.gpus, shard_plan_for, base.planner.top);
-  o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass validate(), "
+  o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass the flag rules, "
     << with_commas(r.fit) << " fit in " << fixed(base.planner.gpu_memory_gb, 0) << " GB\n";
   if (!r.best.empty()) {
     o << "best " << r.best.size() << " by predicted tokens/s per GPU (each layout once, at its best micro-batch and "
@@ -188,7 +189,7 @@ std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for
   } else {
     o << "nothing fits: ";
     if (r.valid == 0) {
-      o << "no layout of " << base.planner.gpus << " GPU(s) passes validate() for this model and sequence\n";
+      o << "no layout of " << base.planner.gpus << " GPU(s) passes the flag rules for this model and sequence\n";
     } else {
       o << "the least any layout needs is " << gb(r.least_peak_bytes) << " per GPU, above --gpu-memory "
         << fixed(base.planner.gpu_memory_gb, 0) << "\n";

@@ -257,7 +257,7 @@ std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launc
   if (!cfg.init_from.empty()) problems = apply_hf_config(cfg);  // the shape comes from its config.json
   if (problems.empty()) problems = apply_tokenizer(cfg);         // V follows --tokenizer or the data's manifest
   if (!problems.empty()) return problems;  // (apply_hf_config names config.json or the flag itself)
-  problems = validate(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
+  problems = check_flag_rules(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
   if (!cfg.init_from.empty())  // the rules between flags, broken by config.json's values
     for (auto& p : problems) p = blame_config_json(p, cfg.init_from);
   return problems;

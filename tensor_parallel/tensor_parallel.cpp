@@ -192,7 +192,7 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
 }
 
 void shard_for_tensor_parallel(ShardPlan& plan, const LlamaConfig& c, int index, int count) {
-  // Whole heads, MLP columns and vocabulary rows per rank (validate() says so naming the
+  // Whole heads, MLP columns and vocabulary rows per rank (check_flag_rules() says so naming the
   // flags; checked here too for callers that skip it).
   for (auto [what, n] : {std::pair{"attention heads", c.num_attention_heads}, {"key/value heads", c.num_key_value_heads},
                          {"intermediate size", c.intermediate_size}, {"vocabulary size", c.vocab_size}})

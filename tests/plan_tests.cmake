@@ -13,7 +13,7 @@ function(picotron_plan_test name regex)
     PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()
 picotron_plan_test(cli.plan_llama3_8b_8gpus
-  "considered [0-9,]+ layouts: [0-9,]+ pass validate\\(\\), [0-9,]+ fit in 80 GB.* 1\\. dp 8 x tp 1 x pp 1 x cp 1, zero [1-3].*\n    rule: [^\n]*\n    mpirun -np 8 build/train --device cuda --model llama3-8b --dtype bf16 --seq-len 4096 --micro-batch-size [0-9]+ --grad-acc-steps [0-9]+ --dp 8 --zero [1-3]"
+  "considered [0-9,]+ layouts: [0-9,]+ pass the flag rules, [0-9,]+ fit in 80 GB.* 1\\. dp 8 x tp 1 x pp 1 x cp 1, zero [1-3].*\n    rule: [^\n]*\n    mpirun -np 8 build/train --device cuda --model llama3-8b --dtype bf16 --seq-len 4096 --micro-batch-size [0-9]+ --grad-acc-steps [0-9]+ --dp 8 --zero [1-3]"
   --model llama3-8b --gpus 8 --seq-len 4096)
 picotron_plan_test(cli.plan_llama3_8b_defaults "best 5 by predicted tokens/s per GPU.* 5\\. .*mpirun -np 8 build/train --device cuda --model llama3-8b"
   --model llama3-8b --gpus 8)

@@ -41,14 +41,14 @@ TEST_CASE("flags override preset fields and defaults are valid", "[config]") {
   const char* plain[] = {"train"};
   auto d = parse_args(1, plain);
   REQUIRE(d.config);
-  CHECK(validate(*d.config, 1).empty());
+  CHECK(check_flag_rules(*d.config, 1).empty());
 }
 
 static std::vector<std::string> errors_for(std::vector<const char*> args, int world = 1) {
   args.insert(args.begin(), "train");
   auto r = parse_args(int(args.size()), args.data());
   REQUIRE(r.config);
-  return validate(*r.config, world);
+  return check_flag_rules(*r.config, world);
 }
 
 static bool any_contains(const std::vector<std::string>& v, const std::string& s) {
@@ -56,7 +56,7 @@ static bool any_contains(const std::vector<std::string>& v, const std::string& s
   return false;
 }
 
-TEST_CASE("validate reports bad sizes with the flag and the numbers", "[config]") {
+TEST_CASE("check_flag_rules reports bad sizes with the flag and the numbers", "[config]") {
   CHECK(any_contains(errors_for({"--hidden-size", "0"}), "--hidden-size must be > 0, got 0"));
   CHECK(any_contains(errors_for({"--micro-batch-size", "-3"}), "--micro-batch-size must be > 0, got -3"));
   CHECK(any_contains(errors_for({"--hidden-size", "130", "--num-attention-heads", "4"}),
@@ -68,7 +68,7 @@ TEST_CASE("validate reports bad sizes with the flag and the numbers", "[config]"
   CHECK(errors_for({"--steps", "0", "--lr", "-1"}).size() >= 2);
 }
 
-TEST_CASE("validate checks the mesh against the world size", "[config]") {
+TEST_CASE("check_flag_rules checks the mesh against the world size", "[config]") {
   CHECK(any_contains(errors_for({"--dp", "2"}, 4), "--dp 2 x --pp 1 x --cp 1 x --tp 1 = 2 ranks, but the job has 4 processes"));
   CHECK(errors_for({"--dp", "4"}, 4).empty());
   CHECK(any_contains(errors_for({"--dp", "0"}, 1), "--dp must be >= 1, got 0"));

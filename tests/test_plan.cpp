@@ -112,14 +112,14 @@ TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would",
                        Catch::Contains("more memory: a GPU of"));
 }
 
-TEST_CASE("plan: every layout returned passes validate() and reaches the batch", "[plan]") {
+TEST_CASE("plan: every layout returned passes check_flag_rules() and reaches the batch", "[plan]") {
   for (auto [model, gpus] : {std::pair{"llama3-8b", 8}, {"llama3-8b", 16}, {"smollm-360m", 4}}) {
     const RunConfig base = planning(model, gpus, 2048);
     const PlanResult r = search_layouts(base, gpus, shard_plan_for, 10);
     REQUIRE(!r.best.empty());
     for (const Candidate& c : r.best) {
       INFO(command_line(c));
-      CHECK(validate(c.cfg, gpus).empty());
+      CHECK(check_flag_rules(c.cfg, gpus).empty());
       CHECK(c.cfg.dp * c.cfg.tp * c.cfg.pp * c.cfg.cp == gpus);
       CHECK(tokens_per_step(c.cfg) >= double(base.planner.global_batch_tokens));
       CHECK(c.time.total() > 0);
@@ -272,7 +272,7 @@ TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
   std::set<int> eps;
   for (const Candidate& c : r.best) {
     INFO(command_line(c));
-    CHECK(validate(c.cfg, 8).empty());
+    CHECK(check_flag_rules(c.cfg, 8).empty());
     eps.insert(c.cfg.ep);
     if (c.cfg.ep > 1) {
       CHECK(c.cfg.dp % c.cfg.ep == 0);
