@@ -21,9 +21,9 @@ The convention (docs/testing.md, "Documentation that cannot drift"):
     (they depend on the machine, the load and the number of threads): a number before
     "tok/s", after "mfu " and before "%", after "grad norm ", and a duration ("0.02 s",
     "12 ms", "3 µs"). Such a number matches any number, but not "inf" or "nan". A number
-    after "loss " matches within 2% relative: another CPU rounds differently (LibTorch
-    picks its kernels by the CPU's vector instructions), and a few dozen steps grow that
-    into the fourth digit of a loss and any digit of a gradient norm. (Whether a technique
+    after "loss " matches within 2% relative: another CPU model rounds differently, and a
+    few dozen steps grow that into the fourth digit of a loss and any digit of a
+    gradient norm (seen between two 2-core Xeons, docs/testing.md). (Whether a technique
     changes the numbers is the equivalence tests' question, to 1e-9 in fp64.)
   * OPTIONS, space-separated:
         numbers     every number of the shown output matches any number, and a run of spaces
