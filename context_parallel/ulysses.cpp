@@ -3,6 +3,7 @@
 #include "context_parallel/ulysses.h"
 
 #include <numeric>
+#include <stdexcept>
 
 #include "picotron/saved_object.h"
 

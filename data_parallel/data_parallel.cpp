@@ -1,6 +1,8 @@
 // data_parallel/data_parallel.cpp — see data_parallel.h for the picture and the costs.
 #include "data_parallel/data_parallel.h"
 
+#include <stdexcept>
+
 namespace picotron {
 
 // Every rank of the group holds this parameter (not an expert that expert parallelism

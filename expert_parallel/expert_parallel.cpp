@@ -5,6 +5,7 @@
 #include "picotron/saved_object.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace picotron {
 

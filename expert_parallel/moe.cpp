@@ -4,6 +4,8 @@
 #include "picotron/saved_object.h"
 #include "picotron/utils.h"
 
+#include <stdexcept>
+
 namespace picotron {
 
 namespace F = torch::nn::functional;

@@ -3,6 +3,8 @@
 
 #include "picotron/saved_object.h"
 
+#include <stdexcept>
+
 namespace picotron::fp8 {
 
 using torch::autograd::AutogradContext;

@@ -7,6 +7,7 @@
 // Statistics and softmax run in fp32 (fp64 for fp64 inputs), as in the kernels.
 //
 // Test: build/tests/unit_tests "[kernels]"
+#include <stdexcept>
 #include <torch/torch.h>
 
 #include <cmath>

@@ -2,6 +2,7 @@
 #include "pipeline_parallel/dualpipev.h"
 
 #include <deque>
+#include <stdexcept>
 
 namespace picotron {
 

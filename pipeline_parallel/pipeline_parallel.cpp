@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 
 namespace picotron {

@@ -4,6 +4,7 @@
 #include "picotron/utils.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace picotron {
 

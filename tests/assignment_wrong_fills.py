@@ -2,7 +2,9 @@
 """tests/assignment_wrong_fills.py [WORK_DIR] — the grader tells right from wrong
 (ctest -L assignments_build; slow: it builds a course copy, about 6 minutes on 2 cores).
 
-scripts/assignment make all, then solve (the reference back), then a deliberately wrong
+scripts/assignment make all, and grading that copy (every stub in, built as the grader
+builds it) must fail every task for its missing code ("not implemented" or "blocked by");
+then solve (the reference back), then a deliberately wrong
 line in ten tasks, each a mistake a student makes: the average forgotten, f without its
 all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in the
 gathered (rank) order instead of put back, one warm-up forward short, DualPipeV's waiting
@@ -75,8 +77,22 @@ def region_text(path, task):
 def main():
     work = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="picotron-wrong-"))
     course = work / "course"
+    problems = []
     if not course.exists():
         subprocess.run([str(TOOL), "make", "all", str(course)], check=True, stdout=subprocess.DEVNULL)
+        proc = subprocess.run([str(TOOL), "grade", str(course)], capture_output=True, text=True)
+        print(proc.stdout[-4000:], proc.stderr[-2000:])
+        if not (course / "grade.json").is_file():
+            sys.exit("FAILED: grading the copy with every stub wrote no grade.json")
+        for r in json.loads((course / "grade.json").read_text())["tasks"]:
+            failed = [t for t in r["tests"] if not t["passed"]]
+            if r["passed"] or not failed:
+                problems.append(f"{r['task']}: passed with its code removed")
+            elif not all(t["detail"].startswith(("not implemented", "blocked by")) for t in failed):
+                bad = next(t for t in failed if not t["detail"].startswith(("not implemented", "blocked by")))
+                problems.append(f"{r['task']}: with every stub in, {bad['name']} failed for another reason: {bad['detail']}")
+        if not problems:
+            print("every task of the copy with every stub graded 'not implemented'")
     subprocess.run([str(TOOL), "solve", str(course)], check=True, stdout=subprocess.DEVNULL)
     for task, (rel, right, wrong) in WRONG.items():
         path = course / rel
@@ -87,7 +103,6 @@ def main():
     proc = subprocess.run([str(TOOL), "grade", str(course), *WRONG, *RIGHT], capture_output=True, text=True)
     print(proc.stdout[-6000:], proc.stderr[-2000:])
     grade = {r["task"]: r for r in json.loads((course / "grade.json").read_text())["tasks"]}
-    problems = []
     for task in WRONG:
         r = grade[task]
         failed = [t for t in r["tests"] if not t["passed"]]

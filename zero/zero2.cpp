@@ -2,6 +2,8 @@
 // complete bucket reduce-scattered at once into my slice. See zero2.h.
 #include "zero/zero2.h"
 
+#include <stdexcept>
+
 namespace picotron {
 
 Zero2Optimizer::Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,

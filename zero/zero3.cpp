@@ -4,6 +4,7 @@
 #include "zero/zero3.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace picotron {
 
