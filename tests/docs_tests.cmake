@@ -15,3 +15,16 @@ add_test(NAME docs.commands COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_do
   --train ${CMAKE_BINARY_DIR}/train --root ${CMAKE_SOURCE_DIR} ${DOCS_PYTHON_ARGS})
 set_tests_properties(docs.commands PROPERTIES LABELS docs TIMEOUT 900 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "docs ok" FAIL_REGULAR_EXPRESSION "FAILED")
+
+# Cross-references and counts (label docs, no build needed, under a second each):
+# tests/check_references.py: every FILE, "Section" / FILE#anchor / [text](FILE#anchor) in the
+# docs, the READMEs, code comments and the program's strings names a heading that exists;
+# tests/check_counts.py: every count a page states about the code (tasks, points, wrong fills,
+# schedules, ...) and docs/assignments/README.md's task table equal the code's, and every
+# source file of a technique folder is named in its README.
+add_test(NAME docs.references COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_references.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(docs.references PROPERTIES LABELS docs TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "references ok" FAIL_REGULAR_EXPRESSION "FAILED")
+add_test(NAME docs.counts COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_counts.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(docs.counts PROPERTIES LABELS docs TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "counts ok" FAIL_REGULAR_EXPRESSION "FAILED")

@@ -61,7 +61,7 @@ ${PLAN_MPIRUN} -np 2 ${PLAN_TRAIN} --plan-layout ${PLAN_LAYOUT_DPV} > plan_layou
 grep -q \"^  memory of stage 0 at its peak: $dry B \" plan_layout_pp2_dualpipev.txt && echo \"dry-run rank 0: $dry B: layout ok\"")
 set_tests_properties(cli.plan_layout_pp2_dualpipev PROPERTIES LABELS "cli;mpi" TIMEOUT 60 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "dualpipev v2, micro-batch 2 x grad-acc 4.*layout ok")
-# Context parallelism's modes (context_parallel/README.md, "Ring or all-to-all"): llama2-7b
+# Context parallelism's modes (context_parallel/README.md, "All-to-all: Ulysses, and the hybrid (USP)"): llama2-7b
 # (nH = nKV = 32) at 4096 tokens on two nodes of 8: the ring's 22 hops of every kv head are
 # not hidden by so short an attention, and the search picks an all-to-all mode for its cp
 # layouts, saying each mode's exposed cp time.
