@@ -26,6 +26,8 @@ the code that decides it, and every page that states one is compared with it:
                      files" (docs/building.md).
   files              every .h/.cpp/.cu/.cuh of a technique folder is named in its README.md
                      (the folder's map: a new file cannot go unexplained).
+  labels             README.md's "# one label: unit, mpi, ..." names exactly the labels that
+                     tests/*.cmake give (task.NAME and assignments_build aside).
 
 Numbers are digits or the words one to twenty. Counts the program prints (layouts
 considered, parameters) are not here: the pages show them in <!-- docs-test --> blocks,
@@ -173,6 +175,26 @@ def main():
     for name in rows:
         if name not in tasks:
             problems.append(f"{rel}:{rows[name][3]}: a row for {name}, which tests/assignments.cmake does not have")
+
+    # README.md's list of test labels ("# one label: unit, mpi, ...") names every label the
+    # tests declare (tests/*.cmake, tests/CMakeLists.txt), task.NAME and assignments_build aside.
+    declared = set()
+    for f in os.listdir(os.path.join(root, "tests")):
+        if f.endswith(".cmake") or f == "CMakeLists.txt":
+            for group in re.findall(r'LABELS\s+"?([a-z_;]+)', read(root, f"tests/{f}")):
+                declared.update(w for w in group.split(";") if w and w not in ("task", "assignments_build"))
+    text = read(root, "README.md")
+    m = re.search(r"# one label: ([a-z_, ]+)", text)
+    checked += 1
+    if not m:
+        problems.append("README.md: no '# one label: ...' list of the test labels")
+    else:
+        listed = {w.strip() for w in m.group(1).split(",")}
+        line = text.count("\n", 0, m.start()) + 1
+        for label in sorted(declared - listed):
+            problems.append(f"README.md:{line}: the list of labels lacks '{label}' (a label of tests/*.cmake)")
+        for label in sorted(listed - declared):
+            problems.append(f"README.md:{line}: the list of labels names '{label}', which no test has")
 
     # Every source file of a technique folder is named in the folder's README.md (a pair by its
     # stem: `zero1.h`, zero1.{h,cpp}, `zero1.cpp` all name zero1.h and zero1.cpp).
