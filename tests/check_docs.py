@@ -46,6 +46,8 @@ The convention (docs/testing.md, "Documentation that cannot drift"):
     matplotlib, is reported and skipped, not failed).
   * Any fenced block (checked or not) with an `mpirun -np N` line, N > 2, and no
     `--device cuda` must say --oversubscribe: those are the CPU examples a laptop runs.
+  * Flags: every flag of `build/train --help` is named in docs/running.md, and every flag in
+    the first column of its table is one `--help` lists.
   * Test selections: every `ctest ... -R PATTERN` a document shows must select a test of
     the build directory beside --train (`ctest -N`), and every `-L LABEL` must be a label
     there or in tests/*.cmake; a test named in backticks (`cli.mpi_comm_report_tp2`: a
@@ -338,6 +340,28 @@ def check_test_names(root, train, docs_text, verbose, errors):
                     errors.append(f"{rel}:{line}: unit_tests \"{tag}\": no such Catch2 tag")
 
 
+def check_flags(root, train, verbose, errors):
+    """Every flag `build/train --help` lists is in docs/running.md's table (the page that says
+    it has every flag), and every --flag the table's first column names is a flag."""
+    r = subprocess.run([train, "--help"], capture_output=True, text=True, timeout=60)
+    flags = set(re.findall(r"^\s+(?:-\w, )?--([a-z0-9][a-z0-9-]*)", r.stdout, re.M))
+    if not flags:
+        errors.append(f"{train} --help: no flags found in its output")
+        return
+    text = open(os.path.join(root, "docs", "running.md"), encoding="utf-8").read()
+    shown = set(re.findall(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)", text))
+    for f in sorted(flags - shown - {"help"}):
+        errors.append(f"docs/running.md: --{f} (in `build/train --help`) is not in the flags table")
+    named = set()
+    for line in text.split("\n"):
+        if line.startswith("| `--"):
+            named.update(re.findall(r"`--([a-z0-9][a-z0-9-]*)", line.split("|")[1]))
+    for f in sorted(named - flags):
+        errors.append(f"docs/running.md: the flags table names --{f}, which `build/train --help` does not list")
+    if verbose:
+        print(f"  flags: {len(flags)} in --help, all in docs/running.md")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -400,6 +424,7 @@ def main():
 
     check_scripts(root, docs_text, args.python, args.verbose, errors)
     check_test_names(root, args.train, docs_text, args.verbose, errors)
+    check_flags(root, args.train, args.verbose, errors)
     for e in errors:
         print("FAILED " + e)
     print(f"docs: {commands} command(s) in {sum(len(b) for _, b in all_blocks)} checked block(s), "
