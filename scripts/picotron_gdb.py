@@ -1,21 +1,176 @@
-"""scripts/picotron_gdb.py — LibTorch tensors readable in gdb.
+"""scripts/picotron_gdb.py — LibTorch tensors readable in gdb, without calling the program.
 
     (gdb) source scripts/picotron_gdb.py
     (gdb) print x
     $1 = [2, 32, 64] Float cpu strides (2048, 64, 1) {0.0132, -0.871, 0.25, ...}
 
 Without it, an at::Tensor prints as an intrusive pointer to a TensorImpl. This
-pretty-printer asks the stopped program itself: it calls picotron_tensor_impl_text
-(runtime/debug_text.cpp, linked into build/train) on the tensor's TensorImpl,
-so it needs a live process (not a core file). `info pretty-printer` lists it; `disable pretty-printer global picotron`
-turns it off. A tensor not built yet (or already freed) prints as <not built ...>
-instead of being called into, so `info locals` is safe at every stop.
+pretty-printer reads the tensor out of the stopped program's memory, the way
+at::Tensor's own accessors would, and runs nothing in the program:
 
-Test: ctest -L debug   (debug.gdb_tensor_printer)
+    at::Tensor ── impl_.target_ ──> c10::TensorImpl
+                                      sizes_and_strides_  [sizes | strides], inline up to 5 dims
+                                      data_type_.index_   a c10::ScalarType: Float, BFloat16, ...
+                                      device_opt_         cpu, cuda:0, ...
+                                      storage_offset_     where element [0, 0, ...] is
+                                      storage_ ──> c10::StorageImpl
+                                                     data_ptr_.ptr_.data_ ──> the values
+
+so it works with `set may-call-functions off`, on machines where every call gdb makes
+into the program fails ("Couldn't write extended state status"), and on a core file.
+Values on a GPU are not in the process's memory: their line says so. Each member's
+offset comes from the program's DWARF when it holds the class's definition, else from
+LAYOUT below. `info pretty-printer` lists the printer; `disable pretty-printer global
+picotron` turns it off. A tensor not built yet (or already freed) prints as
+<not built ...>, so `info locals` is safe at every stop.
+
+Test: ctest -L debug   (debug.gdb_tensor_printer compares every line with the program's
+own runtime/debug_text.cpp, with the DWARF offsets and with LAYOUT)
 """
+import math
+import re
+import struct
+
 import gdb
 
 TENSOR_TYPES = ("at::Tensor", "at::TensorBase", "torch::Tensor", "torch::autograd::Variable")
+VALUES = 6  # elements shown, as runtime/debug_text.cpp's tensor_text
+
+# Where each member lies, in bytes from the start of its object, for LibTorch 2.11
+# (scripts/setup.sh's) on a 64-bit Linux. Used when the program's DWARF only declares the
+# class: GCC writes a class with virtual functions into the debug info of the object file
+# that holds its vtable, and for c10::TensorImpl that is libc10.so, shipped without debug
+# info. The numbers follow from the members' order in the headers and their sizes, which
+# c10/core/TensorImpl.h itself static_asserts (C10_TensorImpl_Size_Check_Dummy_Class):
+#   TensorImpl: vtable 8 | refcounts 8 | storage_ 8 | autograd_meta_ 8 | extra_meta_ 8 |
+#               version_counter_ 8 | pyobj_slot_ 16 | sizes_and_strides_ 88 |
+#               storage_offset_ 8 | numel_ 8 | data_type_ 2 | device_opt_ 3 | bits | key_set_
+# debug.gdb_tensor_printer checks each number against a program built with the full DWARF
+# (-femit-class-debug-always), so a LibTorch that moves a member fails that test.
+LAYOUT = {
+    ("c10::intrusive_ptr_target", "combined_refcount_"): 8,  # strong count: low 32 bits, weak: the next 31
+    ("c10::TensorImpl", "storage_"): 16,                     # c10::Storage: one pointer to a StorageImpl
+    ("c10::TensorImpl", "autograd_meta_"): 24,               # unique_ptr: null unless autograd is involved
+    ("c10::TensorImpl", "sizes_and_strides_"): 64,
+    ("c10::TensorImpl", "storage_offset_"): 152,             # in elements
+    ("c10::TensorImpl", "data_type_"): 168,                  # caffe2::TypeMeta: uint16 index_ = ScalarType
+    ("c10::TensorImpl", "device_opt_"): 170,                 # optional<Device>: type, index, engaged
+    ("c10::impl::SizesAndStrides", "size_"): 0,              # the number of dimensions
+    ("c10::impl::SizesAndStrides", "inlineStorage_"): 8,     # sizes[5] then strides[5]; or, beyond
+                                                             # 5 dims, a pointer to sizes[n], strides[n]
+    ("c10::StorageImpl", "data_ptr_"): 16,                   # c10::DataPtr, whose first word is the data
+    ("torch::autograd::AutogradMeta", "grad_fn_"): 48,       # shared_ptr<Node>: set on a computed tensor
+    ("torch::autograd::AutogradMeta", "requires_grad_"): 144,
+}
+INLINE_DIMS = 5  # C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE
+use_dwarf = True  # False: LAYOUT only (the test compares both ways)
+
+# c10::ScalarType by index (torch/headeronly/core/ScalarType.h), and how to read the ones
+# printed with values: a struct format, or a function of the raw bytes.
+SCALAR_TYPES = (
+    "Byte Char Short Int Long Half Float Double ComplexHalf ComplexFloat ComplexDouble Bool "
+    "QInt8 QUInt8 QInt32 BFloat16 QUInt4x2 QUInt2x4 Bits1x8 Bits2x4 Bits4x2 Bits8 Bits16 "
+    "Float8_e5m2 Float8_e4m3fn Float8_e5m2fnuz Float8_e4m3fnuz UInt16 UInt32 UInt64 "
+    "UInt1 UInt2 UInt3 UInt4 UInt5 UInt6 UInt7 Int1 Int2 Int3 Int4 Int5 Int6 Int7 "
+    "Float8_e8m0fnu Float4_e2m1fn_x2").split()
+
+
+def float8(byte, exponent_bits, bias, nan_at_top):
+    """An 8-bit float: 1 sign bit, exponent_bits, the rest mantissa (OCP / fnuz formats)."""
+    mantissa_bits = 7 - exponent_bits
+    sign = -1.0 if byte & 0x80 else 1.0
+    e, m = (byte >> mantissa_bits) & ((1 << exponent_bits) - 1), byte & ((1 << mantissa_bits) - 1)
+    top = (1 << exponent_bits) - 1
+    if nan_at_top == "ieee" and e == top:        # e5m2: IEEE inf and NaN
+        return sign * math.inf if m == 0 else math.copysign(math.nan, sign)
+    if nan_at_top == "fn" and e == top and m == (1 << mantissa_bits) - 1:  # e4m3fn: no inf
+        return math.copysign(math.nan, sign)
+    if nan_at_top == "fnuz" and byte == 0x80:   # fnuz: the one NaN is "-0"
+        return math.nan
+    if e == 0:
+        return sign * m / (1 << mantissa_bits) * 2.0 ** (1 - bias)
+    return sign * (1 + m / (1 << mantissa_bits)) * 2.0 ** (e - bias)
+
+
+READERS = {  # name: (bytes per element, bytes -> float)
+    "Byte": (1, lambda b: b[0]),
+    "Char": (1, lambda b: struct.unpack("<b", b)[0]),
+    "Short": (2, lambda b: struct.unpack("<h", b)[0]),
+    "Int": (4, lambda b: struct.unpack("<i", b)[0]),
+    "Long": (8, lambda b: struct.unpack("<q", b)[0]),
+    "UInt16": (2, lambda b: struct.unpack("<H", b)[0]),
+    "UInt32": (4, lambda b: struct.unpack("<I", b)[0]),
+    "UInt64": (8, lambda b: struct.unpack("<Q", b)[0]),
+    "Bool": (1, lambda b: float(b[0] != 0)),
+    "Half": (2, lambda b: struct.unpack("<e", b)[0]),
+    "BFloat16": (2, lambda b: struct.unpack("<f", b"\0\0" + b)[0]),  # the top half of a float
+    "Float": (4, lambda b: struct.unpack("<f", b)[0]),
+    "Double": (8, lambda b: struct.unpack("<d", b)[0]),
+    "Float8_e5m2": (1, lambda b: float8(b[0], 5, 15, "ieee")),
+    "Float8_e4m3fn": (1, lambda b: float8(b[0], 4, 7, "fn")),
+    "Float8_e5m2fnuz": (1, lambda b: float8(b[0], 5, 16, "fnuz")),
+    "Float8_e4m3fnuz": (1, lambda b: float8(b[0], 4, 8, "fnuz")),
+    "Float8_e8m0fnu": (1, lambda b: math.nan if b[0] == 0xFF else 2.0 ** (b[0] - 127)),
+}
+
+# c10::DeviceType by index, as Device::str() spells it (c10/core/DeviceType.cpp).
+DEVICE_TYPES = ("cpu cuda mkldnn opengl opencl ideep hip fpga maia xla vulkan metal xpu mps "
+                "meta hpu ve lazy ipu mtia privateuseone").split()
+
+
+def dwarf_offset(type_name, member):
+    """The member's byte offset in the program's DWARF, or None where the class is only declared."""
+    try:
+        kind = gdb.lookup_type(type_name).strip_typedefs()
+        fields = kind.fields()
+    except (gdb.error, TypeError, RuntimeError):
+        return None
+
+    def find(fields, base):  # through anonymous unions and base classes
+        for f in fields:
+            if f.name == member:
+                return base + f.bitpos // 8
+            if f.name is None or f.is_base_class:
+                try:
+                    found = find(f.type.strip_typedefs().fields(), base + f.bitpos // 8)
+                except TypeError:
+                    found = None
+                if found is not None:
+                    return found
+        return None
+
+    return find(fields, 0)
+
+
+def offset(type_name, member):
+    found = dwarf_offset(type_name, member) if use_dwarf else None
+    return LAYOUT[(type_name, member)] if found is None else found
+
+
+def layout_check():
+    """Each LAYOUT number next to the DWARF's, for a program built with the full DWARF."""
+    lines, wrong = [], 0
+    for (type_name, member), fixed in LAYOUT.items():
+        found = dwarf_offset(type_name, member)
+        wrong += found != fixed
+        lines.append("%s::%s at %d, DWARF: %s" % (type_name, member, fixed, found))
+    lines.append("LAYOUT MATCHES THE DWARF" if not wrong else "LAYOUT: %d offset(s) differ" % wrong)
+    return "\n".join(lines)
+
+
+def read(address, size):
+    return bytes(gdb.selected_inferior().read_memory(address, size))
+
+
+def word(address, size=8, signed=False):
+    return int.from_bytes(read(address, size), "little", signed=signed)
+
+
+def number_text(v):
+    """printf("%.4g"), as runtime/debug_text.cpp prints each value (glibc writes NaN's sign)."""
+    if math.isnan(v):
+        return "-nan" if math.copysign(1.0, v) < 0 else "nan"
+    return "%.4g" % v
 
 
 class TensorPrinter:
@@ -30,32 +185,106 @@ class TensorPrinter:
         except gdb.error as e:
             return "<tensor: %s>" % e
         # `info locals` shows locals the program has not built yet: their pointer is
-        # whatever the stack held. Call into the program only for a pointer that is
-        # aligned, readable and starts with a vtable; picotron_tensor_impl_text then checks
-        # the reference counts.
+        # whatever the stack held. Read on only from a pointer that is aligned, readable,
+        # starts with a TensorImpl's vtable and holds live reference counts.
         if impl == 0:
             return "<not built>"
         if impl % 8:
             return "<not built: TensorImpl pointer 0x%x>" % impl
         try:
-            vptr = int.from_bytes(bytes(gdb.selected_inferior().read_memory(impl, 8)), "little")
+            vptr = word(impl)
         except (gdb.MemoryError, gdb.error):
             return "<not built: TensorImpl pointer 0x%x, unreadable>" % impl
-        # A live TensorImpl starts with its class's vtable pointer: ask gdb's symbol table
+        # A live TensorImpl starts with its class's vtable pointer: gdb's symbol table says
         # what that word points at ("vtable for c10::TensorImpl + 16 in section ..."; a
-        # subclass: at::SparseTensorImpl, at::FunctionalTensorWrapper, ...), without running
-        # anything in the program. Stack garbage, or another object, points elsewhere.
+        # subclass: at::SparseTensorImpl, at::FunctionalTensorWrapper, ...). Stack garbage,
+        # or another object, points elsewhere.
         try:
             where = gdb.execute("info symbol 0x%x" % vptr, to_string=True)
         except gdb.error:
             where = ""
-        if not (where.startswith("vtable for") and ("TensorImpl" in where or "TensorWrapper" in where)):
+        cls = re.match(r"vtable for (.*?)(?: \+ \d+)? in section", where)
+        if not (cls and ("TensorImpl" in cls.group(1) or "TensorWrapper" in cls.group(1))):
             return "<not built: TensorImpl pointer 0x%x>" % impl
+        if cls.group(1) == "c10::UndefinedTensorImpl":
+            return "undefined tensor"
         try:
-            text = gdb.parse_and_eval("(const char*)picotron_tensor_impl_text((const void*)%d)" % impl)
-            return text.string()
-        except gdb.error as e:
+            return self.text(impl, cls.group(1))
+        except (gdb.MemoryError, gdb.error) as e:
             return "<tensor 0x%x: %s>" % (impl, str(e).splitlines()[0])
+
+    def text(self, impl, cls):
+        # A local not built yet, or one already destroyed, can still point at a TensorImpl
+        # whose counts are 0 (or garbage); a live one has strong >= 1 and weak >= 1 (the
+        # strong references together hold one weak one).
+        counts = word(impl + offset("c10::intrusive_ptr_target", "combined_refcount_"))
+        strong, weak = counts & 0xFFFFFFFF, (counts >> 32) & 0x7FFFFFFF
+        if not (1 <= strong <= 1 << 24 and 1 <= weak <= 1 << 24):
+            return "<not built, or freed: TensorImpl 0x%x, counts %d strong %d weak>" % (impl, strong, weak)
+
+        ss = impl + offset("c10::TensorImpl", "sizes_and_strides_")
+        dims = word(ss + offset("c10::impl::SizesAndStrides", "size_"))
+        if dims > 64:
+            return "<not built, or freed: TensorImpl 0x%x, %d dimensions>" % (impl, dims)
+        inline = ss + offset("c10::impl::SizesAndStrides", "inlineStorage_")
+        if dims <= INLINE_DIMS:
+            sizes_at, strides_at = inline, inline + 8 * INLINE_DIMS
+        else:  # out of line: one array, sizes then strides
+            sizes_at = word(inline)
+            strides_at = sizes_at + 8 * dims
+        sizes = [word(sizes_at + 8 * i, signed=True) for i in range(dims)]
+        strides = [word(strides_at + 8 * i, signed=True) for i in range(dims)]
+
+        index = word(impl + offset("c10::TensorImpl", "data_type_"), 2)
+        dtype = SCALAR_TYPES[index] if index < len(SCALAR_TYPES) else "ScalarType(%d)" % index
+        device_at = impl + offset("c10::TensorImpl", "device_opt_")
+        kind, device_index, engaged = read(device_at, 3)
+        device = DEVICE_TYPES[kind] if kind < len(DEVICE_TYPES) else "device(%d)" % kind
+        if device_index != 0xFF:  # index -1: none (a CPU tensor)
+            device += ":%d" % device_index
+        if not engaged:
+            device = "<no device>"
+
+        # Sparse, compressed-sparse and MKL-DNN tensors have no strides (tensor_text then
+        # shows neither strides nor values).
+        strided = not re.search(r"Sparse|Opaque", cls)
+        out = "[%s] %s %s" % (", ".join(map(str, sizes)), dtype, device)
+        if strided:
+            out += " strides (%s)" % ", ".join(map(str, strides))
+        if self.requires_grad(impl):
+            out += " requires_grad"
+        numel = math.prod(sizes)
+        n = min(VALUES, numel)
+        if not strided or n <= 0:
+            return out
+        if not device.startswith("cpu"):
+            return out + " {values on %s: gdb reads only the CPU's memory}" % device
+        if dtype not in READERS:
+            return out + " {values: %s is not read by scripts/picotron_gdb.py}" % dtype
+        itemsize, decode = READERS[dtype]
+        storage_impl = word(impl + offset("c10::TensorImpl", "storage_"))
+        data = word(storage_impl + offset("c10::StorageImpl", "data_ptr_")) if storage_impl else 0
+        if not data:
+            return out + " {no data}"
+        first = word(impl + offset("c10::TensorImpl", "storage_offset_"), signed=True)
+        values = []
+        for i in range(n):  # element i in row-major order: its index in each dimension, by strides
+            at, rest = first, i
+            for size, stride in reversed(list(zip(sizes, strides))):
+                at += (rest % size) * stride
+                rest //= size
+            values.append(number_text(float(decode(read(data + at * itemsize, itemsize)))))
+        return out + " {" + ", ".join(values) + (", ...}" if numel > n else "}")
+
+    @staticmethod
+    def requires_grad(impl):
+        """autograd_meta_->requires_grad(): requires_grad_ || grad_fn_ (torch/csrc/autograd/variable.h)."""
+        meta = word(impl + offset("c10::TensorImpl", "autograd_meta_"))
+        if not meta:
+            return False
+        flag = word(meta + offset("torch::autograd::AutogradMeta", "requires_grad_"), 1)
+        grad_fn = word(meta + offset("torch::autograd::AutogradMeta", "grad_fn_"))
+        return bool(flag or grad_fn)
 
 
 def lookup(value):
@@ -79,7 +308,3 @@ def register(objfile=None):
 
 
 register()
-# A call into the program that still crashes (a pointer that looked alive but was not)
-# must not kill the run: gdb unwinds the call and the program stays stopped where it was.
-gdb.execute("set unwindonsignal on")
-gdb.execute("set unwind-on-terminating-exception on")
