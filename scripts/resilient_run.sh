@@ -1,37 +1,67 @@
 #!/usr/bin/env bash
-# scripts/resilient_run.sh [--restarts N] [--check TRAIN] -- LAUNCH COMMAND...
+# scripts/resilient_run.sh [--restarts N] [--grace S] [--check TRAIN] -- LAUNCH COMMAND...
 #
 # Runs a training command; when it fails (a rank killed, a node rebooted, an error),
 # relaunches it with --resume on the newest checkpoint of its --save-dir that verifies
 # (build/train --check-checkpoint, runtime/checkpoint_check.h), up to N times (default 3),
-# and says each time what failed and from which step it goes on:
+# and says each time what failed and from which step it goes on, or why it stops:
 #
 #   scripts/resilient_run.sh --restarts 3 -- mpirun -np 8 build/train --dp 8 \
 #       --save-dir ckpt --save-every 100 --steps 10000
 #
 #   resilient_run: the run failed (exit 137: a process was killed by signal 9, KILL) after 41 s
-#   resilient_run: restart 1 of 3: --resume ckpt/step-000300 (step 300; step-000400.tmp is unfinished)
+#   resilient_run: restart 1 of 3: --resume ckpt/step-000300 (step 300; unfinished: step-000400.tmp)
 #
 # The command must give --save-dir D (checkpoints are what it resumes from). A checkpoint
 # that does not verify (a file damaged, a save cut short) is skipped for the one before
-# it; with none, the run starts again from step 0. A --resume already in the command is
-# replaced. TRAIN, to verify with, defaults to the command's first word ending in /train.
-# Exit: 0 when a launch succeeds, else the last launch's exit code.
+# it; with no checkpoint yet, the run starts again from step 0; with checkpoints but none
+# that verifies, it stops. A checkpoint that verifies but whose run exits with an error
+# (not killed by a signal) before its first step line (--resume refused it, or the run
+# died loading it) is set aside, and the next launch takes the one before it. A --resume
+# already in the command is replaced. TRAIN, to verify with, defaults to the command's
+# first word ending in /train. Every other failure is restarted, among them mpirun's exit
+# 1 (a rank's error, or mpirun's own) and 128+N (a process killed by signal N).
+#
+# Not restarted, because the same command would fail the same way:
+#   exit 2  build/train refused the command before training (a flag, an input, a failed
+#           MPI start; every rank exits 2 and mpirun passes it on), unless the launch
+#           resumed from a checkpoint chosen here: then that checkpoint is set aside;
+#   exit 3  the run diverged (--max-bad-steps): resumed bit-exactly, it would again.
+#
+# Signals: SIGINT (Ctrl-C), SIGTERM and SIGHUP, to the launcher or to its process group,
+# stop it. Each launch runs in a process group of its own (stdin /dev/null); the signal
+# is passed to that group (mpirun then ends its ranks), and --grace S seconds later
+# (default 30) the group and every process of the launch still alive get SIGKILL. The
+# launch's processes are found by a variable in their environment, so ranks that mpirun
+# put in process groups of their own, or left behind, are found too; any still alive
+# when a launch ends (mpirun killed) get SIGTERM, and SIGKILL 5 s later, before the
+# launcher goes on or exits. A run told to stop is never restarted, and no process of it
+# on this node outlives the launcher (except when the launcher itself gets SIGKILL).
+# A shell starts a background job with SIGINT ignored, and bash cannot trap a signal it
+# was started ignoring: start the launcher in the foreground, after `set -m`, or from a
+# program that restores SIGINT (tests/resilient_run_signals.sh does).
+#
+# Exit: 128+N once signal N came (130 INT, 143 TERM, 129 HUP), however the run ended;
+# else 0 when a launch succeeds; 2 for a bad option of its own; else the last launch's.
 #
 # Test: ctest -R resilient   (tests/resilient_run_test.sh: three ranks killed at random
-# steps; the final parameters equal the uninterrupted run's, bit for bit)
+# steps; the final parameters equal the uninterrupted run's, bit for bit.
+# tests/resilient_run_signals.sh: each signal, to the group and to the launcher, under
+# mpirun with 2 ranks; a refused flag; a checkpoint that verifies but does not resume)
 set -uo pipefail
-restarts=3 check=""
+restarts=3 check="" grace=30
 while [ $# -gt 0 ]; do
   case "$1" in
     --restarts) restarts=${2:?--restarts needs a number}; shift 2 ;;
+    --grace) grace=${2:?--grace needs a number of seconds}; shift 2 ;;
     --check) check=${2:?--check needs the train binary}; shift 2 ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "resilient_run: unknown option '$1' (before --: --restarts N, --check TRAIN)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "resilient_run: unknown option '$1' (before --: --restarts N, --grace S, --check TRAIN)" >&2; exit 2 ;;
   esac
 done
 [[ $restarts =~ ^[0-9]+$ ]] || { echo "resilient_run: --restarts takes a number >= 0, got '$restarts'" >&2; exit 2; }
+[[ $grace =~ ^[0-9]+$ ]] || { echo "resilient_run: --grace takes whole seconds >= 0, got '$grace'" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "resilient_run: no launch command after --" >&2; exit 2; }
 cmd=("$@")
 
@@ -53,10 +83,75 @@ done
 [ -n "$check" ] || { echo "resilient_run: no build/train in the command to verify checkpoints with: give --check TRAIN" >&2; exit 2; }
 end=$stop_at; [[ $end =~ ^[0-9]+$ ]] && [ "$end" -gt 0 ] || end=$steps  # the step the run stops after
 
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+
+# --- Signals: remember the first, pass each to the running launch's process group.
+stop="" stop_deadline=0 job=""
+on_signal() {  # $1: INT, TERM or HUP
+  if [ -z "$stop" ]; then
+    stop=$1 stop_deadline=$((SECONDS + grace))
+    echo "resilient_run: SIG$1: stopping the run (SIGKILL in $grace s if it still runs); it will not be restarted" >&2
+  fi
+  [ -n "$job" ] && kill -s "$1" -- "-$job" 2>/dev/null
+}
+for s in INT TERM HUP; do trap "on_signal $s" "$s"; done
+
+# The processes of launch number $attempt: every process whose environment holds the
+# variable it was started with (mpirun puts each rank in a process group of its own, and
+# a rank whose mpirun died is nobody's child: neither the group nor the tree finds it).
+job_pids() { grep -lsxzF "RESILIENT_RUN_JOB=$$.$attempt" /proc/[0-9]*/environ | cut -d/ -f3; }
+
+# Runs "${launch[@]}" in a process group of its own, its stdout through a reader that
+# notes the first step line; waits for it (and for the signal's grace period, if one
+# came); then ends whatever of it is left. Sets rc and stepped (1 if a step was logged).
+launch_once() {
+  local out=$tmp/out.$attempt reader left killed=""
+  mkfifo "$out" && rm -f "$tmp/stepped"
+  set -m  # job control: the two background jobs below each get a process group
+  # (sed -u passes each line on as it comes, where mawk would wait for a full buffer; the
+  # first step line is also written to $tmp/stepped)
+  local step_re='step +[0-9]+/[0-9]+ \| loss'
+  sed -u -E -e "0,\%$step_re%{\%$step_re%w $tmp/stepped" -e '}' <"$out" &
+  reader=$!
+  RESILIENT_RUN_JOB=$$.$attempt "${launch[@]}" </dev/null >"$out" &  # stdin: never stopped by SIGTTIN
+  job=$!
+  set +m
+  [ -n "$stop" ] && kill -s "$stop" -- "-$job" 2>/dev/null  # a signal before $job was known
+  while kill -0 "$job" 2>/dev/null; do
+    if [ -z "$stop" ]; then wait "$job" 2>/dev/null  # returns early when a trapped signal arrives
+    elif [ $SECONDS -lt $stop_deadline ] || [ -n "$killed" ]; then sleep 0.2
+    else
+      echo "resilient_run: the run still runs $grace s after SIG$stop: SIGKILL to it" >&2
+      kill -KILL -- "-$job" $(job_pids) 2>/dev/null; killed=1
+    fi
+  done
+  wait "$job" 2>/dev/null; rc=$?  # its status (kept by bash after it was reaped)
+  job=""
+  # Ranks left behind (mpirun killed, or gone before them): SIGTERM, then SIGKILL.
+  left=$(job_pids)
+  if [ -n "$left" ]; then
+    echo "resilient_run: $(echo $left | wc -w) process(es) of the run outlived it: SIGTERM, then SIGKILL" >&2
+    kill -TERM $left 2>/dev/null
+    local deadline=$((SECONDS + 5))
+    while [ -n "$(job_pids)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    left=$(job_pids); [ -n "$left" ] && kill -KILL $left 2>/dev/null
+    deadline=$((SECONDS + 10))
+    while [ -n "$(job_pids)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  fi
+  for _ in $(seq 50); do kill -0 "$reader" 2>/dev/null || break; sleep 0.1; done
+  kill "$reader" 2>/dev/null; wait "$reader" 2>/dev/null
+  rm -f "$out"
+  stepped=0; [ -s "$tmp/stepped" ] && stepped=1
+}
+
+# Checkpoints set aside: their run ended in an error before its first step. Known by
+# device and inode (a checkpoint saved again under the same name is a new one).
+set_aside=" "
+identity() { stat -c '%d:%i' "$1" 2>/dev/null; }
+
 # The newest step-NNNNNN of the save dir that --check-checkpoint accepts ("" if none). One
 # at the run's last step is passed over: the run was killed after its last save, in what
 # comes after it (--save-params, --export-hf), which the checkpoint before it redoes.
-checked=$(mktemp) && trap 'rm -f "$checked"' EXIT
 newest_good() {
   local d
   for d in $(ls -d "$save_dir"/step-* 2>/dev/null | grep -E '/step-[0-9]+$' | awk -F'/step-' '{print $NF, $0}' |
@@ -64,8 +159,11 @@ newest_good() {
     if [[ $end =~ ^[0-9]+$ ]] && [ "$end" -gt 0 ] && [ $((10#${d##*step-})) -ge "$end" ]; then
       echo "resilient_run: passing over $d: the run's last step (what came after it is redone)" >&2; continue
     fi
-    if "$check" --check-checkpoint "$d" >/dev/null 2>"$checked"; then echo "$d"; return; fi
-    echo "resilient_run: skipping $d: $(grep -m1 'error' "$checked")" >&2
+    if [[ $set_aside == *" $(identity "$d") "* ]]; then
+      echo "resilient_run: passing over $d: set aside (its run ended before its first step)" >&2; continue
+    fi
+    if "$check" --check-checkpoint "$d" >/dev/null 2>"$tmp/check"; then echo "$d"; return; fi
+    echo "resilient_run: skipping $d: $(grep -m1 'error' "$tmp/check")" >&2
   done
 }
 
@@ -75,29 +173,46 @@ why() {  # a launch's exit code in words
   else echo "exit $rc"; fi
 }
 
-attempt=0 launch=("${cmd[@]}")
+stopped() {  # exit as the signal asked: 128 + its number
+  echo "resilient_run: stopped by SIG$stop: $1; not restarting" >&2
+  exit $((128 + $(kill -l "$stop")))
+}
+
+attempt=0 launch=("${cmd[@]}") from=""  # from: the checkpoint this launch resumes, chosen here
 while true; do
-  start=$(date +%s)
-  "${launch[@]}"
-  rc=$?
+  [ -n "$stop" ] && stopped "before launch $((attempt + 1))"
+  start=$SECONDS
+  launch_once
+  [ -n "$stop" ] && stopped "the run ended after $((SECONDS - start)) s ($(why $rc))"
   [ $rc -eq 0 ] && { [ $attempt -gt 0 ] && echo "resilient_run: finished after $attempt restart(s)"; exit 0; }
-  echo "resilient_run: the run failed ($(why $rc)) after $(( $(date +%s) - start )) s" >&2
+  echo "resilient_run: the run failed ($(why $rc)) after $((SECONDS - start)) s" >&2
+  if [ -n "$from" ] && [ $stepped -eq 0 ] && [ $rc -le 128 ]; then
+    echo "resilient_run: setting $from aside: the run from it ended in an error before its first step" >&2
+    set_aside+="$(identity "$from") "
+  elif [ $rc -eq 2 ]; then
+    echo "resilient_run: not restarting: exit 2 is build/train refusing the command before training (see its error above); it would refuse it again" >&2
+    exit $rc
+  elif [ $rc -eq 3 ]; then
+    echo "resilient_run: not restarting: exit 3 is a diverged run (--max-bad-steps); resumed bit-exactly, it would diverge again" >&2
+    exit $rc
+  fi
   if [ $attempt -ge "$restarts" ]; then
     echo "resilient_run: giving up after $attempt restart(s) (--restarts $restarts)" >&2
     exit $rc
   fi
   attempt=$((attempt + 1))
   good=$(newest_good)
+  [ -n "$stop" ] && stopped "before launch $((attempt + 1))"
   unfinished=$(ls -d "$save_dir"/step-*.tmp 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ')
   if [ -n "$good" ]; then
     step=$((10#${good##*step-}))
     echo "resilient_run: restart $attempt of $restarts: --resume $good (step $step${unfinished:+; unfinished: ${unfinished% }})" >&2
-    launch=("${base[@]}" --resume "$good")
+    launch=("${base[@]}" --resume "$good") from=$good
   elif ls -d "$save_dir"/step-* 2>/dev/null | grep -qE '/step-[0-9]+$'; then
-    echo "resilient_run: no checkpoint in $save_dir verifies (see the lines above): not restarting" >&2
+    echo "resilient_run: no checkpoint in $save_dir verifies and resumes (see the lines above): not restarting" >&2
     exit $rc
   else
     echo "resilient_run: restart $attempt of $restarts: from step 0 (no checkpoint in $save_dir yet)" >&2
-    launch=("${base[@]}")
+    launch=("${base[@]}") from=""
   fi
 done

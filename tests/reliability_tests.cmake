@@ -154,3 +154,17 @@ if(NO_TRANSFORMERS EQUAL 0)
   set_tests_properties(reliability.untrusted_files_campaign PROPERTIES LABELS "reliability;cli" TIMEOUT 300
     ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "unclear 0, crash 0, hang 0, silent 0, refused 0")
 endif()
+# scripts/resilient_run.sh told to stop (tests/resilient_run_signals.sh, 2 ranks under
+# mpirun): SIGINT, SIGTERM and SIGHUP, each to its process group and to it alone, end it
+# with 128 + the signal, no restart and no rank left (nor after mpirun is SIGKILLed); and
+# what it does not restart: a refused flag, and a checkpoint that verifies but that
+# --resume refuses (set aside after one try).
+set(RESILIENT_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
+  --seq-len 32 --steps 1000 --warmup-steps 2 --log-every 1 --generate 0 --threads 1 --dp 2 --micro-batch-size 2 --dtype fp32)
+foreach(part signals refusals)
+  add_test(NAME reliability.resilient_run_${part} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resilient_run_signals.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/resilient_${part} ${part} -- ${TRAIN} ${RESILIENT_FLAGS})
+  set_tests_properties(reliability.resilient_run_${part} PROPERTIES LABELS "reliability;mpi" TIMEOUT 120
+    ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "resilient ${part} ok"
+    FAIL_REGULAR_EXPRESSION "FAILED")
+endforeach()
