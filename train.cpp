@@ -52,6 +52,7 @@
 #include "runtime/memory_estimate.h"
 #include "runtime/plan.h"
 #include "runtime/profile.h"
+#include "runtime/projections.h"
 #include "runtime/holdings.h"
 #include "runtime/report.h"
 #include "runtime/resume.h"
@@ -310,6 +311,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
   const torch::Device device = choose_device(cfg, dist);  // --device auto, the --dtype default, threads per rank
   const auto dtype = scalar_type(cfg.dtype);
+  if (const std::string p = cfg.fp8 ? fp8::device_problem(device) : ""; !p.empty()) throw std::runtime_error(p);
 
   // ---- mesh -----------------------------------------------------------------------
   // Building the communicators waits for every rank (MPI_Comm_dup/split, NCCL init), with
@@ -335,6 +337,11 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const std::unique_ptr<Pipeline> pipeline =
       make_pipeline(cfg, model, mesh, on_mesh.my_tokens, torch::TensorOptions().device(device).dtype(dtype));
   add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), experts);
+  // What each projection became, read from the final model (runtime/projections.h): a
+  // technique that replaced another's slot is an error here, never a silent change.
+  const std::vector<ProjectionKind> projections = projection_kinds(*model, on_mesh.plan);
+  if (const std::string p = projections_problem(projections, cfg.fp8); !p.empty()) throw std::runtime_error(p);
+  if (cfg.explain) print0(rank, projections_text(projections));
   LossScaler scaler(cfg.dtype == Precision::kFP16);
 
   BatchLoader loader(sources.train, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
@@ -354,6 +361,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
   Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/async_save.h)
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
+  if (const std::string p = profile.range_problem(start_step); !p.empty()) throw std::runtime_error(p);
   StepWatch watch(cfg, device, explain, profile, log, start_step);
 
   // ---- the loop ---------------------------------------------------------------------
@@ -364,7 +372,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     const StepResult r = train_step(trainer, loader, step, watch);
     watch.end(dist);  // --explain: rank 0 prints every rank's narration
     StepStats stats = step_stats(cfg, step, r, double(loader.tokens_per_step()) / timer.seconds(), peak_flops, device);
-    if (cfg.llama.is_moe()) stats.tokens_per_expert = global_tokens_per_expert(*model, mesh, cfg.sp);
+    if (cfg.llama.is_moe()) stats.tokens_per_expert = global_tokens_per_expert(*model, mesh, cfg.sp, pipeline ? pipeline->loss_rank() : 0);
     if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
       stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)

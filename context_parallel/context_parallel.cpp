@@ -87,6 +87,18 @@ std::pair<Work, torch::Tensor> pass_on(Comm& cp, const torch::Tensor& mine, int 
   // END ASSIGNMENT
 }
 
+// --explain's title of a ring hop (Comm::note; built only when someone observes): at step
+// s rank r holds the block that started on rank r - s, passes it to r + 1 and receives the
+// one that started on r - s - 1 from r - 1.
+void note_hop(Comm& cp, const std::string& pass, int step) {
+  if (!cp.observed()) return;
+  const int C = cp.size(), r = cp.rank();
+  auto rank = [C](int i) { return std::to_string(((i % C) + C) % C); };
+  cp.note("[ring attention, " + pass + "] hop " + std::to_string(step + 1) + " of " + std::to_string(C - 1) +
+          ": cp rank " + rank(r - step) + "'s block to cp rank " + rank(r + 1) + ", cp rank " + rank(r - step - 1) +
+          "'s from cp rank " + rank(r - 1));
+}
+
 // Rows of a [B, n, S, Hd] (or [B, n, S]) tensor along S, made contiguous for the kernel.
 torch::Tensor rows(const torch::Tensor& t, int64_t first, int64_t count) { return t.narrow(2, first, count).contiguous(); }
 
@@ -113,7 +125,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     auto kv = torch::stack({k, v}).contiguous();  // [2, B, nKV, n, Hd]: what travels
     for (int step = 0; step < C; ++step) {
       std::pair<Work, torch::Tensor> next;
-      if (step + 1 < C) next = pass_on(cp, kv, kKvTag);  // the next block travels while this one computes
+      if (step + 1 < C) note_hop(cp, "forward: K and V", step), next = pass_on(cp, kv, kKvTag);  // travels while this one computes
       for (const RingBlock& b : ring_blocks(CpLayout(layout), C, r, step, n)) {
         const auto res = attention_block(rows(q, b.q_first, b.q_len), rows(kv[0], b.k_first, b.k_len),
                                          rows(kv[1], b.k_first, b.k_len), b.causal);
@@ -145,7 +157,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     auto dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));  // dK, dV of the block held: travels with it
     for (int step = 0; step < C; ++step) {
       std::pair<Work, torch::Tensor> next_kv;
-      if (step + 1 < C) next_kv = pass_on(cp, kv, kKvTag);
+      if (step + 1 < C) note_hop(cp, "backward: K and V again", step), next_kv = pass_on(cp, kv, kKvTag);
       for (const RingBlock& b : ring_blocks(layout, C, r, step, n)) {
         auto [dq_b, dk_b, dv_b] = attention_block_backward(
             rows(dout, b.q_first, b.q_len), rows(q, b.q_first, b.q_len), rows(kv[0], b.k_first, b.k_len),
@@ -155,6 +167,10 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         dkv[1].narrow(2, b.k_first, b.k_len).add_(dv_b);
       }
       if (C > 1) {  // hand the block's gradient on: to whoever holds the block next, after the last step its owner
+        if (cp.observed())  // the last hop brings each block's gradient home
+          cp.note("[ring attention, backward] the dK, dV gathered so far for cp rank " +
+                  std::to_string(((r - step) % C + C) % C) + "'s block, to cp rank " + std::to_string((r + 1) % C) +
+                  (step + 1 == C ? " (its owner: the sum is complete)" : ""));
         auto [sent, incoming] = pass_on(cp, dkv, kGradTag);
         if (step + 1 < C) {
           next_kv.first.wait();

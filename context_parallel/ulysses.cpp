@@ -14,9 +14,21 @@ using torch::autograd::AutogradContext;
 namespace {
 
 // fwd: all-to-all over the group   bwd: the same all-to-all (the exchange is its own adjoint)
+// `what` titles it for --explain: "sequence -> heads" or back (its backward goes the other way).
 struct Exchange : torch::autograd::Function<Exchange> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* group) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* group, const std::string& what,
+                               bool backward_pass) {
     ctx->saved_data["group"] = saved_object(group);  // picotron/saved_object.h
+    ctx->saved_data["what"] = what;
+    if (group->observed()) {
+      const bool to_heads = what == "sequence -> heads";
+      const char* carries = !backward_pass ? (to_heads ? "q, k or v (in that order): this rank's tokens of every head, "
+                                                         "to the ranks of those heads"
+                                                       : "the attention output: each head group's tokens back to their ranks")
+                                           : (to_heads ? "the attention output's gradient: to the ranks of its heads"
+                                                       : "dq, dk or dv: back to the ranks of those tokens");
+      group->note(std::string("[Ulysses, ") + (backward_pass ? "backward" : "forward") + "] " + what + ", " + carries);
+    }
     const std::vector<int64_t> one_row_each(group->size(), 1);  // row p to rank p, row p from rank p
     const auto in = x.contiguous();                             // [U, ...]
     auto out = torch::empty_like(in);                           // [U, ...]
@@ -25,29 +37,31 @@ struct Exchange : torch::autograd::Function<Exchange> {
   }
   static torch::autograd::variable_list backward(AutogradContext* ctx, torch::autograd::variable_list grads) {
     Comm* group = saved_object_of<Comm*>(ctx->saved_data["group"]);
-    return {Exchange::apply(grads[0].contiguous(), group), {}};  // d in_r[p] = d out_p[r]
+    const std::string what = ctx->saved_data["what"].toStringRef() == "sequence -> heads" ? "heads -> sequence"
+                                                                                          : "sequence -> heads";
+    return {Exchange::apply(grads[0].contiguous(), group, what, true), {}, {}, {}};  // d in_r[p] = d out_p[r]
   }
 };
 
 }  // namespace
 
-torch::Tensor exchange(const torch::Tensor& x, Comm& group) {
+torch::Tensor exchange(const torch::Tensor& x, Comm& group, const std::string& what) {
   if (group.size() == 1) return x;
-  return Exchange::apply(x, &group);
+  return Exchange::apply(x, &group, what, false);
 }
 
 torch::Tensor sequence_to_heads(const torch::Tensor& x, Comm& group) {
   const int64_t U = group.size(), B = x.size(0), h = x.size(1), n = x.size(2), Hd = x.size(3);
   TORCH_CHECK(h % U == 0, "Ulysses: ", h, " heads are not divisible by the all-to-all group ", U);
   auto rows = x.view({B, U, h / U, n, Hd}).transpose(0, 1);  // [U, B, h/U, n, Hd]: row p, head group p
-  auto got = exchange(rows.contiguous(), group);             // [U, B, h/U, n, Hd]: row p, rank p's tokens
+  auto got = exchange(rows.contiguous(), group, "sequence -> heads");  // [U, B, h/U, n, Hd]: row p, rank p's tokens
   return got.permute({1, 2, 0, 3, 4}).reshape({B, h / U, U * n, Hd});  // [B, h/U, U·n, Hd], rank order
 }
 
 torch::Tensor heads_to_sequence(const torch::Tensor& x, Comm& group) {
   const int64_t U = group.size(), B = x.size(0), g = x.size(1), n = x.size(2) / U, Hd = x.size(3);
   auto rows = x.view({B, g, U, n, Hd}).permute({2, 0, 1, 3, 4});  // [U, B, h/U, n, Hd]: row p, rank p's tokens
-  auto got = exchange(rows.contiguous(), group);                   // [U, B, h/U, n, Hd]: row p, head group p
+  auto got = exchange(rows.contiguous(), group, "heads -> sequence");  // [U, B, h/U, n, Hd]: row p, head group p
   return got.transpose(0, 1).reshape({B, U * g, n, Hd});           // [B, h, n, Hd]
 }
 

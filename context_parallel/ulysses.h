@@ -50,8 +50,9 @@
 namespace picotron {
 
 // x [U, ...] -> [U, ...]: row p goes to rank p of `group`, row p of the result came from
-// rank p. Its own inverse and its own adjoint.
-torch::Tensor exchange(const torch::Tensor& x, Comm& group);
+// rank p. Its own inverse and its own adjoint. `what` ("sequence -> heads" or "heads ->
+// sequence") titles it for --explain.
+torch::Tensor exchange(const torch::Tensor& x, Comm& group, const std::string& what = "sequence -> heads");
 
 // [B, h, n, Hd] (my n tokens of h heads) -> [B, h/U, U·n, Hd] (the group's tokens of my
 // h/U heads, in rank order), and back. U = group.size().

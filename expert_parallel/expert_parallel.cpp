@@ -191,15 +191,15 @@ std::string DenseAndExperts::summary() const {
          experts_->summary();
 }
 
-std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp) {
+std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp, int loss_pp_rank) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(mesh.world().device());
   RouterLog* log = router_log_of(model);
-  auto counts = log && log->routed_tokens.defined()  // [E], this rank's micro-batches (pp: the last stage's loss)
+  auto counts = log && log->routed_tokens.defined()  // [E], this rank's micro-batches (pp: the loss's stage)
                     ? log->routed_tokens.to(torch::kFloat64).contiguous()
                     : torch::zeros({model.config.num_local_experts}, f64);
   mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
   if (sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);
-  if (mesh.shape().pp > 1) mesh.pp().broadcast(counts, mesh.shape().pp - 1);
+  if (mesh.shape().pp > 1) mesh.pp().broadcast(counts, loss_pp_rank);
   counts = counts.cpu();
   if (log) log->routed_tokens = torch::Tensor();
   return {counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel()};

@@ -121,7 +121,8 @@ class DenseAndExperts : public Optimizer {
 // The step line's routing metric: how many tokens of the GLOBAL batch each expert got,
 // [E] on every rank. This rank's counts (the router log's routed_tokens, reset here) summed over the
 // ranks that routed other tokens: cp x dp, and tp under sequence parallelism (each tp rank
-// routed S/tp of them); with a pipeline the last stage counted every layer and tells the rest.
-std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp);
+// routed S/tp of them); with a pipeline the stage that holds the loss (pp rank `loss_pp_rank`:
+// P-1, or 0 in DualPipeV's V) counted every layer and tells the rest.
+std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp, int loss_pp_rank);
 
 }  // namespace picotron

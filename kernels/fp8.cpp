@@ -5,6 +5,10 @@
 
 #include <stdexcept>
 
+#ifdef PICOTRON_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>  // the device's compute capability
+#endif
+
 namespace picotron::fp8 {
 
 using torch::autograd::AutogradContext;
@@ -22,9 +26,10 @@ torch::ScalarType wide(torch::ScalarType t) { return t == torch::kFloat64 ? torc
 torch::Tensor scale_from_amax(const torch::Tensor& amax, Format f) {
   // BEGIN ASSIGNMENT kernels.fp8_scale
   // s = fp8_max / amax: the largest |t| lands on the format's largest number. An all-zero
-  // tensor has nothing to scale (and 448 / 0 would make it inf): 1.
+  // tensor has nothing to scale (and 448 / 0 would make it inf): 1. A tiny amax is floored at
+  // kAmaxFloor (torchao's 1e-12): 448 / 1e-39 is inf in fp32, and inf * 0 a NaN.
   const auto a = amax.to(torch::kFloat32);                        // []
-  return torch::where(a > 0, torch::full_like(a, max_of(f)) / a, torch::ones_like(a));  // []
+  return torch::where(a > 0, torch::full_like(a, max_of(f)) / a.clamp_min(kAmaxFloor), torch::ones_like(a));  // []
   // END ASSIGNMENT
 }
 
@@ -38,6 +43,27 @@ Quantized quantize(const torch::Tensor& t, const torch::Tensor& scale, Format f)
 torch::Tensor dequantize(const Quantized& q, torch::ScalarType dtype) {
   return (q.data.to(wide(dtype)) / q.scale).to(dtype);
 }
+
+std::string device_problem(const torch::Device& device) {
+#ifdef PICOTRON_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto* p = at::cuda::getDeviceProperties(device.has_index() ? device.index() : at::cuda::current_device());
+    if (p->major * 10 + p->minor < 89)
+      return "--fp8 needs fp8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); " + std::string(p->name) +
+             " is " + std::to_string(p->major) + "." + std::to_string(p->minor) + " (use --dtype bf16 without --fp8)";
+  }
+#endif
+  (void)device;
+  return "";
+}
+
+namespace {
+// --explain: what the next amax all-reduce carries (built only when a group is observed).
+void note_amax(const std::vector<Comm*>& groups, const std::string& label, const char* what) {
+  for (Comm* g : groups)
+    if (g->observed()) g->note("[fp8" + (label.empty() ? std::string() : ", " + label) + "] " + what);
+}
+}  // namespace
 
 torch::Tensor amax_over(const std::vector<torch::Tensor>& ts, const std::vector<Comm*>& groups) {
   std::vector<torch::Tensor> local;
@@ -61,8 +87,13 @@ torch::Tensor scaled_mm(const Quantized& a, const Quantized& b, torch::ScalarTyp
     return at::_scaled_mm(a.data.contiguous(), b.data.contiguous().t(), a.scale.reciprocal(),
                           b.scale.reciprocal(), /*bias=*/{}, /*scale_result=*/{}, out_dtype);  // [M, N]
   }
-  // Emulated: the same fp8 values and scales, the product in the run's dtype.
-  return torch::matmul(dequantize(a, out_dtype), dequantize(b, out_dtype).t());  // [M, N]
+  // Emulated as the tensor cores compute it: the fp8 values (exact in fp32) multiplied and
+  // summed in fp32 (fp64 in an fp64 run), both scales applied to the sum, and ONE rounding to
+  // out_dtype at the end (rounding each dequantised operand to bf16 first would differ from
+  // the GPU in about half the outputs).
+  const auto w = wide(out_dtype);
+  const auto sum = torch::matmul(a.data.to(w), b.data.to(w).t());                   // [M, N]
+  return (sum * (a.scale.to(w).reciprocal() * b.scale.to(w).reciprocal())).to(out_dtype);  // [M, N]
 }
 
 namespace {
@@ -71,14 +102,16 @@ std::vector<Comm*>& groups_of(AutogradContext* ctx) { return saved_object_of<std
 // fwd: Y = deq(q4 x) deq(q4 W)^T   bwd: dX = deq(q5 dY) deq(q4 W), dW = deq(q5 dY)^T deq(q4 x)
 struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
-                               std::vector<Comm*> groups) {
+                               std::vector<Comm*> groups, const std::string& label) {
     const auto x2 = x.reshape({-1, x.size(-1)});                  // [N, in]
+    note_amax(groups, label, "forward: the amax of x and of W, max over the ranks holding pieces of them");
     const auto amax = amax_over({x2, w}, groups);                  // [2]: x, W
     const auto qx = quantize(x2, scale_from_amax(amax[0], Format::kE4M3), Format::kE4M3);  // [N, in] e4m3
     const auto qw = quantize(w, scale_from_amax(amax[1], Format::kE4M3), Format::kE4M3);   // [out, in] e4m3
     ctx->save_for_backward({qx.data, qx.scale, qw.data, qw.scale});  // the fp8 copies, not x and W
     ctx->saved_data["groups"] = saved_object(std::move(groups));
     ctx->saved_data["dtype"] = int64_t(x.scalar_type());
+    ctx->saved_data["label"] = label;
     auto out_shape = x.sizes().vec();
     out_shape.back() = w.size(0);
     return scaled_mm(qx, qw, x.scalar_type()).view(out_shape);  // [..., out]
@@ -88,6 +121,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const Quantized qx{saved[0], saved[1]}, qw{saved[2], saved[3]};
     const auto dtype = torch::ScalarType(ctx->saved_data["dtype"].toInt());
     const auto dy = grads[0].reshape({-1, qw.data.size(0)});  // [N, out]
+    note_amax(groups_of(ctx), ctx->saved_data["label"].toStringRef(), "backward: the amax of dY, max over the ranks holding pieces of it");
     const auto amax = amax_over({dy}, groups_of(ctx));         // [1]
     const auto qdy = quantize(dy, scale_from_amax(amax[0], Format::kE5M2), Format::kE5M2);  // [N, out] e5m2
     // dX = dY W: B's rows are W's columns, so hand W^T [in, out].
@@ -97,28 +131,33 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
                               dtype);  // [out, in]
     auto dx_shape = grads[0].sizes().vec();
     dx_shape.back() = qx.data.size(1);
-    return {dx.view(dx_shape), dw, torch::Tensor()};
+    return {dx.view(dx_shape), dw, torch::Tensor(), torch::Tensor()};
   }
 };
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups) {
-  return Fp8Linear::apply(x, w, groups);
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups,
+                     const std::string& label) {
+  return Fp8Linear::apply(x, w, groups, label);
 }
 
-LinearImpl::LinearImpl(torch::Tensor w, std::vector<Comm*> groups) : amax_groups(std::move(groups)) {
+LinearImpl::LinearImpl(torch::Tensor w, std::vector<Comm*> groups, std::string label)
+    : amax_groups(std::move(groups)), label(std::move(label)) {
   weight = register_parameter("weight", w);  // the same tensor, under the same name
 }
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return linear(x, weight, amax_groups); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return linear(x, weight, amax_groups, label); }
 
 std::string apply_fp8(LlamaForCausalLM& model, std::vector<Comm*> amax_groups) {
   int64_t count = 0;
+  int64_t layer_index = 0;
   auto to_fp8 = [&](torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot) {
     auto weight = slot.ptr()->named_parameters(/*recurse=*/false)["weight"];
-    replace_slot(owner, name, slot, torch::nn::AnyModule(Linear(weight, amax_groups)));
+    const std::string label = "layer " + std::to_string(layer_index) + " " + name;
+    replace_slot(owner, name, slot, torch::nn::AnyModule(Linear(weight, amax_groups, label)));
     ++count;
   };
   for (auto& [index, layer] : model->model->layers->items) {
+    layer_index = index;
     auto& attn = *layer->self_attn;
     for (auto [name, slot] : {std::pair{"q_proj", &attn.q_proj}, {"k_proj", &attn.k_proj}, {"v_proj", &attn.v_proj},
                               {"o_proj", &attn.o_proj}})

@@ -5,18 +5,22 @@
 //
 //   format  e4m3 (4 exponent, 3 mantissa bits, max 448)    weights W, activations x
 //           e5m2 (5 exponent, 2 mantissa bits, max 57344)  output gradients dY
-//   scale   s = fp8_max / amax,  amax = max |t| over the WHOLE tensor (1 when amax is 0)
+//   scale   s = fp8_max / amax,  amax = max |t| over the WHOLE tensor (1 when amax is 0;
+//           an amax below 1e-12 counts as 1e-12, as in torchao, so s stays finite)
 //   q(t)    = fp8(clamp(t * s, -fp8_max, fp8_max))         deq(q) = q / s
 //
 //   forward   Y  = deq(q4(x)) @ deq(q4(W))^T     x [N, in], W [out, in] -> Y [N, out]
+//             (computed as (q4(x) @ q4(W)^T) / (s_x s_W) in fp32, rounded once)
 //   backward  dX = deq(q5(dY)) @ deq(q4(W))      [N, out] @ [out, in]   -> [N, in]
 //             dW = deq(q5(dY))^T @ deq(q4(x))    [out, N] @ [N, in]     -> [out, in]
 //
 // Only the fp8 copies q4(x), q4(W) and their scales are saved for backward.
 // On CUDA the three GEMMs run on the FP8 tensor cores (at::_scaled_mm, bf16/fp32 out, fp32
-// accumulation); on the CPU the same q() is emulated: cast to the fp8 type and back into
-// the run's dtype, then an ordinary matmul in that dtype (fp64 runs stay exact up to the
-// quantisation, so every mesh can be compared with the single process at 1e-9).
+// accumulation; compute capability 8.9 or newer, else --fp8 is refused at start-up); on the
+// CPU they are emulated the same way: the fp8 values multiplied and summed in fp32, the two
+// scales applied to the sum, one rounding to the output dtype (in an fp64 run all of it in
+// fp64: exact up to the quantisation, so every mesh can be compared with the single process
+// at 1e-9).
 //
 // Scale synchronisation. A scale is set by an amax, and the amax must be the max over the
 // WHOLE tensor, or two ranks holding pieces of it quantise with different scales and the
@@ -53,8 +57,13 @@ enum class Format { kE4M3, kE5M2 };  // e4m3fn: W and x;  e5m2: dY
 double max_of(Format f);              // 448 | 57344
 torch::ScalarType dtype_of(Format f);  // torch::kFloat8_e4m3fn | torch::kFloat8_e5m2
 
-// scale = fp8_max / amax, in fp32; amax 0 (an all-zero tensor) gives 1.  [] -> []
+// scale = fp8_max / max(amax, kAmaxFloor), in fp32; amax 0 (an all-zero tensor) gives 1.  [] -> []
+constexpr double kAmaxFloor = 1e-12;  // torchao's: below it fp8_max / amax overflows fp32 to inf
 torch::Tensor scale_from_amax(const torch::Tensor& amax, Format f);
+
+// "" when `device` can run the fp8 GEMMs, else the one line that says why not: a CUDA
+// device needs compute capability 8.9 (Ada, Hopper) or newer for fp8 tensor cores.
+std::string device_problem(const torch::Device& device);
 
 // A quantised tensor: t ≈ data / scale.
 struct Quantized {
@@ -74,15 +83,18 @@ torch::Tensor scaled_mm(const Quantized& a, const Quantized& b, torch::ScalarTyp
 
 // The FP8 linear as an autograd op.  x [..., in], w [out, in] -> [..., out]
 // fwd: Y = deq(q4 x) deq(q4 W)^T   bwd: dX = deq(q5 dY) deq(q4 W), dW = deq(q5 dY)^T deq(q4 x)
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups);
+// `label` ("layer 0 q_proj") titles its amax all-reduces for --explain.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups,
+                     const std::string& label = "");
 
 // A projection slot's module: the same weight tensor as the Linear it replaces.
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(torch::Tensor weight, std::vector<Comm*> amax_groups);
+  LinearImpl(torch::Tensor weight, std::vector<Comm*> amax_groups, std::string label = "");
   torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
   torch::Tensor weight;                           // [out, in] (a tp shard's local shape)
   std::vector<Comm*> amax_groups;                 // tp, cp: where pieces of x, W, dY live
+  std::string label;                              // "layer 0 q_proj": --explain's title of its amaxes
 };
 TORCH_MODULE(Linear);
 

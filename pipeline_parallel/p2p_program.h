@@ -23,7 +23,7 @@
 // round, [its group, if any] [its action, if any]. Every group of round k matches only
 // groups of round k, and a rank reaches its round-k group after finishing rounds < k, so
 // by induction no group waits forever. Messages on a channel (a -> b) go in round order
-// on both sides, so one tag per neighbour is enough. simulate_in_order() checks all this
+// on both sides, so one tag for every message is enough (NCCL has none). simulate_in_order() checks all this
 // independently of how the programs were made.
 //
 // The CPU path runs the same programs over MPI with one tag for every message, so every

@@ -210,14 +210,14 @@ void Pipeline::backward(const PipelineAction& a) {
 // message between two ranks carries tag 0, and the program's order is what matches them.
 void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
   const double start = now_us();
-  if (mesh_.pp().observed()) {  // --explain: what each message of the round is
+  if (mesh_.pp().observed()) {  // --explain: what each message of the round is, named as --dry-run's program names it
     std::string what = "[pipeline]";
     for (const auto& op : group) {
       const bool activation = op.t.kind == Transfer::kActivation;
       const int to = op.t.from_stage + (activation ? 1 : -1);  // the virtual stage it goes to
-      what += std::string(op.send ? " send" : " receive") + (activation ? " activation" : " gradient") +
-              " of micro-batch " + std::to_string(op.t.micro + 1) + " (stage " + std::to_string(op.t.from_stage) +
-              " -> " + std::to_string(to) + ");";
+      what += std::string(op.send ? " send" : " receive") + (activation ? " activation a" : " gradient g") +
+              std::to_string(op.t.micro) + " of micro-batch " + std::to_string(op.t.micro) + " (0-based; stage " +
+              std::to_string(op.t.from_stage) + " -> " + std::to_string(to) + ");";
     }
     what.pop_back();
     mesh_.pp().note(what);

@@ -116,6 +116,7 @@ class Pipeline {
   // `steps` in its "otherData"; rank 0 says where. Collective.
   void write_trace(const std::string& path, Comm& world, int64_t steps) const;
   const Comm& embedding_group() const { return embedding_group_; }
+  int loss_rank() const { return last_rank_; }  // the pp rank that holds the head and the loss: P-1, or 0 in the V
 
  private:
   struct InFlight {

@@ -89,9 +89,10 @@ LayerRange stage_layers(int64_t layers, int P, int v, int vs);
 // The tensors an action receives before it runs, or sends after: activations
 // [B, S, H] forward (F of virtual stage vs > 0 receives, vs < P*v-1 sends) and their
 // gradients backward (B of vs < P*v-1 receives, vs > 0 sends). `peer` is a pp group
-// rank. `tag` keeps activations and gradients between the same two ranks apart (with
-// P = 2 and interleaving both travel each way), so messages of one tag arrive in
-// posting order. In the V, stage P-1 -> P stays on rank P-1: peer == rank, no message
+// rank. `tag()` names the kind (0 activation, 1 gradient) for the simulators, which
+// match each sender's list with its receiver's per kind (schedules.cpp); the executor
+// sends every message with one tag and relies on the p2p program's order instead
+// (p2p_program.h). In the V, stage P-1 -> P stays on rank P-1: peer == rank, no message
 // (the executor hands the tensor from its outbox to itself).
 struct Transfer {
   enum Kind { kActivation = 0, kGradient = 1 } kind;

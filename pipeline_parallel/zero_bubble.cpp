@@ -65,6 +65,10 @@ TORCH_MODULE(DeferredLinearModule);
 std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model) {
   auto queue = std::make_shared<WeightGradQueue>();
   auto defer = [&](torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot) {
+    // Only a plain linear is split here: another technique's projection (an fp8 linear) would
+    // silently lose what it does (check_flag_rules refuses --fp8 with zb-h1 and dualpipev).
+    TORCH_CHECK(slot.ptr()->as<LinearImpl>() != nullptr, "zero bubble: ", name,
+                " holds a ", slot.ptr()->name(), ", not a plain linear: its dW cannot be deferred");
     auto weight = slot.ptr()->named_parameters(/*recurse=*/false)["weight"];
     replace_slot(owner, name, slot, torch::nn::AnyModule(DeferredLinearModule(weight, queue)));
   };

@@ -35,7 +35,8 @@ class WeightGradQueue {
   std::vector<std::function<void()>>* current_ = nullptr;
 };
 // Replace every projection of the model by a linear whose backward, while the queue is
-// deferring, leaves its weight gradient in the queue. Called for --pp-schedule zb-h1.
+// deferring, leaves its weight gradient in the queue. Called for --pp-schedule zb-h1 and
+// dualpipev. Throws when a projection is not a plain linear (e.g. --fp8's).
 std::shared_ptr<WeightGradQueue> defer_weight_gradients(LlamaForCausalLM& model);
 
 }  // namespace picotron

@@ -30,7 +30,7 @@ std::map<std::string, torch::Tensor> load_tensors(const std::string& path) {
       out[name] = file.read(name);
       // Files written elsewhere (Python) may carry no checksums; ours always do.
       const auto it = file.metadata().find(checksum_key(name));
-      if (it != file.metadata().end() && it->second != checkpoint_format::hex(fnv1a64(out[name])))
+      if (it != file.metadata().end() && match_fnv1a64(out[name], it->second) == SumMatch::kNone)
         throw std::runtime_error(path + ": checksum mismatch in tensor '" + name + "' (the file says " + it->second +
                                  ", the data gives " + checkpoint_format::hex(fnv1a64(out[name])) + ")");
     }

@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "picotron/distributed.h"
+#include "picotron/shard.h"
 #include "picotron/utils.h"
 #include "runtime/checkpoint_format.h"
 
@@ -71,6 +73,54 @@ std::map<std::string, std::map<std::string, Expected>> expected_by_file(const js
   return out;
 }
 
+// The model the manifest's config describes: its parameters and their full shapes are what
+// --resume builds and compares every tensor with, so a config that disagrees with its own
+// tensors is found here, not at the resume. Keys are "<parameter>/<state>" (optim.h).
+void check_config_against_tensors(const json& manifest) {
+  const json& c = manifest.at("config");
+  LlamaConfig m;
+  try {
+    m.hidden_size = c.at("hidden_size").get<int64_t>();
+    m.intermediate_size = c.at("intermediate_size").get<int64_t>();
+    m.num_hidden_layers = c.at("num_hidden_layers").get<int64_t>();
+    m.num_attention_heads = c.at("num_attention_heads").get<int64_t>();
+    m.num_key_value_heads = c.at("num_key_value_heads").get<int64_t>();
+    m.vocab_size = c.at("vocab_size").get<int64_t>();
+    m.tie_word_embeddings = c.at("tie_word_embeddings").get<bool>();
+    m.num_local_experts = c.value("num_local_experts", int64_t(0));
+  } catch (const json::exception& e) {
+    throw std::runtime_error("config: " + std::string(e.what()).substr(0, 100));
+  }
+  if (m.hidden_size <= 0 || m.num_attention_heads <= 0 || m.num_key_value_heads <= 0 || m.num_hidden_layers < 0 ||
+      m.hidden_size % m.num_attention_heads || m.num_attention_heads % m.num_key_value_heads || m.vocab_size <= 0 ||
+      m.intermediate_size <= 0 || m.num_local_experts < 0)
+    throw std::runtime_error("config: not a model (" + c.dump().substr(0, 200) + ")");
+  // (A manifest saved before the config named its experts: only the shapes of the names a
+  // dense model has are checked.)
+  const bool complete = c.contains("num_local_experts");
+  const ShardPlan model = replicated_plan(m);
+  const std::string described = "the config's model (hidden_size " + std::to_string(m.hidden_size) + ", intermediate_size " +
+                                std::to_string(m.intermediate_size) + ", layers " + std::to_string(m.num_hidden_layers) +
+                                ", vocab " + std::to_string(m.vocab_size) + ")";
+  std::set<std::string> seen;
+  for (const auto& [key, t] : manifest.at("tensors").items()) {
+    const std::string name = key.substr(0, key.rfind('/'));
+    const auto it = model.find(name);
+    if (it == model.end()) {
+      if (complete) throw std::runtime_error("tensor '" + key + "' is not a parameter of " + described);
+      continue;
+    }
+    seen.insert(name);
+    const auto shape = t.at("full_shape").get<std::vector<int64_t>>();
+    if (shape != it->second.full_shape)
+      throw std::runtime_error("tensor '" + key + "' is " + shape_text(shape) + ", but " + described + " makes it " +
+                               shape_text(it->second.full_shape));
+  }
+  if (complete)
+    for (const auto& [name, record] : model)
+      if (!seen.count(name)) throw std::runtime_error("parameter '" + name + "' of " + described + " has no tensor here");
+}
+
 }  // namespace
 
 CheckpointReport verify_checkpoint(CheckpointReader& reader, int rank, int ranks) {
@@ -83,6 +133,7 @@ CheckpointReport verify_checkpoint(CheckpointReader& reader, int rank, int ranks
   std::map<std::string, std::map<std::string, Expected>> expected;
   try {
     expected = expected_by_file(reader.manifest());
+    check_config_against_tensors(reader.manifest());
   } catch (const std::exception& e) {
     throw std::runtime_error(ckpt + "manifest.json: " + e.what());
   }
@@ -115,10 +166,10 @@ CheckpointReport verify_checkpoint(CheckpointReader& reader, int rank, int ranks
         throw std::runtime_error(at + "tensor '" + key + "' is missing (the manifest puts it in this file)");
     if (hash) {
       for (const auto& [key, piece] : want) {
-        const std::string got = hex(fnv1a64(file->read(key)));
-        if (got != piece.fnv1a64)
+        const torch::Tensor data = file->read(key);
+        if (match_fnv1a64(data, piece.fnv1a64) == SumMatch::kNone)
           throw std::runtime_error(at + "checksum mismatch in tensor '" + key + "' (the manifest says " + piece.fnv1a64 +
-                                   ", the data gives " + got + ")");
+                                   ", the data gives " + hex(fnv1a64(data)) + ")");
       }
       reader.mark_verified(name);
     }
@@ -126,6 +177,7 @@ CheckpointReport verify_checkpoint(CheckpointReader& reader, int rank, int ranks
     report.files.push_back({name, bytes, int64_t(want.size())});
   }
   report.bytes = directory_bytes(reader.path());
+  report.older_checksums = reader.older_checksums();
   return report;
 }
 
@@ -136,7 +188,11 @@ std::string checkpoint_report_text(const CheckpointReport& r, double seconds) {
   for (const auto& f : r.files) tensors += f.tensors;
   std::ostringstream o;
   o << "checkpoint " << r.path << ": ok (" << tensors << " tensors in " << r.files.size()
-    << " file(s) match the manifest: name, dtype, shape, checksum; " << seconds_text(seconds) << ")\n";
+    << " file(s) match the manifest: name, dtype, shape, checksum; the tensors' shapes are the config's model's; "
+    << seconds_text(seconds) << ")\n";
+  if (r.older_checksums)
+    o << "  checksums: FNV-1a 64 with the older offset basis 1469598103934665603 (saved before 2026-11-28; new saves use the "
+         "standard 14695981039346656037)\n";
   o << "  step " << r.counters.step << " of " << c.value("steps", int64_t(0)) << " (AdamW steps " << r.counters.adam_steps
     << ", loss scale " << r.counters.loss_scale << ")\n";
   o << "  mesh: dp " << mesh.value("dp", 1) << ", tp " << mesh.value("tp", 1) << ", pp " << mesh.value("pp", 1) << ", cp "

@@ -42,6 +42,7 @@ struct CheckpointReport {
   nlohmann::json config;  // the run's model, schedule and mesh (checkpoint_format::config_json)
   std::vector<CheckpointFileReport> files;
   int64_t bytes = 0;  // every file, the manifest included
+  bool older_checksums = false;  // FNV-1a with the older offset basis (runtime/safetensors.h)
 };
 
 // Checks every file's header against the manifest, and the checksums of the files with

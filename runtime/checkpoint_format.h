@@ -71,6 +71,8 @@ inline json config_json(const TrainConfig& c) {
           {"max_position_embeddings", m.max_position_embeddings},
           {"rms_norm_eps", m.rms_norm_eps},
           {"tie_word_embeddings", m.tie_word_embeddings},
+          {"num_local_experts", m.num_local_experts},
+          {"num_experts_per_tok", m.num_experts_per_tok},
           {"dtype", precision_name(c.dtype)},
           {"steps", c.steps},
           {"lr", c.lr},

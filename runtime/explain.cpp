@@ -15,6 +15,7 @@
 #include "context_parallel/cp_layout.h"
 #include "picotron/distributed.h"
 #include "picotron/utils.h"
+#include "pipeline_parallel/schedules.h"
 
 namespace picotron {
 
@@ -120,7 +121,22 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
   if (embed != plan.end() && embed->second.stage == here.pp) l = "embedding, " + l;
   if (plan.count("model.norm.weight")) l += ", final norm and head";
   else if (embed != plan.end() && embed->second.stage != here.pp) l += ", the tied head's copy of the embedding";
-  out.push_back(l + (shape.pp > 1 ? " (pipeline stage " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ")" : ""));
+  if (shape.pp > 1) {  // its stage, or with several chunks (interleaved, DualPipeV's V) its virtual stages
+    const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
+    const int v = schedule_chunks(s, cfg.pp_virtual_stages);
+    if (v == 1) {
+      l += " (pipeline stage " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ")";
+    } else {
+      std::vector<int64_t> stages;
+      for (int chunk = 0; chunk < v; ++chunk) stages.push_back(virtual_stage(shape.pp, here.pp, chunk, is_v_shape(s)));
+      std::string list;
+      for (size_t i = 0; i < stages.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == stages.size() ? " and " : ", ") + std::to_string(stages[i]);
+      l += " (pp rank " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ": virtual stages " + list + " of " +
+           std::to_string(shape.pp * v) + ", " + schedule_name(s) + ")";
+    }
+  }
+  out.push_back(l);
   // Tensor parallelism: heads, MLP columns, vocabulary rows (from the first layer kept).
   if (shape.tp > 1 && !layers.empty()) {
     const std::string prefix = "model.layers." + std::to_string(*layers.begin()) + ".";

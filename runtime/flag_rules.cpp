@@ -22,8 +22,12 @@ std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {
        "--kernels fused takes bf16, fp16 or fp32 (--dtype fp64 runs with --kernels aten)");
   need(!(c.fp8 && c.dtype == Precision::kFP16),
        "--fp8 takes --dtype fp64, fp32 or bf16 (fp16's loss scaling and fp8's own scales are not combined; --dtype fp8 is bf16 + --fp8)");
-  need(!(c.fp8 && c.pp_schedule == "zb-h1"),
-       "--fp8 and --pp-schedule zb-h1 both replace the projections (zb-h1 defers their dW): use another schedule");
+  // zb-h1 and dualpipev split each projection's backward (dX in B, dW later in W) by putting a
+  // deferring linear in its slot (pipeline_parallel/zero_bubble.h), which would take the fp8
+  // linear's place: refused, not run unquantised.
+  need(!(c.fp8 && c.pp > 1 && splits_backward(parse_schedule(c.pp_schedule))),
+       "--fp8 and --pp-schedule " + c.pp_schedule + " both replace the projections (" + c.pp_schedule +
+           " defers their dW to a W pass): use --pp-schedule afab, 1f1b or interleaved");
   need(c.attention == "sdpa" || c.kernels == "fused",
        "--attention " + c.attention + " is a kernel of kernels/: it needs --kernels fused (and --device cuda)");
   need(c.profile_first == 0 || !c.profile.empty(), "--profile-steps needs --profile DIR (where the trace goes)");
@@ -113,6 +117,20 @@ std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {
   need(!c.zero_offload || c.device != "cpu",
        "--zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda (on --device cpu everything "
        "is on the CPU already)");
+  // Context parallelism's own flags do nothing without it: refused rather than ignored (a
+  // value the flag's own check refused already is not named twice).
+  const TrainConfig defaults;
+  auto named = [&](const std::string& flag) {
+    for (const auto& e : errors)
+      if (e.find(flag + " ") != std::string::npos) return true;
+    return false;
+  };
+  need(c.cp > 1 || c.cp_mode == defaults.cp_mode || named("--cp-mode"), "--cp-mode " + c.cp_mode + " needs --cp > 1 (how attention meets the other cp ranks' tokens)");
+  need(c.cp > 1 || c.cp_ulysses == defaults.cp_ulysses || named("--cp-ulysses"),
+       "--cp-ulysses " + value_text(c.cp_ulysses) + " needs --cp > 1 and --cp-mode hybrid (the all-to-all group inside cp)");
+  need(c.keep_checkpoints == defaults.keep_checkpoints || !c.save_dir.empty() || named("--keep-checkpoints"),
+       "--keep-checkpoints " + value_text(c.keep_checkpoints) + " needs --save-dir (the checkpoints it keeps)");
+  need(c.cp > 1 || c.cp_layout == defaults.cp_layout || named("--cp-layout"), "--cp-layout " + c.cp_layout + " needs --cp > 1 (which tokens each cp rank holds)");
   if (c.cp > 1) {  // the layout's own rules (context_parallel/cp_layout.h)
     const std::string problem = cp_problem(c.seq_len, c.cp, parse_cp_layout(c.cp_layout));
     need(problem.empty(), problem);

@@ -166,6 +166,12 @@ PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& s
         ++result.considered;
         if (!check_flag_rules(c, gpus).empty()) continue;
         ++result.valid;
+        // The asked batch, or the nearest above it that micro-batches of B on dp ranks reach;
+        // a schedule that needs more micro-batches runs another experiment: not ranked beside it.
+        if (c.grad_acc_steps > grad_acc_for(rows, B, c.dp, "1f1b", c.pp)) {
+          ++result.larger_batch;
+          continue;
+        }
         if (too_big || fitted) continue;
         Candidate cand;
         double params = 0;

@@ -74,6 +74,8 @@ struct PlanResult {
   int gpus = 0;
   int64_t considered = 0;  // layouts enumerated
   int64_t valid = 0;       // accepted by check_flag_rules()
+  int64_t larger_batch = 0;  // valid, but the schedule needs more micro-batches than the asked batch has
+                             // (interleaved m % P, zb-h1 m >= P, dualpipev m >= 2P): not ranked
   int64_t fit = 0;         // predicted peak <= --gpu-memory
   double least_peak_bytes = 0;  // the smallest predicted peak of a valid layout (0: none valid)
   std::vector<Candidate> best;  // the top ones, best first, one per layout (its best micro-batch)

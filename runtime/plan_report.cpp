@@ -164,10 +164,12 @@ std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for
   o << "  cost model: " << fixed(base.planner.peak_tflops, 0) << " TFLOP/s peak at <= " << fixed(kMaxEfficiency * 100, 0)
     << "% efficiency; links " << fixed(base.planner.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.planner.inter_node_gbps, 0)
     << " GB/s between nodes; offload: PCIe " << fixed(kPcieBytesPerS / 1e9, 0) << " GB/s, CPU AdamW "
-    << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (README.md, \"Choosing a layout\")\n";
+    << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (docs/planner.md)\n";
   const PlanResult r = search_layouts(base, base.planner.gpus, shard_plan_for, base.planner.top);
   o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass the flag rules, "
-    << with_commas(r.fit) << " fit in " << fixed(base.planner.gpu_memory_gb, 0) << " GB\n";
+    << with_commas(r.fit) << " fit in " << fixed(base.planner.gpu_memory_gb, 0) << " GB"
+    << (r.larger_batch ? "; " + with_commas(r.larger_batch) + " of those that pass need a larger batch than asked "
+                         "(their schedule's micro-batches), not ranked" : "") << "\n";
   if (!r.best.empty()) {
     o << "best " << r.best.size() << " by predicted tokens/s per GPU (each layout once, at its best micro-batch and "
       << "cp x dp split; within " << fixed(kTieBand * 100, 0) << "% of each other the simpler first):\n";

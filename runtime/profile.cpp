@@ -3,7 +3,10 @@
 #include "runtime/profile.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +19,8 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include "picotron/output_file.h"
+
 namespace picotron {
 namespace prof = torch::autograd::profiler;
 namespace impl = torch::profiler::impl;
@@ -27,6 +32,31 @@ StepProfiler::StepProfiler(std::string dir, int64_t first, int64_t last, int64_t
   first_ = first > 0 ? first : std::min<int64_t>(3, end_step);
   last_ = first > 0 ? last : std::min<int64_t>(first_ + 1, end_step);
   std::filesystem::create_directories(dir_);  // (startup checked that it can be created)
+}
+
+std::string StepProfiler::range_problem(int64_t start_step) const {
+  if (dir_.empty() || first_ > start_step) return "";
+  return "--profile-steps " + std::to_string(first_) + ":" + std::to_string(last_) + ": this run resumes after step " +
+         std::to_string(start_step) + ", so step " + std::to_string(first_) +
+         " never runs here (give --profile-steps A:B with A > " + std::to_string(start_step) + ")";
+}
+
+std::string trace_problem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "was not written (" + std::string(std::strerror(errno)) + ")";
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return "is empty";
+  // A Chrome trace is one JSON object: cut short (a full disk), it does not end with '}'.
+  char last = ' ';
+  for (std::streamoff back = 1; back <= size && std::isspace(static_cast<unsigned char>(last)); ++back) {
+    in.seekg(size - back);
+    in.get(last);
+  }
+  in.seekg(0);
+  char first = ' ';
+  while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {}
+  if (first != '{' || last != '}') return "is cut short (" + std::to_string(size) + " bytes, not one whole JSON object)";
+  return "";
 }
 
 StepProfiler::~StepProfiler() {
@@ -63,11 +93,14 @@ std::string StepProfiler::step_ends(int64_t step) {
   recording_ = false;
   const std::string base = dir_ + "/";
   const std::string trace = base + "trace-rank" + std::to_string(rank_) + ".json";
-  result->save(trace);
+  std::remove(trace.c_str());  // (a trace of an earlier run must not pass for this one's)
+  result->save(trace);  // LibTorch's writer only logs a failure: the file is checked here
+  if (const std::string problem = trace_problem(trace); !problem.empty())
+    throw std::runtime_error("--profile " + dir_ + ": the trace " + trace + " " + problem);
   std::string table = "profile of steps " + std::to_string(first_) + "-" + std::to_string(last_) + " (rank " +
                       std::to_string(rank_) + "): trace " + trace + " (open it in https://ui.perfetto.dev)\n" +
                       top_operators_table(*result, 15);
-  std::ofstream(base + "top-rank" + std::to_string(rank_) + ".txt") << table << "\n";
+  write_file("--profile", base + "top-rank" + std::to_string(rank_) + ".txt", table + "\n");  // throws one line
   return table;
 }
 

@@ -51,6 +51,9 @@ class StepProfiler {
   // Stops after `last`: writes the trace and the table; returns the table (empty when not
   // the last recorded step) for rank 0 to print.
   std::string step_ends(int64_t step);
+  // "" when every recorded step runs in a run that starts after `start_step` (--resume);
+  // else the line that refuses it before the first step.
+  std::string range_problem(int64_t start_step) const;
 
   int64_t first() const { return first_; }
   int64_t last() const { return last_; }
@@ -67,5 +70,9 @@ class StepProfiler {
 // The table of a profile: the top `rows` CPU operators and CUDA kernels by total time.
 // (Exposed for the tests.)
 std::string top_operators_table(const torch::autograd::profiler::ProfilerResult& result, int rows);
+
+// "" when `path` holds a whole Chrome trace (one JSON object, '{' ... '}'); else what is wrong
+// ("was not written (...)", "is empty", "is cut short (N bytes ...)").
+std::string trace_problem(const std::string& path);
 
 }  // namespace picotron

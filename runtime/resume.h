@@ -97,6 +97,8 @@ class CheckpointReader {
   // A file whose every tensor's checksum was checked (runtime/checkpoint_check.h): its
   // pieces are not hashed again as they are read.
   void mark_verified(const std::string& file) { verified_.push_back(file); }
+  // Its checksums use the older FNV-1a offset basis (saved before 2026-11-28; safetensors.h).
+  bool older_checksums() const { return older_sums_; }
   // Elements [first, first + length) of the flattened box `record` of tensor `key`
   // (length < 0: the whole box), in the stored dtype, on the CPU.
   torch::Tensor read(const std::string& key, const ShardRecord& record, int64_t first = 0, int64_t length = -1);
@@ -109,6 +111,7 @@ class CheckpointReader {
   nlohmann::json manifest_;
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;
   std::vector<std::string> verified_;
+  bool older_sums_ = false;
   std::string cached_key_, cached_box_;  // the last assembled tensor (one at a time in memory)
   torch::Tensor cached_, cached_covered_;
   const SafetensorsFile& file(const std::string& name);

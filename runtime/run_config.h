@@ -1,6 +1,8 @@
-// runtime/run_config.h — what build/train's command line sets: the step's TrainConfig
-// (picotron/config.h: everything a training step reads) and the runtime's own settings,
-// which no step ever sees. Today that is the planner's machine (--plan, runtime/plan.h).
+// runtime/run_config.h — what build/train's command line sets: the run's TrainConfig
+// (picotron/config.h; the step itself reads only its learning-rate fields, lr_at in
+// picotron/optim.h, and the techniques get small settings structs built from it in
+// train.cpp) and the runtime's own settings, which nothing below the runtime sees. Today
+// that is the planner's machine (--plan, runtime/plan.h).
 //
 // The flags (runtime/flags.cpp) fill a RunConfig; train.cpp hands the TrainConfig part to
 // the step and the techniques, and the whole to the planner.

@@ -38,16 +38,32 @@ torch::ScalarType scalar_type_of_safetensors(const std::string& name) {
   throw std::runtime_error("unsupported safetensors dtype '" + name + "'");
 }
 
-uint64_t fnv1a64(const void* data, size_t bytes) {
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t basis) {
   const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  uint64_t h = basis;
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;  // the 64-bit FNV prime
   return h;
 }
 
-uint64_t fnv1a64(const torch::Tensor& t) {
+uint64_t fnv1a64(const torch::Tensor& t, uint64_t basis) {
   TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(), "fnv1a64: a contiguous CPU tensor");
-  return fnv1a64(t.data_ptr(), t.nbytes());
+  return fnv1a64(t.data_ptr(), t.nbytes(), basis);
+}
+
+SumMatch match_fnv1a64(const void* data, size_t bytes, const std::string& want) {
+  auto text = [](uint64_t v) {
+    char s[24];
+    std::snprintf(s, sizeof s, "%016llx", (unsigned long long)v);
+    return std::string(s);
+  };
+  if (text(fnv1a64(data, bytes)) == want) return SumMatch::kStandard;
+  if (text(fnv1a64(data, bytes, kOlderFnvOffsetBasis)) == want) return SumMatch::kOlder;
+  return SumMatch::kNone;
+}
+
+SumMatch match_fnv1a64(const torch::Tensor& t, const std::string& want) {
+  TORCH_CHECK(t.is_contiguous() && t.device().is_cpu(), "fnv1a64: a contiguous CPU tensor");
+  return match_fnv1a64(t.data_ptr(), t.nbytes(), want);
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

@@ -58,8 +58,19 @@ class SafetensorsFile {
 std::string safetensors_dtype(torch::ScalarType t);
 torch::ScalarType scalar_type_of_safetensors(const std::string& name);
 
-// FNV-1a, 64 bits, of a tensor's bytes (contiguous CPU): the checksums of checkpoints.
-uint64_t fnv1a64(const void* data, size_t bytes);
-uint64_t fnv1a64(const torch::Tensor& t);
+// FNV-1a, 64 bits (Fowler-Noll-Vo: h = basis; for each byte h = (h ^ byte) * 0x100000001b3,
+// with the standard offset basis 0xcbf29ce484222325 = 14695981039346656037), of a tensor's
+// bytes (contiguous CPU): the checksums of checkpoints, as any FNV-1a 64 implementation
+// computes them.
+constexpr uint64_t kFnvOffsetBasis = 14695981039346656037ULL;
+// Checkpoints saved before 2026-11-28 used 1469598103934665603 (the standard basis with its
+// last digit lost): their sums are still accepted on reading, and named as such.
+constexpr uint64_t kOlderFnvOffsetBasis = 1469598103934665603ULL;
+uint64_t fnv1a64(const void* data, size_t bytes, uint64_t basis = kFnvOffsetBasis);
+uint64_t fnv1a64(const torch::Tensor& t, uint64_t basis = kFnvOffsetBasis);
+// Which sum `want` (16 hex digits) is of these bytes: the standard one, the older one, or none.
+enum class SumMatch { kNone, kStandard, kOlder };
+SumMatch match_fnv1a64(const void* data, size_t bytes, const std::string& want);
+SumMatch match_fnv1a64(const torch::Tensor& t, const std::string& want);
 
 }  // namespace picotron

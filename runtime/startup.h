@@ -18,8 +18,9 @@
 
 namespace picotron {
 
-// The flags themselves: a Hugging Face folder's config.json applied (--init-from), then
-// check_flag_rules() against the launch's world size (--dry-run: the mesh's). Pure.
+// The flags themselves: a Hugging Face folder's config.json applied (--init-from: this
+// REWRITES cfg's model shape with its values), then check_flag_rules() against the launch's
+// world size (--dry-run: the mesh's). No communication and no file written.
 std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launch);
 // What a real run also needs, checked in order until one fails: every output writable,
 // this machine (GPU, kernels), the memory this rank will need, and the --data and

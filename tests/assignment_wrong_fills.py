@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """tests/assignment_wrong_fills.py [WORK_DIR] — the grader tells right from wrong
-(ctest -L assignments_build; slow: it builds a course copy, about 6 minutes on 2 cores).
+(ctest -L assignments_build; slow: it builds a course copy twice, the grader's build).
 
 scripts/assignment make all, and grading that copy (every stub in, built as the grader
 builds it) must fail every task for its missing code ("not implemented" or "blocked by");
 then solve (the reference back), then a deliberately wrong
-line in ten tasks, each a mistake a student makes: the average forgotten, f without its
+line in several tasks (WRONG below), each a mistake a student makes: the average forgotten, f without its
 all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in the
 gathered (rank) order instead of put back, one warm-up forward short, DualPipeV's waiting
 W's run newest first (a stack, not a queue), the

@@ -85,6 +85,9 @@ function(picotron_bad_checkpoint name regex breakage)
   set_tests_properties(checkpoint.bad_${name} PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint TIMEOUT 60)
 endfunction()
 set(FILE0 "$B/step-000002/rank-00000.safetensors")
+# A profile of steps this resumed run never executes is refused before its first step.
+picotron_bad_checkpoint(profile_before_resume "error: --profile-steps 1:2: this run resumes after step 2" "true"
+  --profile ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/profile_before_resume --profile-steps 1:2)
 picotron_bad_checkpoint(missing_file "error: .*rank-00000.safetensors: no such file" "rm ${FILE0}")
 picotron_bad_checkpoint(truncated "error: .*rank-00000.safetensors: tensor .*truncated: its data ends at byte" "truncate -s 100000 ${FILE0}")
 picotron_bad_checkpoint(checksum "error: .*rank-00000.safetensors: checksum mismatch in tensor"
@@ -97,6 +100,21 @@ picotron_bad_checkpoint(manifest_dtype_edited "error: .*manifest.json: corrupt: 
   "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); t=m['tensors']['model.norm.weight/exp_avg']; t['dtype']='I32'; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
 picotron_bad_checkpoint(manifest_step_edited "error: .*manifest.json: corrupt: checksum mismatch: the manifest was edited"
   "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); m['adam_steps']=1; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
+# A manifest whose config disagrees with its own tensors, resealed (tests/reseal_manifest.py):
+# --check-checkpoint said "ok" and --resume refused it; now the check names it too. The
+# resealed but unedited manifest passes (the reseal is picotron's own checksum).
+add_test(NAME checkpoint.check_resealed_passes COMMAND sh -c "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed && \
+cp -r ${CKPT} ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed && python3 ${CMAKE_CURRENT_SOURCE_DIR}/reseal_manifest.py \
+${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed/step-000002/manifest.json pass && \
+${TRAIN} --check-checkpoint ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed/step-000002")
+set_tests_properties(checkpoint.check_resealed_passes PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint
+  TIMEOUT 60 PASS_REGULAR_EXPRESSION "step-000002: ok")
+add_test(NAME checkpoint.check_config_disagrees COMMAND ${EXPECT_FAIL}
+  "error: checkpoint .*manifest.json: tensor '.*' is \\[.*\\], but the config's model \\(hidden_size 32, .* makes it \\[" -- sh -c
+  "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies && cp -r ${CKPT} ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies && \
+python3 ${CMAKE_CURRENT_SOURCE_DIR}/reseal_manifest.py ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies/step-000002/manifest.json \
+'m[\"config\"][\"hidden_size\"] = 32' && ${TRAIN} --check-checkpoint ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies/step-000002")
+set_tests_properties(checkpoint.check_config_disagrees PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint TIMEOUT 60)
 # A rank file's header that disagrees with the manifest, the bytes untouched (so their
 # checksum still matches): an I32 over F32 bytes resumed and trained at loss 1.3e11 before
 # (runtime/checkpoint_check.h); impossible shapes are named before LibTorch sees them.

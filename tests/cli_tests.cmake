@@ -15,6 +15,11 @@ set_tests_properties(cli.help PROPERTIES PASS_REGULAR_EXPRESSION
 
 # Exact published counts; the 8B dry run must not allocate its 32 GB of fp32 weights:
 # it runs under a 6 GiB address-space limit.
+# The checksums in a parameter file are standard FNV-1a 64: an independent implementation
+# (tests/fnv_independent.py) recomputes each from the tensor's bytes.
+picotron_cli_test(cli.checksums_standard_fnv1a sh -c "${TRAIN} --device cpu --model tiny --hidden-size 32 --intermediate-size 64 --num-hidden-layers 1 --vocab-size 256 --steps 1 --seq-len 16 --micro-batch-size 1 \
+--save-params ${CMAKE_CURRENT_BINARY_DIR}/fnv_check.safetensors >/dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/fnv_independent.py ${CMAKE_CURRENT_BINARY_DIR}/fnv_check.safetensors")
+set_tests_properties(cli.checksums_standard_fnv1a PROPERTIES PASS_REGULAR_EXPRESSION "FNV-1a 64 STANDARD")
 picotron_cli_test(cli.dry_run_llama3_8b sh -c "ulimit -v 6291456 && ${TRAIN} --model llama3-8b --dry-run")
 set_tests_properties(cli.dry_run_llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "total parameters   8030261248 ")
 picotron_cli_test(cli.dry_run_smollm_135m ${TRAIN} --model smollm-135m --dry-run)
@@ -299,6 +304,16 @@ set_tests_properties(cli.mpi_explain_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIM
   "attention \\(--cp-mode ulysses\\): an all-to-all over 2 cp ranks gives it query heads 2-3 of this tp rank's 4 \\(key/value heads 1 of 2\\) at positions 0-31 \\(the whole sequence\\).*all_to_all over cp \\{0,1\\}: \\[2, 2, 2, 16, 32\\] -> \\[2, 2, 2, 16, 32\\] fp32, 2,048 elements\n      at context_parallel/ulysses.cpp")
 picotron_cli_test(cli.cp_ulysses_heads ${EXPECT_FAIL} "error: --cp-mode ulysses: the 4 attention heads per tp rank \\(--num-attention-heads / --tp\\) are not divisible by the all-to-all group 8 \\(--cp 8\\)" -- ${TRAIN} --cp 8 --cp-mode ulysses --seq-len 64 --dry-run)
 picotron_cli_test(cli.bad_cp_mode ${EXPECT_FAIL} "error: --cp-mode must be ring, ulysses or hybrid, got 'star'" -- ${TRAIN} --cp-mode star)
+# Context parallelism's flags without context parallelism: refused, not ignored.
+picotron_cli_test(cli.cp_mode_needs_cp ${EXPECT_FAIL} "error: --cp-mode hybrid needs --cp > 1" -- ${TRAIN} --cp-mode hybrid --cp-ulysses 2)
+picotron_cli_test(cli.cp_ulysses_needs_cp ${EXPECT_FAIL} "error: --cp-ulysses 5 needs --cp > 1 and --cp-mode hybrid" -- ${TRAIN} --cp-ulysses 5)
+picotron_cli_test(cli.keep_checkpoints_needs_save_dir ${EXPECT_FAIL} "error: --keep-checkpoints 5 needs --save-dir" -- ${TRAIN} --keep-checkpoints 5)
+picotron_cli_test(cli.cp_layout_needs_cp ${EXPECT_FAIL} "error: --cp-layout contiguous needs --cp > 1" -- ${TRAIN} --cp-layout contiguous)
+# fp8 with a schedule that splits the backward (its deferring linear would replace the fp8 one).
+picotron_cli_test(cli.fp8_dualpipev_refused ${EXPECT_FAIL} "error: --fp8 and --pp-schedule dualpipev both replace the projections" --
+  ${TRAIN} --fp8 --pp 2 --pp-schedule dualpipev --num-hidden-layers 4 --grad-acc-steps 4 --dry-run)
+picotron_cli_test(cli.fp8_zb_h1_refused ${EXPECT_FAIL} "error: --fp8 and --pp-schedule zb-h1 both replace the projections" --
+  ${TRAIN} --fp8 --pp 2 --pp-schedule zb-h1 --grad-acc-steps 2 --dry-run)
 picotron_cli_test(cli.cp_hybrid_needs_group ${EXPECT_FAIL} "error: --cp-mode hybrid needs --cp-ulysses U with 1 < U < --cp 4" -- ${TRAIN} --cp 4 --cp-mode hybrid --dry-run)
 picotron_mpi_cli_test(cli.mpi_cp_ulysses_heads 4 "\\[rank 3\\] error: --cp-mode ulysses: the 1 attention heads per tp rank" ${TRAIN} --cp 2 --tp 2 --cp-mode ulysses --num-attention-heads 2 --num-key-value-heads 2 --hidden-size 64)
 picotron_cli_test(cli.bad_recompute ${EXPECT_FAIL} "error: --recompute must be none, selective or full, got 'some'" -- ${TRAIN} --recompute some)

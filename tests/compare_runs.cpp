@@ -3,7 +3,9 @@
 //   compare_runs REF.jsonl RUN.jsonl REF.params RUN.params RTOL
 //
 // Passes when every step's loss and grad norm (and validation loss, on the steps that
-// have one: --val-data) of RUN match REF within relative error RTOL, and every final
+// have one: --val-data) of RUN match REF within relative error RTOL, a mixture of experts'
+// routing metric (tokens_per_expert: the global batch's tokens per expert) is the same counts
+// on every step, and every final
 // parameter matches: max |run - ref| <= RTOL * max |ref| per
 // tensor. Prints the worst errors either way.
 #include <cmath>
@@ -22,6 +24,7 @@ struct StepMetrics {
   double loss, grad_norm;
   bool has_val;  // --val-data: a validation loss on this step
   double val_loss;
+  std::vector<double> tokens_per_expert;  // a mixture of experts: the step's routing, else empty
 };
 
 double field(const std::string& line, const std::string& key) {
@@ -36,8 +39,10 @@ std::vector<StepMetrics> read_metrics(const std::string& path) {
   std::vector<StepMetrics> out;
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) {
-      const bool has_val = nlohmann::json::parse(line).contains("val_loss");
-      out.push_back({field(line, "loss"), field(line, "grad_norm"), has_val, has_val ? field(line, "val_loss") : NAN});
+      const auto j = nlohmann::json::parse(line);
+      const bool has_val = j.contains("val_loss");
+      out.push_back({field(line, "loss"), field(line, "grad_norm"), has_val, has_val ? field(line, "val_loss") : NAN,
+                     j.value("tokens_per_expert", std::vector<double>{})});
     }
   return out;
 }
@@ -75,6 +80,10 @@ int main(int argc, char** argv) {
         std::cout << "step " << s + 1 << ": val loss " << ref[s].val_loss << " vs " << run[s].val_loss << " (rel " << ev
                   << ")" << (ev > rtol ? "  <-- FAIL" : "") << "\n";
         failures += ev > rtol;
+      }
+      if (ref[s].tokens_per_expert != run[s].tokens_per_expert) {  // counts: equal, whatever the mesh
+        std::cout << "step " << s + 1 << ": tokens per expert differ (the routing metric of the step line)  <-- FAIL\n";
+        ++failures;
       }
     }
     const auto p_ref = picotron::load_tensors(argv[3]), p_run = picotron::load_tensors(argv[4]);

@@ -304,7 +304,10 @@ picotron_equivalence(moe_ep2_zero3_recompute_full NP 2 SAME_MICRO_BATCHES ${MOE}
 # Pipeline parallelism: the balancing statistics [2E + 1] travel with each activation and
 # their gradient with each activation gradient (pipeline_parallel.cpp), so the last stage's
 # loss sees every layer's routing. Without them forward (0.26) or backward (0.26) it fails.
+# compare_runs also compares the step line's tokens per expert, which the stage holding the loss
+# tells the others (pp rank P-1; in DualPipeV's V rank 0: from P-1 the V's figure was zeros).
 picotron_equivalence(moe_pp2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --grad-acc-steps 2)
+picotron_equivalence(moe_pp2_afab_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule afab --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_zb_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule zb-h1 --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_interleaved NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule interleaved --pp-virtual-stages 2 --num-hidden-layers 4 --grad-acc-steps 2)
 picotron_equivalence(moe_pp2_dualpipev NP 2 SAME_MICRO_BATCHES ${MOE} --pp 2 --pp-schedule dualpipev --num-hidden-layers 4 --grad-acc-steps 4)

@@ -39,4 +39,9 @@ rm -f "$mnt/filler"
 # 3. --save-dir: a checkpoint that does not fit; no step directory appears
 expect checkpoint "error: .*--save-dir $mnt/ckpt.*write failed: No space left on device" \
   "$mnt/ckpt/step-000002" -- "$@" --steps 2 --save-dir "$mnt/ckpt"
+
+# 4. --profile: LibTorch's trace writer only logs a failure; the run checks the trace it
+# names (whole JSON) and writes the table through the output files: no success line.
+expect profile "error: --profile $mnt/prof: (the trace $mnt/prof/trace-rank0.json (is cut short|was not written|is empty)|.*No space left on device)" \
+  "$mnt/prof/top-rank0.txt" -- "$@" --steps 4 --profile "$mnt/prof"
 echo "full disk ok"

@@ -35,6 +35,11 @@ picotron_plan_test(cli.plan_mixtral_64gpus
   --model mixtral-8x7b --gpus 64)
 # The largest search (the ep sizes multiply it): more room when the suite runs beside it.
 set_tests_properties(cli.plan_mixtral_64gpus PROPERTIES TIMEOUT 300)
+# The asked global batch: a schedule that needs more micro-batches than the batch has is set
+# aside (counted), not ranked with a 4x batch beside the asked one.
+add_test(NAME cli.plan_asked_batch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/plan_asked_batch.sh ${PLAN_TRAIN})
+set_tests_properties(cli.plan_asked_batch PROPERTIES LABELS cli TIMEOUT 240 ENVIRONMENT "OMP_NUM_THREADS=1"
+  PASS_REGULAR_EXPRESSION "ASKED BATCH ONLY")
 picotron_plan_test(cli.plan_nothing_fits
   "nothing fits: the least any layout needs is [0-9.]+ GB per GPU, above --gpu-memory 80\nwhat would fit .*more GPUs: --gpus [0-9]+ .*more memory: a GPU of [0-9.]+ GB.*a shorter sequence: none"
   --model llama3-70b --gpus 1 --seq-len 4096)

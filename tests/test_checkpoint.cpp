@@ -30,6 +30,17 @@ TEST_CASE("parameter files round-trip every tensor by name", "[checkpoint]") {
   }
 }
 
+TEST_CASE("checksums: the standard FNV-1a 64, and the older basis still recognised", "[checkpoint]") {
+  // Published FNV-1a 64 values (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
+  CHECK(fnv1a64("", 0) == 0xcbf29ce484222325ULL);
+  CHECK(fnv1a64("a", 1) == 0xaf63dc4c8601ec8cULL);
+  CHECK(fnv1a64("foobar", 6) == 0x85944171f73967e8ULL);
+  const std::string older = checkpoint_format::hex(fnv1a64("foobar", 6, kOlderFnvOffsetBasis));
+  CHECK(match_fnv1a64("foobar", 6, "85944171f73967e8") == SumMatch::kStandard);
+  CHECK(match_fnv1a64("foobar", 6, older) == SumMatch::kOlder);  // a checkpoint saved before the fix
+  CHECK(match_fnv1a64("foobaz", 6, "85944171f73967e8") == SumMatch::kNone);
+}
+
 TEST_CASE("missing and corrupt parameter files are named in the error", "[checkpoint]") {
   CHECK_THROWS_WITH(load_tensors("/nonexistent/params.pt"), Catch::Contains("/nonexistent/params.pt") && Catch::Contains("no such file"));
   const auto path = (std::filesystem::temp_directory_path() / "picotron_test_corrupt.pt").string();

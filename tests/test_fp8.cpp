@@ -7,6 +7,8 @@
 // Run: build/tests/unit_tests "[fp8]"
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "kernels/fp8.h"
 
 using namespace picotron;
@@ -22,6 +24,34 @@ TEST_CASE("fp8 scale: fp8_max / amax, 1 for an all-zero tensor", "[fp8]") {
   CHECK(fp8::scale_from_amax(torch::tensor(2.0), fp8::Format::kE4M3).item<float>() == 224.0f);
   CHECK(fp8::scale_from_amax(torch::tensor(4.0), fp8::Format::kE5M2).item<float>() == 14336.0f);
   CHECK(fp8::scale_from_amax(torch::tensor(0.0), fp8::Format::kE4M3).item<float>() == 1.0f);
+}
+
+TEST_CASE("fp8 scale: a tiny amax is floored, so the scale stays finite and nothing becomes NaN", "[fp8]") {
+  // 448 / 1e-39 is inf in fp32; inf * 0 = NaN. Floored at 1e-12 (torchao's floor): 4.48e14.
+  const auto s = fp8::scale_from_amax(torch::tensor(1e-39, torch::kFloat32), fp8::Format::kE4M3);
+  CHECK(std::isfinite(s.item<float>()));
+  CHECK(s.item<float>() == Approx(448.0 / fp8::kAmaxFloor).epsilon(1e-6));
+  const auto t = torch::tensor({0.0f, 1e-39f, -1e-39f});
+  const auto q = fp8::quantize(t, fp8::scale_from_amax(fp8::amax_over({t}, {})[0], fp8::Format::kE4M3), fp8::Format::kE4M3);
+  CHECK_FALSE(fp8::dequantize(q, torch::kFloat32).isnan().any().item<bool>());
+}
+
+TEST_CASE("fp8 matmul in bf16: one rounding of the fp32 sum, as the tensor cores (not bf16 operands)", "[fp8]") {
+  // _scaled_mm multiplies the fp8 values, sums in fp32, applies both scales and rounds once
+  // to bf16. The emulation must give those numbers: against the fp64 sum rounded once to bf16,
+  // all but a few ties (fp32 vs fp64 accumulation) agree. Rounding each dequantised operand to
+  // bf16 first, then a bf16 matmul, disagreed in about half of them.
+  torch::manual_seed(3);
+  const auto a = torch::randn({64, 128}), b = torch::randn({48, 128});
+  const auto qa = fp8::quantize(a, fp8::scale_from_amax(a.abs().max(), fp8::Format::kE4M3), fp8::Format::kE4M3);
+  const auto qb = fp8::quantize(b, fp8::scale_from_amax(b.abs().max(), fp8::Format::kE4M3), fp8::Format::kE4M3);
+  const auto got = fp8::scaled_mm(qa, qb, torch::kBFloat16);  // [64, 48]
+  REQUIRE(got.scalar_type() == torch::kBFloat16);
+  const auto exact = qa.data.to(torch::kFloat64).matmul(qb.data.to(torch::kFloat64).t()) /
+                     (qa.scale.to(torch::kFloat64) * qb.scale.to(torch::kFloat64));
+  const double agree = got.eq(exact.to(torch::kBFloat16)).to(torch::kFloat64).mean().item<double>();
+  INFO("share of outputs equal to the once-rounded product: " << agree);
+  CHECK(agree > 0.99);
 }
 
 TEST_CASE("fp8 quantize: the amax lands on fp8_max, every value within half an ulp", "[fp8]") {

@@ -4,10 +4,12 @@
 // autograd's on one process.
 #include <catch2/catch.hpp>
 
+#include "kernels/fp8.h"
 #include "picotron/model.h"
 #include "picotron/shard.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "pipeline_parallel/schedules.h"
+#include "runtime/projections.h"
 
 using namespace picotron;
 
@@ -190,4 +192,42 @@ TEST_CASE("zero bubble: B leaves the projections' weight gradients to W, which a
     CHECK(torch::allclose(item.value().grad(), want[item.key()].grad(), 1e-12, 1e-14));
   }
   CHECK_THROWS_WITH(queue->run(1, 0), Catch::Contains("W1 of chunk 0 before its B"));
+}
+
+TEST_CASE("zero bubble: a projection that is not a plain linear is refused, not replaced", "[schedule]") {
+  // --fp8 puts an fp8 linear in each projection slot; deferring its dW would put a plain
+  // linear back and run the projection unquantised while the run says fp8.
+  LlamaConfig c;
+  c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 1, c.vocab_size = 20;
+  c.num_attention_heads = 2, c.num_key_value_heads = 1;
+  LlamaForCausalLM model(c, replicated_plan(c), torch::TensorOptions().dtype(torch::kFloat64));
+  fp8::apply_fp8(model, {});
+  CHECK_THROWS_WITH(defer_weight_gradients(model), Catch::Contains("not a plain linear: its dW cannot be deferred"));
+}
+
+TEST_CASE("projections: what each slot became, read from the model", "[projections]") {
+  LlamaConfig c;
+  c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2, c.vocab_size = 20;
+  c.num_attention_heads = 2, c.num_key_value_heads = 2;
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  ShardPlan plan = replicated_plan(c);
+  plan.at("model.layers.0.self_attn.q_proj.weight").split(0, Axis::kTp, 0, 2);
+  plan.at("model.layers.0.self_attn.o_proj.weight").split(1, Axis::kTp, 0, 2);
+  LlamaForCausalLM fp8_model(c, plan, opts), deferred(c, replicated_plan(c), opts);
+  fp8::apply_fp8(fp8_model, {});
+  const auto kinds = projection_kinds(*fp8_model, plan);
+  REQUIRE(kinds.size() == 14);  // 2 layers x 7 projections
+  for (const auto& k : kinds) CHECK(k.module == "fp8 linear");
+  CHECK(kinds[0].slot == "q_proj");
+  CHECK(kinds[0].split == "column-parallel over tp (2 slices)");
+  CHECK(kinds[3].split == "row-parallel over tp (2 slices)");
+  CHECK(kinds[1].split == "whole");
+  CHECK(projections_problem(kinds, /*fp8=*/true).empty());
+  CHECK_THAT(projections_problem(kinds, /*fp8=*/false), Catch::Contains("layer 0 q_proj is a fp8 linear, though --fp8 was not given"));
+  // zb-h1's deferral over a plain model: the slots say so, and --fp8 would be refused.
+  defer_weight_gradients(deferred);
+  const auto plain = projection_kinds(*deferred, replicated_plan(c));
+  CHECK(plain[0].module == "linear, dW deferred to W (zero bubble)");
+  CHECK_THAT(projections_problem(plain, /*fp8=*/true), Catch::Contains("though --fp8 asks for an fp8 linear"));
+  CHECK_THAT(projections_text(kinds), Catch::Contains("q_proj: fp8 linear, column-parallel over tp (2 slices)"));
 }
