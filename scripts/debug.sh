@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/debug.sh — one rank of a run under gdb, the others running normally.
 #
-#   scripts/debug.sh [-np N] [--rank R | --all] [--stop TECHNIQUE|FILE.gdb] [--ex CMD]... -- [train flags]
+#   scripts/debug.sh [-np N] [--rank R | --all] [--stop TECHNIQUE|FILE.gdb] [--ex CMD]... [--no-calls] -- [train flags]
 #
 #   scripts/debug.sh -np 2 --stop tensor_parallel -- --tp 2 --steps 1
 #       rank 0 stops at the row-parallel all-reduce (scripts/gdb/tensor_parallel.gdb says
@@ -18,11 +18,13 @@
 # debug build (scripts/build.sh --debug, made if missing). The ranks run with
 # --timeout-s 86400 and --threads 1, so that a rank paused in the debugger does not time
 # the others out. mpirun gives the debugged rank the terminal's input (--stdin R).
+# --no-calls: gdb may not call functions in the program (set may-call-functions off), as
+# on a machine where such calls fail; tensors still print, and the tests run this way.
 # Walkthrough: docs/stepping.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-np=1 rank=0 all=0 stop="" batch=() train_args=()
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+np=1 rank=0 all=0 stop="" batch=() train_args=() calls=()
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     -np|--np) np=$2; shift ;;
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     --all) all=1 ;;
     --stop) stop=$2; shift ;;
     --ex) batch+=(-ex "$2"); shift ;;
+    --no-calls) calls=(-iex "set may-call-functions off") ;;
     -h|--help) usage; exit 0 ;;
     --) shift; train_args=("$@"); break ;;
     *) echo "scripts/debug.sh: unknown option '$1' (the train flags go after --; see --help)" >&2; exit 2 ;;
@@ -41,7 +44,7 @@ done
   { echo "scripts/debug.sh: --rank must be in [0, -np $np), got '$rank'" >&2; exit 2; }
 command -v gdb >/dev/null || { echo "scripts/debug.sh: gdb is not installed (scripts/setup.sh installs it)" >&2; exit 2; }
 
-gdb_args=(-q -nx -x "$root/scripts/picotron_gdb.py")
+gdb_args=(-q -nx ${calls[@]+"${calls[@]}"} -x "$root/scripts/picotron_gdb.py")
 if [ -n "$stop" ]; then
   file=$stop
   [ -f "$file" ] || file=$root/scripts/gdb/$stop.gdb

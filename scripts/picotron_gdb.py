@@ -18,11 +18,11 @@ at::Tensor's own accessors would, and runs nothing in the program:
 
 so it works with `set may-call-functions off`, on machines where every call gdb makes
 into the program fails ("Couldn't write extended state status"), and on a core file.
-Values on a GPU are not in the process's memory: their line says so. Each member's
-offset comes from the program's DWARF when it holds the class's definition, else from
-LAYOUT below. `info pretty-printer` lists the printer; `disable pretty-printer global
-picotron` turns it off. A tensor not built yet (or already freed) prints as
-<not built ...>, so `info locals` is safe at every stop.
+A GPU tensor's values are not read (gdb reads the CPU's memory): its line says where
+they are. Each member's offset comes from the program's DWARF when it holds the class's
+definition, else from LAYOUT below. `info pretty-printer` lists the printer; `disable
+pretty-printer global picotron` turns it off. A tensor not built yet (or already freed)
+prints as <not built ...>, so `info locals` is safe at every stop.
 
 Test: ctest -L debug   (debug.gdb_tensor_printer compares every line with the program's
 own runtime/debug_text.cpp, with the DWARF offsets and with LAYOUT)
@@ -61,6 +61,9 @@ LAYOUT = {
     ("c10::StorageImpl", "data_ptr_"): 16,                   # c10::DataPtr, whose first word is the data
     ("torch::autograd::AutogradMeta", "grad_fn_"): 48,       # shared_ptr<Node>: set on a computed tensor
     ("torch::autograd::AutogradMeta", "requires_grad_"): 144,
+    ("torch::autograd::AutogradMeta", "is_view_"): 146,      # then the meta is a DifferentiableViewMeta
+    ("torch::autograd::DifferentiableViewMeta", "backward_info_"): 200,  # optional<ViewInfo>: base_ first
+    ("std::optional<torch::autograd::ViewInfo>", "_M_engaged"): 48,      # after ViewInfo's 48 bytes
 }
 INLINE_DIMS = 5  # C10_SIZES_AND_STRIDES_MAX_INLINE_SIZE
 use_dwarf = True  # False: LAYOUT only (the test compares both ways)
@@ -126,15 +129,14 @@ def dwarf_offset(type_name, member):
     except (gdb.error, TypeError, RuntimeError):
         return None
 
-    def find(fields, base):  # through anonymous unions and base classes
+    def find(fields, base):  # a direct member first, then inside members and base classes
         for f in fields:
-            if f.name == member:
+            if f.name == member and not f.is_base_class:
                 return base + f.bitpos // 8
-            if f.name is None or f.is_base_class:
-                try:
-                    found = find(f.type.strip_typedefs().fields(), base + f.bitpos // 8)
-                except TypeError:
-                    found = None
+        for f in fields:
+            inner = f.type.strip_typedefs()
+            if inner.code in (gdb.TYPE_CODE_STRUCT, gdb.TYPE_CODE_UNION):
+                found = find(inner.fields(), base + f.bitpos // 8)
                 if found is not None:
                     return found
         return None
@@ -277,14 +279,23 @@ class TensorPrinter:
         return out + " {" + ", ".join(values) + (", ...}" if numel > n else "}")
 
     @staticmethod
-    def requires_grad(impl):
-        """autograd_meta_->requires_grad(): requires_grad_ || grad_fn_ (torch/csrc/autograd/variable.h)."""
+    def requires_grad(impl, depth=0):
+        """autograd_meta_->requires_grad() (torch/csrc/autograd/variable.h): requires_grad_ ||
+        grad_fn_, or, for a view (a DifferentiableViewMeta), its base's requires_grad()."""
         meta = word(impl + offset("c10::TensorImpl", "autograd_meta_"))
         if not meta:
             return False
-        flag = word(meta + offset("torch::autograd::AutogradMeta", "requires_grad_"), 1)
-        grad_fn = word(meta + offset("torch::autograd::AutogradMeta", "grad_fn_"))
-        return bool(flag or grad_fn)
+        if word(meta + offset("torch::autograd::AutogradMeta", "requires_grad_"), 1):
+            return True
+        if word(meta + offset("torch::autograd::AutogradMeta", "grad_fn_")):
+            return True
+        if depth > 8 or not word(meta + offset("torch::autograd::AutogradMeta", "is_view_"), 1):
+            return False
+        info = meta + offset("torch::autograd::DifferentiableViewMeta", "backward_info_")
+        if not word(info + offset("std::optional<torch::autograd::ViewInfo>", "_M_engaged"), 1):
+            return False
+        base = word(info)  # ViewInfo::base_, a tensor: its TensorImpl
+        return bool(base) and TensorPrinter.requires_grad(base, depth + 1)
 
 
 def lookup(value):

@@ -12,6 +12,9 @@ each session on the debug build and keeps, from gdb's output, the lines a reader
     #N  picotron::... at file.cpp:LINE                 backtrace frames
     LINE<tab>source                                    where `next` stopped
 
+Each session runs with --no-calls added (gdb may not call into the program, as on a machine
+where such calls fail): what the file shows must not need a call.
+
 (pointers and references' addresses become `...`: they differ from run to run; the values
 do not: same seed, one thread. Another CPU may round a float's last printed digit the
 other way, so floats agree within 1.1e-3 relative, one unit in the last of 4 digits;
@@ -77,7 +80,9 @@ def sessions(lines):
 
 def run(root, command):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT='1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM='1')
-    p = subprocess.run(shlex.split(command), cwd=root, env=env, stdin=subprocess.DEVNULL,
+    argv = shlex.split(command)
+    argv.insert(1, '--no-calls')  # scripts/debug.sh --no-calls ...
+    p = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f'FAILED: "{command}" exited with {p.returncode}:\n' + '\n'.join(p.stdout.splitlines()[-20:]))

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # tests/debug_every_stop.sh ROOT [TECHNIQUE...] — every breakpoint file of scripts/gdb/,
 # as docs/stepping.md launches it (its first `--stop NAME` line), in gdb batch mode (ctest: debug.every_stop): at the stop
-# `info args`, `info locals`, `up`, `info locals` (the pretty-printer must not call into a
+# `info args`, `info locals`, `up`, `info locals` (the pretty-printer must not read through a
 # tensor that is not built yet), then every hint the file lists ("#   print x   what it
-# is"; "a; b" is two commands), then `finish`. The run must end normally, and no hint may
-# answer "No symbol". Needs the debug build (scripts/build.sh --debug --target train):
-# SKIPPED without it.
+# is"; "a; b" is two commands), then `finish`. gdb may not call into the program
+# (--no-calls): a hint that needs a call fails, as it would where calls fail. The run must
+# end normally, and no hint may answer "No symbol" or "Cannot call", nor a tensor print as
+# a read error. Needs the debug build (scripts/build.sh --debug --target train): SKIPPED
+# without it.
 set -u
 root=$1; shift
 [ -x "$root/build-debug/train" ] || { echo "SKIPPED: no debug build (scripts/build.sh --debug --target train)"; exit 0; }
@@ -28,10 +30,10 @@ for t in "${techniques[@]}"; do
   done < <(sed -n -E 's/^#   ([^ (][^ ]*( [^ ]+)*)  +.*/\1/p' "$root/scripts/gdb/$t.gdb")
   log=$(mktemp)
   # shellcheck disable=SC2086
-  timeout 300 "$root/scripts/debug.sh" -np 2 --stop "$t" --ex "info args" --ex "info locals" --ex up \
+  timeout 300 "$root/scripts/debug.sh" -np 2 --no-calls --stop "$t" --ex "info args" --ex "info locals" --ex up \
     --ex "info locals" --ex down "${hints[@]}" --ex finish -- $flags >"$log" 2>&1
   rc=$?
-  problems=$(grep -E "No symbol|INTERNAL ASSERT|Segmentation fault|exited due to|has exited due|Aborted|signal SIG" "$log" | head -3)
+  problems=$(grep -E "No symbol|Cannot call|<tensor |INTERNAL ASSERT|Segmentation fault|exited due to|has exited due|Aborted|signal SIG" "$log" | head -3)
   if [ $rc -ne 0 ] || [ -n "$problems" ] || ! grep -q "exited normally" "$log"; then
     echo "FAILED: $t (exit $rc): ${problems:-the debugged rank did not exit normally}"; tail -30 "$log"; fail=1
   else

@@ -3,12 +3,13 @@
 # (ctest: debug.step_tensor_parallel): scripts/debug.sh stops rank 0, then rank 1, of a
 # --tp 2 run at the row-parallel all-reduce (scripts/gdb/tensor_parallel.gdb), prints the
 # rank's partial output and, after `finish`, the sum; the two partials must add up to it.
+# gdb may not call into the program (--no-calls): the printer reads the tensors itself.
 # Needs the debug build (scripts/build.sh --debug --target train): SKIPPED without it.
 set -u
 root=$1
 [ -x "$root/build-debug/train" ] || { echo "SKIPPED: no debug build (scripts/build.sh --debug --target train)"; exit 0; }
 first_values() {  # rank -> "partial sum": the first element printed before and after the all-reduce
-  "$root/scripts/debug.sh" -np 2 --rank "$1" --stop tensor_parallel --ex "print x" --ex finish -- \
+  "$root/scripts/debug.sh" -np 2 --rank "$1" --no-calls --stop tensor_parallel --ex "print x" --ex finish -- \
     --tp 2 --steps 1 --generate 0 2>&1 | tee "debug_step_rank$1.log" |
     sed -n -E 's/^(\$1|Value returned is \$2) = \[16, 128, 128\] Float cpu [^{]*\{([^,]+),.*/\2/p' | tr '\n' ' '
 }

@@ -6,11 +6,17 @@
 // dtype the printer reads, requires_grad, undefined, empty, a scalar, sparse.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "runtime/debug_text.h"
+
+// LibTorch's autograd classes for the demo's DWARF (scripts/picotron_gdb.py's LAYOUT is
+// compared with it): a class is written out only where something refers to it.
+[[maybe_unused]] torch::autograd::DifferentiableViewMeta* view_meta_for_the_dwarf = nullptr;
+[[maybe_unused]] std::optional<torch::autograd::ViewInfo>* view_info_for_the_dwarf = nullptr;
 
 // The stop: gdb prints x here. It only looks at x, so any dtype and layout can come.
 __attribute__((noinline)) int64_t show(const at::Tensor& x) { return x.defined() ? x.dim() : -1; }
@@ -20,6 +26,12 @@ int main() {
   const at::Tensor t = x.transpose(1, 2);                                       // [2, 4, 3], strides (12, 1, 4)
   const at::Tensor ramp = torch::linspace(-2, 3, 10, torch::kFloat64);          // [10]: -2, -1.444, ...
   const at::Tensor leaf = torch::linspace(0.5, 1, 3, torch::requires_grad());   // requires_grad_ set
+  const at::Tensor computed = leaf * 2;                                         // grad_fn set
+  at::Tensor view;
+  {
+    torch::NoGradGuard no_grad;  // as in an autograd Function's forward: a view of its input
+    view = computed.reshape({3, 1});  // neither flag: requires_grad through its base
+  }
   std::vector<at::Tensor> all = {
       x,
       t,
@@ -42,7 +54,8 @@ int main() {
       ramp > 0,                                                                 // Bool
       torch::tensor({1.0f, -INFINITY, INFINITY, NAN, -0.0f, 1e-5f, 123456.0f}),
       leaf,
-      leaf * 2,                                                                 // grad_fn set
+      computed,
+      view,
       at::Tensor(),                                                             // undefined
       torch::zeros({0, 3}),                                                     // no elements
       torch::tensor(3.5),                                                       // 0 dimensions

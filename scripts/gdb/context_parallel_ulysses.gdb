@@ -3,7 +3,7 @@
 # (context_parallel/ulysses.cpp). Four stops per layer forward (q, k, v, then o's way back
 # is heads_to_sequence), then the same all-to-alls again in the backward.
 #   print x             this rank's tokens: [B, h, S/cp, Hd] (h = nH/tp, or f·nKV/tp for k, v)
-#   print group.size()  U, the all-to-all group; finish: the result [B, h/U, U·S/cp, Hd]
+#   print group.size_   U, the all-to-all group; finish: the result [B, h/U, U·S/cp, Hd]
 #   up; print to        (before finish) where each position is taken from in the gathered
 #                       tokens, which come in rank order (zigzag cp 2: 0-31, 64-127, 32-63)
 # Walkthrough: docs/stepping.md (Ulysses).
