@@ -145,6 +145,8 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
     if (width == 2) { uint16_t v = uint16_t(t); out.write(reinterpret_cast<const char*>(&v), 2); }
     else { uint32_t v = uint32_t(t); out.write(reinterpret_cast<const char*>(&v), 4); }
   }
+  out.close();
+  TORCH_CHECK(out.good(), "writing ", path, " failed (a full disk or a size limit?)");  // never a silent short file
 }
 
 // ---- the loader ---------------------------------------------------------------------

@@ -15,7 +15,9 @@ each session on the debug build and keeps, from gdb's output, the lines a reader
 Each session runs with --no-calls added (gdb may not call into the program, as on a machine
 where such calls fail): what the file shows must not need a call.
 
-(pointers and references' addresses become `...`: they differ from run to run; the values
+(sources are named as build-debug/ sees them, ../file.cpp, whether the debug build is a
+unity build, which names them by absolute path, or not; pointers and references'
+addresses become `...`: they differ from run to run; the values
 do not: same seed, one thread. Another CPU may round a float's last printed digit the
 other way, so floats agree within 1.1e-3 relative, one unit in the last of 4 digits;
 everything else exactly.) Without --rewrite the block must equal those lines, or the test
@@ -86,7 +88,10 @@ def run(root, command):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f'FAILED: "{command}" exited with {p.returncode}:\n' + '\n'.join(p.stdout.splitlines()[-20:]))
-    return [normalise(l) for l in p.stdout.splitlines() if KEEP.match(l)]
+    # A unity build (scripts/test.sh's debug trainer) names its sources by absolute path, a
+    # file-at-a-time one relative to build-debug/: the same file either way.
+    prefix = os.path.realpath(root) + '/'
+    return [normalise(l.replace(prefix, '../')) for l in p.stdout.splitlines() if KEEP.match(l)]
 
 
 def main():
