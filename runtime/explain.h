@@ -11,7 +11,7 @@
 //   micro-batch 1 of 1: forward
 //     [layer 0, attention] forward out of o_proj: the partial outputs (g)
 //     all_reduce sum over tp {0,1}: [2, 32, 64] fp64, 4,096 elements
-//         at tensor_parallel/tensor_parallel.cpp:47 (forward):  return all_reduced(x, *tp);
+//         at tensor_parallel/tensor_parallel.cpp:45 (forward):  return all_reduced(x, *tp);
 //
 // A technique titles its communications with Comm::note (its layer and block, forward or
 // backward; a pipeline message's kind and micro-batch), printed above the first
