@@ -40,15 +40,36 @@ if [ "${REF_MICRO_BATCHES:-whole}" = same ]; then
   # so the reference must run the same micro-batches: dp x acc of them, one after another
   # (BatchLoader: dp rank d's micro-batch j is the reference's micro-batch d x acc + j).
   echo "== reference: 1 process, the same $((acc * dp)) micro-batches of $micro rows: ${ref_args[*]}"
-  run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$micro" --grad-acc-steps "$((acc * dp))" \
-    --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
+  ref_cmd=("$train" "${ref_args[@]}" --micro-batch-size "$micro" --grad-acc-steps "$((acc * dp))")
 else
   echo "== reference: 1 process, one micro-batch of $global rows: ${ref_args[*]}"
-  run "$work/ref.log" "$train" "${ref_args[@]}" --micro-batch-size "$global" --grad-acc-steps 1 \
-    --metrics-file "$work/ref.jsonl" --save-params "$work/ref.params"
+  ref_cmd=("$train" "${ref_args[@]}" --micro-batch-size "$global" --grad-acc-steps 1)
+fi
+# Many cases share a reference (165 cases, 33 references): the reference runs once per
+# ctest run and is kept under a key of its command and the files it names (their size and
+# time: the trainer, a data file), so a case
+# whose reference ran already only runs the parallel side. A lock makes a concurrent case
+# wait for the one computing it. EQUIVALENCE_NO_REF_CACHE=1 runs it in WORKDIR every time.
+if [ "${EQUIVALENCE_NO_REF_CACHE:-0}" = 1 ]; then
+  ref=$work/ref
+  run "$ref.log" "${ref_cmd[@]}" --metrics-file "$ref.jsonl" --save-params "$ref.params"
+else
+  cache=$(dirname "$work")/references; mkdir -p "$cache"
+  key=$( { for a in "${ref_cmd[@]}"; do [ -f "$a" ] && stat -L -c '%n %s %Y' "$a"; done  # the trainer, data files
+           printf '%s\n' "${ref_cmd[@]}" "${TRAIN_WRAPPER:-}"; } | sha1sum | cut -c1-16)
+  ref=$cache/$key
+  (
+    flock 9
+    if [ ! -e "$ref.done" ]; then
+      run "$ref.log" "${ref_cmd[@]}" --metrics-file "$ref.jsonl" --save-params "$ref.params"
+      touch "$ref.done"
+    else
+      echo "(the reference ran already for another case: $ref.log)"; grep -E "^step" "$ref.log" || true
+    fi
+  ) 9>"$ref.lock"
 fi
 echo "== parallel: $np processes, --micro-batch-size $micro --grad-acc-steps $acc ${par_args[*]}"
 run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" ${TRAIN_WRAPPER:-} "$train" "${par_args[@]}" \
   --micro-batch-size "$micro" --grad-acc-steps "$acc" \
   --metrics-file "$work/run.jsonl" --save-params "$work/run.params"
-"$compare" "$work/ref.jsonl" "$work/run.jsonl" "$work/ref.params" "$work/run.params" "$rtol"
+"$compare" "$ref.jsonl" "$work/run.jsonl" "$ref.params" "$work/run.params" "$rtol"

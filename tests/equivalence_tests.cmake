@@ -12,7 +12,7 @@
 #
 # Adding a layout is one line: picotron_equivalence(NAME NP <ranks> [RTOL r] [SAME_MICRO_BATCHES] ARGS <flags>).
 add_executable(compare_runs compare_runs.cpp)
-target_link_libraries(compare_runs PRIVATE picotron_core)
+target_link_libraries(compare_runs PRIVATE nlohmann_json::nlohmann_json)  # no LibTorch: it starts in milliseconds
 target_link_options(compare_runs PRIVATE ${PICOTRON_LINK_FLAGS})
 
 set(EQUIVALENCE_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
