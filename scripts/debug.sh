@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/debug.sh — one rank of a run under gdb, the others running normally.
 #
-#   scripts/debug.sh [-np N] [--rank R | --all] [--stop TECHNIQUE|FILE.gdb] [--ex CMD]... [--no-calls] -- [train flags]
+#   scripts/debug.sh [-np N] [--rank R | --all] [--stop TECHNIQUE|FILE.gdb] [--ex CMD]... [--no-calls] [--lib-symbols] -- [train flags]
 #
 #   scripts/debug.sh -np 2 --stop tensor_parallel -- --tp 2 --steps 1
 #       rank 0 stops at the row-parallel all-reduce (scripts/gdb/tensor_parallel.gdb says
@@ -20,11 +20,14 @@
 # the others out. mpirun gives the debugged rank the terminal's input (--stdin R).
 # --no-calls: gdb may not call functions in the program (set may-call-functions off), as
 # on a machine where such calls fail; tensors still print, and the tests run this way.
+# gdb reads the symbols of the program and of the small libraries only (ReadSmallLibraries in
+# scripts/picotron_gdb.py): LibTorch's and CUDA's ~1 million symbols took 20 s of each
+# session's 25. --lib-symbols reads them too (backtraces name LibTorch's frames).
 # Walkthrough: docs/stepping.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-np=1 rank=0 all=0 stop="" batch=() train_args=() calls=()
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+np=1 rank=0 all=0 stop="" batch=() train_args=() calls=() symbols=(-iex "set auto-solib-add off")
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     -np|--np) np=$2; shift ;;
@@ -33,6 +36,7 @@ while [ $# -gt 0 ]; do
     --stop) stop=$2; shift ;;
     --ex) batch+=(-ex "$2"); shift ;;
     --no-calls) calls=(-iex "set may-call-functions off") ;;
+    --lib-symbols) symbols=() ;;
     -h|--help) usage; exit 0 ;;
     --) shift; train_args=("$@"); break ;;
     *) echo "scripts/debug.sh: unknown option '$1' (the train flags go after --; see --help)" >&2; exit 2 ;;
@@ -44,7 +48,7 @@ done
   { echo "scripts/debug.sh: --rank must be in [0, -np $np), got '$rank'" >&2; exit 2; }
 command -v gdb >/dev/null || { echo "scripts/debug.sh: gdb is not installed (scripts/setup.sh installs it)" >&2; exit 2; }
 
-gdb_args=(-q -nx ${calls[@]+"${calls[@]}"} -x "$root/scripts/picotron_gdb.py")
+gdb_args=(-q -nx ${calls[@]+"${calls[@]}"} ${symbols[@]+"${symbols[@]}"} -x "$root/scripts/picotron_gdb.py")
 if [ -n "$stop" ]; then
   file=$stop
   [ -f "$file" ] || file=$root/scripts/gdb/$stop.gdb

@@ -28,6 +28,7 @@ Test: ctest -L debug   (debug.gdb_tensor_printer compares every line with the pr
 own runtime/debug_text.cpp, with the DWARF offsets and with LAYOUT)
 """
 import math
+import os
 import re
 import struct
 
@@ -319,3 +320,38 @@ def register(objfile=None):
 
 
 register()
+
+
+# Symbols of the large libraries (why a debug session starts in seconds). gdb reads every
+# shared library's symbol table when the program starts: LibTorch's and CUDA's hold about
+# a million symbols and take ~20 s on a 2-core machine, and nothing printed here needs them
+# (tensors are read through the program's own debug info, above). scripts/debug.sh starts
+# gdb with `set auto-solib-add off`; then, once the program reaches main (every library it
+# links is loaded by then), this reads the symbols of the others: libc10 (3,000 symbols:
+# c10::TensorImpl's vtable, which tells a live tensor, above), the C and C++ runtimes
+# (std::vector and std::string print through libstdc++'s printers), MPI. Frames inside
+# LibTorch then show as `?? ()` in a backtrace; scripts/debug.sh --lib-symbols reads them all.
+LARGE_LIBRARIES = re.compile(r"lib(torch|cu|nccl|nvshmem|nvrtc|nvJitLink|cupti)")
+
+
+def read_small_libraries():
+    listing = gdb.execute("info sharedlibrary", to_string=True)
+    for path in re.findall(r"^0x\S+\s+0x\S+\s+No\s+(\S+)$", listing, re.M):
+        if not LARGE_LIBRARIES.search(os.path.basename(path)):
+            gdb.execute("sharedlibrary " + os.path.basename(path), to_string=True)
+
+
+class ReadSmallLibraries(gdb.Breakpoint):
+    def __init__(self):
+        super().__init__("main", internal=True, temporary=True)  # internal: numbers no user breakpoint
+
+    def stop(self):
+        read_small_libraries()
+        return False  # read, and go on without stopping
+
+
+if not gdb.parameter("auto-solib-add"):
+    if gdb.selected_inferior().pid:  # attached to a running rank (gdb -p): its libraries are loaded
+        read_small_libraries()
+    else:
+        ReadSmallLibraries()

@@ -3,7 +3,8 @@
 # way VS Code's "attach to a rank" (scripts/vscode/launch.json) and scripts/debug.sh --all
 # work (ctest: debug.attach_to_rank): rank 1 of a --tp 2 run waits (--wait-for-debugger 1);
 # gdb attaches by pid in batch mode, stops at the tensor-parallel breakpoint, prints the
-# partial output, detaches; then the run must finish normally. gdb may not call into the
+# partial output, detaches; then the run must finish normally. As scripts/debug.sh --all
+# attaches: only the small libraries' symbols (scripts/picotron_gdb.py reads them at attach). gdb may not call into the
 # program (set may-call-functions off): the printer reads the tensor itself.
 # Needs the debug build (scripts/build.sh --debug --target train): SKIPPED without it.
 set -u
@@ -24,7 +25,7 @@ for _ in $(seq 600); do
 done
 [ -n "$pid" ] || { cat "$log"; echo "FAILED: rank 1 never said it waits for a debugger"; exit 1; }
 echo "rank 1 waits with pid $pid; attaching gdb"
-gdb -q -nx -batch -iex "set may-call-functions off" -p "$pid" -x "$root/scripts/picotron_gdb.py" -x "$root/scripts/gdb/tensor_parallel.gdb" \
+gdb -q -nx -batch -iex "set may-call-functions off" -iex "set auto-solib-add off" -p "$pid" -x "$root/scripts/picotron_gdb.py" -x "$root/scripts/gdb/tensor_parallel.gdb" \
   -ex continue -ex "print x" -ex delete -ex detach >debug_attach_gdb.log 2>&1
 wait $run
 rc=$?
