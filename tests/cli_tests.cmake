@@ -474,3 +474,10 @@ picotron_cli_test(cli.bad_attention_name ${EXPECT_FAIL} "error: --attention must
 picotron_cli_test(cli.vs_pytorch_gpu_commands sh -c "DEVICE=cuda PRINT_ONLY=1 PROFILE=${CMAKE_CURRENT_BINARY_DIR}/vs_profile TRAIN=${TRAIN} ${CMAKE_SOURCE_DIR}/bench/vs_pytorch.sh")
 set_tests_properties(cli.vs_pytorch_gpu_commands PROPERTIES PASS_REGULAR_EXPRESSION
   "== smollm-1.7b, B=4 .*picotron fused: [^\n]*--kernels fused --profile[^\n]*\nminimal eager: [^\n]*--hidden-size 2048 --intermediate-size 8192 --num-hidden-layers 24 --num-attention-heads 32 --num-key-value-heads 32 --vocab-size 49152.*minimal compile: [^\n]*--compile.*== smollm-360m, B=8.*transformers: [^\n]*--impl transformers")
+
+# Every pipeline schedule x {fp8, tp, ep, recompute}: each projection is what the flags ask,
+# read from the model (--explain's projection lines, runtime/projections.h), or the
+# combination is refused in one line (fp8 with a schedule that defers dW).
+add_test(NAME cli.projections_every_schedule COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/projections_matrix.sh ${TRAIN})
+set_tests_properties(cli.projections_every_schedule PROPERTIES LABELS "cli;mpi" TIMEOUT 300 PROCESSORS 2
+  PASS_REGULAR_EXPRESSION "PROJECTIONS OK" FAIL_REGULAR_EXPRESSION "FAIL")
