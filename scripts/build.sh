@@ -23,9 +23,10 @@ done
 prefix=$(scripts/setup.sh | tail -n 1)
 # ccache: paths relative to the checkout, so another copy of the repository (a course copy
 # made by scripts/assignment) reuses the objects of every file it did not change.
-# (Release only: debug info records the build directory, which must then stay in the hash.)
+# The debug build too: its debug info names the sources /picotron-src/... (CMakeLists.txt),
+# not this checkout's folder, so the directory need not be in the hash.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
-[ "$type" = Release ] && export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 # Compile for Hopper (sm_90) unless the user chose: TorchConfig otherwise targets many GPUs.
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 cmake -S . -B "$dir" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE="$type" ${cmake_args[@]+"${cmake_args[@]}"} \

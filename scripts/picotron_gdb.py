@@ -350,6 +350,10 @@ class ReadSmallLibraries(gdb.Breakpoint):
         return False  # read, and go on without stopping
 
 
+# The debug build's sources are named /picotron-src/... (CMakeLists.txt, so that ccache serves
+# any checkout): they are this checkout's.
+gdb.execute("set substitute-path /picotron-src " + os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+
 if not gdb.parameter("auto-solib-add"):
     if gdb.selected_inferior().pid:  # attached to a running rank (gdb -p): its libraries are loaded
         read_small_libraries()

@@ -9,7 +9,7 @@ scripts/build.sh -DPICOTRON_CUDA=ON -DPICOTRON_FAST_BUILD=ON  # the CUDA parts w
 # The debug build of the trainer (build-debug/train): ctest -L debug steps through it in gdb
 # (docs/stepping.md), on the CPU, so without the CUDA parts, and as a unity build (-O0:
 # PICOTRON_FAST_BUILD lowers only Release's -O; gdb still sees each source file and line).
-# ccache cannot help a debug build of a fresh clone (its debug info names the directory).
+# ccache serves it to a fresh clone too (its debug info names /picotron-src, not the folder).
 scripts/build.sh --debug --target train -DPICOTRON_CUDA=OFF -DPICOTRON_FAST_BUILD=ON
 built=$(date +%s)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none

@@ -15,8 +15,8 @@ each session on the debug build and keeps, from gdb's output, the lines a reader
 Each session runs with --no-calls added (gdb may not call into the program, as on a machine
 where such calls fail): what the file shows must not need a call.
 
-(sources are named as build-debug/ sees them, ../file.cpp, whether the debug build is a
-unity build, which names them by absolute path, or not; pointers and references'
+(sources are named as build-debug/ sees them, ../file.cpp, whether the debug info names
+them /picotron-src/file.cpp, by absolute path or relative to build-debug/; pointers and references'
 addresses become `...`: they differ from run to run; the values
 do not: same seed, one thread. Another CPU may round a float's last printed digit the
 other way, so floats agree within 1.1e-3 relative, one unit in the last of 4 digits;
@@ -88,10 +88,14 @@ def run(root, command):
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f'FAILED: "{command}" exited with {p.returncode}:\n' + '\n'.join(p.stdout.splitlines()[-20:]))
-    # A unity build (scripts/test.sh's debug trainer) names its sources by absolute path, a
-    # file-at-a-time one relative to build-debug/: the same file either way.
-    prefix = os.path.realpath(root) + '/'
-    return [normalise(l.replace(prefix, '../')) for l in p.stdout.splitlines() if KEEP.match(l)]
+    # The debug build names its sources /picotron-src/... (CMakeLists.txt: any checkout, one
+    # name); a build made before that, by absolute path (unity) or relative to build-debug/
+    # (file at a time): the same file each way, written as build-debug/ sees it.
+    prefixes = [os.path.realpath(root) + '/', '/picotron-src/']
+    lines = [l for l in p.stdout.splitlines() if KEEP.match(l)]
+    for prefix in prefixes:
+        lines = [l.replace(prefix, '../') for l in lines]
+    return [normalise(l) for l in lines]
 
 
 def main():
