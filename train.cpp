@@ -408,6 +408,12 @@ int dry_run(const TrainConfig& cfg, int rank, const ShardPlanOf& shard_plan_of) 
     const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
     std::cout << pipeline_summary(cfg.llama, s, cfg.pp, cfg.pp_virtual_stages) << "\n"
               << pipeline_programs_text(s, cfg.pp, int(cfg.grad_acc_steps), cfg.pp_virtual_stages) << std::endl;
+    if (!cfg.pp_trace.empty()) try {  // the schedule's own picture, in unit time (pipeline_trace.cpp)
+        write_simulated_trace(cfg.pp_trace, s, cfg.pp, int(cfg.grad_acc_steps), cfg.pp_virtual_stages);
+      } catch (const std::exception& e) {
+        report_error(rank, e.what());
+        return 1;
+      }
   }
   return 0;
 }

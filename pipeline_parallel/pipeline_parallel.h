@@ -69,6 +69,12 @@ void keep_pipeline_stage(ShardPlan& plan, const LlamaConfig& c, int stage, int P
 // "pipeline: 2 stages, 1f1b; rank 0: embedding, layers 0-1; rank 1: layers 2-3, norm, head"
 std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, int v);
 
+// --dry-run --pp-trace: the schedule simulated on all P ranks in unit time (schedules.h
+// `simulate`: F = 1, B = 2, or B = W = 1), written as the Chrome trace --pp-trace writes
+// for a run (one unit drawn as 1 ms), so scripts/plot_pipeline.py draws the schedule's own
+// picture beside a measured one. Throws if the schedule cannot run (its problem).
+void write_simulated_trace(const std::string& path, PipelineSchedule s, int P, int m, int v);
+
 
 // One trace event (--pp-trace): what ran on this rank, when, in microseconds since a
 // barrier all ranks passed together.

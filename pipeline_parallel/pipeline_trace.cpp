@@ -1,7 +1,8 @@
 // pipeline_parallel/pipeline_trace.cpp — --pp-trace: every rank's forward, backward,
 // send and receive events gathered on rank 0 and written as one Chrome trace (JSON for
-// chrome://tracing or ui.perfetto.dev; scripts/plot_pipeline.py draws it). Reporting only:
-// the schedule itself is pipeline_parallel.cpp.
+// chrome://tracing or ui.perfetto.dev; scripts/plot_pipeline.py draws it); with --dry-run,
+// the schedule's unit-time simulation in the same form. Reporting only: the schedule
+// itself is pipeline_parallel.cpp.
 //
 // Test: ctest -R pp_trace
 #include <cstdio>
@@ -71,6 +72,32 @@ void Pipeline::write_trace(const std::string& path, Comm& world, int64_t steps) 
   write_file("--pp-trace", path, doc.dump() + "\n");
   std::cout << "wrote the pipeline trace to " << path << " (chrome://tracing, ui.perfetto.dev; "
             << "python scripts/plot_pipeline.py " << path << " out.png)" << std::endl;
+}
+
+void write_simulated_trace(const std::string& path, PipelineSchedule s, int P, int m, int v) {
+  const Simulation sim = simulate(s, P, m, v);
+  if (!sim.problem.empty()) throw std::runtime_error("--pp-trace: the schedule cannot run: " + sim.problem);
+  char formula_value[32];
+  std::snprintf(formula_value, sizeof formula_value, "%.3f", bubble_formula(s, P, m, v));
+  const nlohmann::ordered_json about = {
+      {"schedule", schedule_name(s)}, {"pp", P}, {"virtual_stages", v}, {"grad_acc_steps", m}, {"steps", 1},
+      {"simulated", "unit time: F = 1, B = 2 (B = W = 1 where W's exist); 1 unit drawn as 1 ms"},
+      {"bubble_formula", bubble_formula_text(s) + " = " + formula_value}};
+  const char* names[] = {"F", "B", "W"};
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  for (int r = 0; r < P; ++r) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+                      {"args", {{"name", "rank " + std::to_string(r) + " (pp " + std::to_string(r) + ", simulated)"}}}});
+    for (const auto& slot : sim.timeline[r])
+      events.push_back({{"name", names[slot.action.kind]}, {"cat", "compute"}, {"ph", "X"}, {"pid", 0}, {"tid", r},
+                        {"ts", slot.start * 1000.0}, {"dur", slot.cost * 1000.0},
+                        {"args", {{"step", 0}, {"micro", slot.action.micro}, {"rank", r}, {"pp_rank", r},
+                                  {"chunk", slot.action.chunk}, {"paired", slot.action.paired}}}});
+  }
+  nlohmann::ordered_json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", about}};
+  write_file("--pp-trace", path, doc.dump() + "\n");
+  std::cout << "wrote the schedule's unit-time simulation to " << path << " (makespan " << sim.makespan
+            << " units; python scripts/plot_pipeline.py " << path << " out.png)" << std::endl;
 }
 
 }  // namespace picotron

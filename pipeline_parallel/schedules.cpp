@@ -199,6 +199,7 @@ Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
   std::vector<int> alive(P, 0);
   sim.busy.assign(P, 0);
   sim.max_alive.assign(P, 0);
+  sim.timeline.assign(P, {});
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < P; ++r) {
@@ -217,6 +218,7 @@ Simulation simulate_lists(const std::vector<std::vector<PipelineAction>>& lists,
         ready = it->second;
       }
       const int64_t start = std::max(clock[r], ready);
+      sim.timeline[r].push_back({a, start, cost(a)});
       clock[r] = start + cost(a);
       sim.busy[r] += cost(a);
       done[{a.kind, a.micro, vs}] = clock[r];

@@ -120,6 +120,12 @@ struct Simulation {
   std::vector<int64_t> busy, idle;    // per rank: time computing, makespan - busy
   std::vector<int> max_alive;         // per rank: most micro-batches whose activations
                                       // are held at once (forward done, backward not)
+  struct Slot {
+    PipelineAction action;
+    int64_t start = 0, cost = 0;      // in units (F = 1, ...)
+  };
+  std::vector<std::vector<Slot>> timeline;  // per rank: each action when it ran (the
+                                            // picture: --dry-run --pp-trace, pipeline_trace.cpp)
 };
 Simulation simulate(PipelineSchedule s, int P, int m, int v);
 // The same for any lists (one per rank; `split`: backward is B + W), e.g. a broken one.

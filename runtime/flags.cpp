@@ -285,7 +285,7 @@ const std::vector<Flag>& flag_table() {
     };
     t.push_back(schedule);
     t.push_back(integer("pp-virtual-stages", "Parallelism", "model chunks per pipeline rank (--pp-schedule interleaved: >= 2)", of(&TrainConfig::pp_virtual_stages), {">=", 1, double(k << 10)}));
-    t.push_back(text("pp-trace", "Learning", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file", of(&TrainConfig::pp_trace)));
+    t.push_back(text("pp-trace", "Learning", "write a Chrome trace (JSON) of every pipeline F/B/W, send and recv on every rank to this file (with --dry-run: the schedule simulated in unit time)", of(&TrainConfig::pp_trace)));
     t.push_back(integer("cp", "Parallelism", "context-parallel size: each sequence split over cp ranks, attention by ring or all-to-all (--cp-mode)", of(&TrainConfig::cp), {">=", 1, double(k << 16)}));
     t.push_back(choice("kernels", "Hardware", "aten (plain ATen ops) | fused (the CUDA kernels of kernels/: RMSNorm, RoPE, SwiGLU, flash attention, linear + cross-entropy, AdamW) | auto (fused on CUDA in bf16/fp16/fp32, aten on the CPU and in fp64: kernels/README.md)", of(&TrainConfig::kernels), {"auto", "aten", "fused"}));
     t.push_back(choice("attention", "Hardware", "with --kernels fused: the attention core. sdpa (ATen's scaled_dot_product_attention: its flash / cuDNN kernels, the fastest measured) | flash-wmma | flash-mma (the hand-written FlashAttention-2 of kernels/: the WMMA rung, the register-resident mma.sync rung; kernels/README.md)", of(&TrainConfig::attention), {"sdpa", "flash-wmma", "flash-mma"}));

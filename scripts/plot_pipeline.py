@@ -87,10 +87,11 @@ def measure(events, ranks):
 def label(e, v):
     """Box text: the micro-batch, one prime per chunk when interleaved."""
     a = e["args"]
-    return str(a.get("micro", "?")) + ("'" * int(a.get("chunk", 0)) if v > 1 else "")
+    return (str(a.get("micro", "?")) + ("'" * int(a.get("chunk", 0)) if v > 1 else "")
+            + ("&" if a.get("paired") else ""))  # DualPipeV: an F that shares its slot with the next B
 
 
-def draw(events, ranks, t0, span, v, title, out, show_comm):
+def draw(events, ranks, t0, span, v, title, out, show_comm, xlabel="time within the step (ms)"):
     """Render the timeline of one step to a PNG file."""
     fig, ax = plt.subplots(figsize=(13, 1.2 + 0.55 * len(ranks)))
     axes_width_in = 13 * 0.8  # rough width of the plot area, to decide if a label fits
@@ -111,7 +112,7 @@ def draw(events, ranks, t0, span, v, title, out, show_comm):
     ax.set_yticks(range(len(ranks)), [f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.4, -0.6)  # rank 0 on top
     ax.set_xlim(0, span_ms)
-    ax.set_xlabel("time within the step (ms)")
+    ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.set_title(title, fontsize=10)
@@ -152,14 +153,16 @@ def main():
     formula = other.get("bubble_formula")
 
     per_rank = " ".join(f"{b:.2f}" for b in bubbles)
-    print(f"{sched} step {step}: measured bubble fraction {mean:.3f} (per rank {per_rank})"
+    how = "simulated" if other.get("simulated") else "measured"  # train --dry-run --pp-trace: unit time
+    print(f"{sched} step {step}: {how} bubble fraction {mean:.3f} (per rank {per_rank})"
           + (f"; formula {formula}" if formula else ""))
 
     heading = a.title or (f"{sched}, P={other.get('pp', len(ranks))}, m={other.get('grad_acc_steps', '?')}"
                           + (f", v={v}" if v > 1 else ""))
-    title = (f"{heading} — step {step}: measured bubble {mean:.2f}"
+    title = (f"{heading} — step {step}: {how} bubble {mean:.2f}"
              + (f" (formula {formula})" if formula else "") + f"\nper rank: {per_rank}")
-    draw(events, ranks, t0, span, v, title, a.out, not a.no_comm)
+    draw(events, ranks, t0, span, v, title, a.out, not a.no_comm,
+         "time within the step (units: F = 1, B = 2 or B = W = 1)" if other.get("simulated") else "time within the step (ms)")
 
 
 if __name__ == "__main__":

@@ -481,3 +481,9 @@ set_tests_properties(cli.vs_pytorch_gpu_commands PROPERTIES PASS_REGULAR_EXPRESS
 add_test(NAME cli.projections_every_schedule COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/projections_matrix.sh ${TRAIN})
 set_tests_properties(cli.projections_every_schedule PROPERTIES LABELS "cli;mpi" TIMEOUT 300 PROCESSORS 2
   PASS_REGULAR_EXPRESSION "PROJECTIONS OK" FAIL_REGULAR_EXPRESSION "FAIL")
+
+# --dry-run --pp-trace: the schedule's unit-time simulation as a trace (the picture in
+# pipeline_parallel/README.md): each rank's boxes are its --dry-run program, the idle units
+# the formula's (dualpipev and 1f1b, P = 4, m = 8).
+add_test(NAME cli.pp_trace_simulated COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_simulated_trace.py ${TRAIN})
+set_tests_properties(cli.pp_trace_simulated PROPERTIES LABELS cli TIMEOUT 60 PASS_REGULAR_EXPRESSION "simulated trace ok")
