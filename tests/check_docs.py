@@ -3,7 +3,10 @@
 
     python3 tests/check_docs.py --train build/train [--root .] [--python PY] [--only docs/data.md] [-v]
 
-ctest runs it as `docs.commands` (label `docs`, tests/docs_tests.cmake). Standard library only.
+ctest runs it as `docs.commands` (label `docs`, tests/docs_tests.cmake): the checks of scripts,
+test names and flags there (--no-blocks), and each document's blocks as a test of its own,
+docs.commands.<document> (--only DOC --blocks-only), so that ctest runs them beside other
+tests. Standard library only.
 
 The convention (docs/testing.md, "Documentation that cannot drift"):
 
@@ -371,6 +374,10 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="the python that runs scripts' --help")
     ap.add_argument("--only", action="append", default=[], help="check only this document (repeatable)")
     ap.add_argument("--list", action="store_true", help="list the checked blocks and exit")
+    ap.add_argument("--blocks-only", action="store_true",
+                    help="run the checked blocks only, not the checks of scripts, test names and flags")
+    ap.add_argument("--no-blocks", action="store_true",
+                    help="only the checks of scripts, test names and flags (ctest runs each document's blocks apart)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every command's output")
     args = ap.parse_args()
     root = os.path.abspath(args.root)
@@ -382,7 +389,7 @@ def main():
         rel = os.path.relpath(path, root)
         blocks, lines = parse(path, rel, errors)
         docs_text.append((rel, "\n".join(lines)))
-        if args.only and rel not in args.only:
+        if (args.only and rel not in args.only) or args.no_blocks:
             continue
         all_blocks.append((rel, blocks))
     if args.list:
@@ -422,9 +429,10 @@ def main():
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    check_scripts(root, docs_text, args.python, args.verbose, errors)
-    check_test_names(root, args.train, docs_text, args.verbose, errors)
-    check_flags(root, args.train, args.verbose, errors)
+    if not args.blocks_only:
+        check_scripts(root, docs_text, args.python, args.verbose, errors)
+        check_test_names(root, args.train, docs_text, args.verbose, errors)
+        check_flags(root, args.train, args.verbose, errors)
     for e in errors:
         print("FAILED " + e)
     print(f"docs: {commands} command(s) in {sum(len(b) for _, b in all_blocks)} checked block(s), "

@@ -21,12 +21,32 @@ run() {  # run NAME NP FLAGS...
     cat "$work/$name.log"; echo "FAILED: run $name"; exit 1
   fi
 }
+# A and B are shared by the cases that run them alike (the same ranks, flags and trainer:
+# "to 1" cases share their A, bit-exact ones their layout): each runs once per ctest run,
+# kept under a key of its command (as tests/equivalence.sh keeps its references), a lock
+# making a concurrent case wait. CHECKPOINT_NO_RUN_CACHE=1 runs both in WORKDIR every time.
+shared() {  # shared NAME NP FLAGS... (@DIR@ in them: its output folder): run once; sets $dir
+  local name=$1 np=$2; shift 2
+  local key
+  key=$( { stat -L -c '%s %Y' "$train"; printf '%s\n' "$np" "$@"; } | sha1sum | cut -c1-16)
+  dir=$(dirname "$work")/shared_runs/$key
+  [ "${CHECKPOINT_NO_RUN_CACHE:-0}" = 1 ] && dir=$work/$name
+  mkdir -p "$dir"
+  local args=("${@//@DIR@/$dir}")
+  (
+    flock 9
+    if [ ! -e "$dir/done" ]; then
+      run "$name" "$np" "${args[@]}"; cp "$work/$name.log" "$dir/run.log"; touch "$dir/done"
+    else echo "(run $name ran already for another case: $dir)"; fi
+  ) 9>"$dir.lock"
+}
 # shellcheck disable=SC2086
-run A "$load_np" "$@" $load_flags --metrics-file "$work/A.jsonl" --save-params "$work/A.params"
+shared A "$load_np" "$@" $load_flags --metrics-file @DIR@/A.jsonl --save-params @DIR@/A.params; A=$dir
 # shellcheck disable=SC2086
-run B "$save_np" "$@" $save_flags --stop-at-step "$k" --save-dir "$work/ckpt"
+shared B "$save_np" "$@" $save_flags --stop-at-step "$k" --save-dir @DIR@/ckpt; B=$dir
+cp "$A/A.jsonl" "$A/A.params" "$work/"
 # shellcheck disable=SC2086
-run C "$load_np" "$@" $load_flags --resume "$work/ckpt" --metrics-file "$work/C.jsonl" --save-params "$work/C.params"
+run C "$load_np" "$@" $load_flags --resume "$B/ckpt" --metrics-file "$work/C.jsonl" --save-params "$work/C.params"
 grep -h "resumed from" "$work/C.log"
 tail -n +$((k + 1)) "$work/A.jsonl" > "$work/A_after.jsonl"
 if [ "$rtol" = exact ]; then

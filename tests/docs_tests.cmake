@@ -5,16 +5,46 @@
 # (plot scripts: --help with the torch virtualenv's python, which has matplotlib), that
 # every `ctest -R/-L` and unit_tests "[tag]" they show selects something, and that CPU
 # mpirun examples of more than 2 ranks say --oversubscribe. Standard-library python3 only.
-# About 2 minutes on 2 cores (the 4- and 8-rank runs share them); TIMEOUT leaves room for
-# a loaded machine.
+# Each document's blocks are a test of their own (below), so ctest runs them beside others;
+# TIMEOUT leaves room for a loaded machine.
 set(DOCS_PYTHON_ARGS)
 if(DEFINED PICOTRON_PYTHON AND EXISTS "${PICOTRON_PYTHON}")
   set(DOCS_PYTHON_ARGS --python "${PICOTRON_PYTHON}")
 endif()
-add_test(NAME docs.commands COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_docs.py
+add_test(NAME docs.commands COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_docs.py --no-blocks
   --train ${CMAKE_BINARY_DIR}/train --root ${CMAKE_SOURCE_DIR} ${DOCS_PYTHON_ARGS})
-set_tests_properties(docs.commands PROPERTIES LABELS docs TIMEOUT 900 ENVIRONMENT "${PICOTRON_TEST_ENV}"
-  PROCESSORS 2 PASS_REGULAR_EXPRESSION "docs ok" FAIL_REGULAR_EXPRESSION "FAILED")
+set_tests_properties(docs.commands PROPERTIES LABELS docs TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  PASS_REGULAR_EXPRESSION "docs ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# Each document's checked blocks: one test each (docs.commands.planner for docs/planner.md,
+# docs.commands.readme for README.md, docs.commands.context_parallel for its README.md), two
+# processors when its blocks run mpirun. Editing a document re-runs cmake (CMAKE_CONFIGURE_DEPENDS),
+# so a document that gains its first checked block gets its test.
+file(GLOB doc_files RELATIVE ${CMAKE_SOURCE_DIR} CONFIGURE_DEPENDS
+  ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/docs/*.md ${CMAKE_SOURCE_DIR}/*/README.md)
+foreach(doc ${doc_files})
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${doc})
+  file(STRINGS ${CMAKE_SOURCE_DIR}/${doc} marks REGEX "^<!-- docs-test")
+  if(NOT marks)
+    continue()
+  endif()
+  get_filename_component(name ${doc} NAME_WE)
+  get_filename_component(folder ${doc} DIRECTORY)
+  if(name STREQUAL "README")
+    set(name "${folder}")
+  endif()
+  if(NOT name)  # the top-level README.md
+    set(name readme)
+  endif()
+  file(STRINGS ${CMAKE_SOURCE_DIR}/${doc} ranks REGEX "^\\$ .*mpirun ")
+  set(processors 1)
+  if(ranks)
+    set(processors 2)
+  endif()
+  add_test(NAME docs.commands.${name} COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_docs.py --blocks-only
+    --only ${doc} --train ${CMAKE_BINARY_DIR}/train --root ${CMAKE_SOURCE_DIR} ${DOCS_PYTHON_ARGS})
+  set_tests_properties(docs.commands.${name} PROPERTIES LABELS docs TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+    PROCESSORS ${processors} PASS_REGULAR_EXPRESSION "docs ok" FAIL_REGULAR_EXPRESSION "FAILED")
+endforeach()
 
 # Cross-references and counts (label docs, no build needed, under a second each):
 # tests/check_references.py: every FILE, "Section" / FILE#anchor / [text](FILE#anchor) in the
