@@ -34,17 +34,12 @@ int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
   const LlamaConfig& m = c.llama;
-  const double e = c.dtype == Precision::kFP64 ? 8 : c.dtype == Precision::kFP32 ? 4 : 2;  // compute dtype
-  const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: norms, softmax, grads, AdamW
-  const bool wide = c.dtype == Precision::kFP32 || c.dtype == Precision::kFP64;
-  const double S = double(c.seq_len) / c.cp, T = double(c.micro_batch_size) * S, H = double(m.hidden_size);
-  const double V = double(m.vocab_size) / c.tp, I = double(m.intermediate_size) / c.tp;
-  const bool has_embed = plan.count("model.embed_tokens.weight") > 0, has_head = plan.count("model.norm.weight") > 0;
-  const bool tied_here = m.tie_word_embeddings && has_embed && has_head;
-
-  // ---- state: parameters, gradients, master, moments (ZeRO: slices over cp x dp) ----
+  const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: grads (ZeRO's buckets)
+  ParameterCounts n;
+  n.has_embed = plan.count("model.embed_tokens.weight") > 0, n.has_head = plan.count("model.norm.weight") > 0;
+  n.tied_here = m.tie_word_embeddings && n.has_embed && n.has_head;
   std::vector<int64_t> numels, expert_numels;
   std::vector<int> units;
   std::vector<std::string> names;
@@ -68,15 +63,62 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
                                         : c.zero == 2 ? embedding_alone_units(names, is_pipeline_end(plan, here))
                                                       : std::vector<int>{});
-  double P = double(layout.numel), shard = double(layout.shard);
-  if (!expert_numels.empty()) {  // (stage 3 gathers one expert unit at a time: not modelled)
+  n.zero_buckets = !names.empty();
+  n.experts_apart = !expert_numels.empty();
+  n.P = double(layout.numel), n.shard = double(layout.shard);
+  if (n.experts_apart) {  // (stage 3 gathers one expert unit at a time: not modelled)
     const ZeroLayout experts = zero_layout(expert_numels, std::max(1, N / c.ep), capacity, {});
-    P += double(experts.numel), shard += double(experts.shard);
+    n.P += double(experts.numel), n.shard += double(experts.shard);
   }
+  // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
+  // tied embedding).
+  if (c.zero == 3 && n.has_head)
+    for (size_t b = 0; b < layout.buckets.size(); ++b) {
+      const std::string u = zero3_unit(names[layout.buckets[b].first_param]);
+      if (u == "head" || (u == "embedding" && n.tied_here)) n.head_unit += double(layout.buckets[b].padded);
+    }
+  if (c.zero >= 2 && n.zero_buckets) {
+    // The gradient buckets that the head and the newest layer's down projection have
+    // reached (the backward's peak below).
+    std::set<size_t> touched;
+    const int64_t newest_layer = [&] {
+      int64_t last = -1;
+      for (const auto& nm : names)
+        if (nm.rfind("model.layers.", 0) == 0) last = std::max<int64_t>(last, std::stoll(nm.substr(13)));
+      return last;
+    }();
+    for (size_t b = 0; b < layout.buckets.size(); ++b)
+      for (size_t i = layout.buckets[b].first_param; i < layout.buckets[b].end_param; ++i)
+        if (names[i] == "model.norm.weight" || names[i] == "lm_head.weight" ||
+            names[i] == "model.layers." + std::to_string(newest_layer) + ".mlp.down_proj.weight")
+          touched.insert(b);
+    for (size_t b : touched) n.touched_buckets += double(layout.buckets[b].padded);
+    if (c.zero == 3)
+      for (const auto& b : layout.buckets)
+        if (zero3_unit(names[b.first_param]).rfind("layer", 0) == 0) n.layer_unit = std::max(n.layer_unit, double(b.padded));
+  }
+  return n;
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  return estimate_memory(c, here, parameter_counts(c, here, plan));
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ParameterCounts& counts) {
+  const LlamaConfig& m = c.llama;
+  const double e = c.dtype == Precision::kFP64 ? 8 : c.dtype == Precision::kFP32 ? 4 : 2;  // compute dtype
+  const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: norms, softmax, grads, AdamW
+  const bool wide = c.dtype == Precision::kFP32 || c.dtype == Precision::kFP64;
+  const double S = double(c.seq_len) / c.cp, T = double(c.micro_batch_size) * S, H = double(m.hidden_size);
+  const double V = double(m.vocab_size) / c.tp, I = double(m.intermediate_size) / c.tp;
+  const bool tied_here = counts.tied_here;
+
+  // ---- state: parameters, gradients, master, moments (ZeRO: slices over cp x dp; parameter_counts) ----
+  const double P = counts.P, shard = counts.shard;
   MemoryEstimate est;
   const std::string Pn = count_text(P), Sn = count_text(shard);
   // my slice: of cp x dp's layout, and of the experts' over their replicas
-  const std::string slice = expert_numels.empty() ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
+  const std::string slice = !counts.experts_apart ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
   const std::string en = count_text(e), an = count_text(a);
   if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, slice + " x e = " + Sn + " x " + en});
   else est.state.push_back({"weights", P * e, "P x e = " + Pn + " x " + en});
@@ -100,28 +142,30 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const int P_ = c.pp, v = c.pp_virtual_stages;
   const int last_vs = P_ * v - 1;
   const bool vee = is_v_shape(parse_schedule(c.pp_schedule));  // dualpipev: two chunks' activations
-  // Bytes per token that micro-batch activations of chunk `k` hold.
-  auto chunk_bytes = [&](int chunk) {
+  // Bytes per token that a micro-batch's activations of chunk `k` hold (the chunks the
+  // schedule runs on this rank: 1, v interleaved, 2 in the V).
+  std::vector<double> chunk_bytes(P_ == 1 ? 1 : schedule_chunks(parse_schedule(c.pp_schedule), v));
+  for (int chunk = 0; chunk < int(chunk_bytes.size()); ++chunk) {
     const int vs = virtual_stage(P_, here.pp, chunk, vee);
-    double b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
+    double& b = chunk_bytes[chunk];
+    b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
     if (vs == last_vs) b += head;
     if (vs == 0) b += 8;                  // int64 token ids
     if (vs != last_vs) b += H * e;        // the chunk's output, kept for its backward
-    return b;
-  };
+  }
   double kept = 0;  // per token, the most the forwards in flight hold at once
   int in_flight = 1, newest_chunk = v - 1;
   if (P_ == 1) {
-    kept = chunk_bytes(0);
+    kept = chunk_bytes[0];
   } else {
     // Walk the schedule: F adds its micro-batch's activations, B frees them.
     double now = 0;
     int count = 0;
     for (const auto& act : schedule_actions(parse_schedule(c.pp_schedule), P_, int(c.grad_acc_steps), v, here.pp)) {
-      if (act.kind == PipelineAction::kForward) now += chunk_bytes(act.chunk), ++count;
+      if (act.kind == PipelineAction::kForward) now += chunk_bytes[act.chunk], ++count;
       if (act.kind == PipelineAction::kBackward) {
         if (now >= kept) kept = now, in_flight = count, newest_chunk = act.chunk;
-        now -= chunk_bytes(act.chunk), --count;
+        now -= chunk_bytes[act.chunk], --count;
       }
     }
   }
@@ -144,12 +188,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
   // tied embedding). (A pipeline stage without the head keeps its last layer: the layer
   // the backward's peak below gathers anyway.)
-  double gathered_kept = 0;
-  if (c.zero == 3 && has_head)
-    for (size_t b = 0; b < layout.buckets.size(); ++b) {
-      const std::string u = zero3_unit(names[layout.buckets[b].first_param]);
-      if (u == "head" || (u == "embedding" && tied_here)) gathered_kept += double(layout.buckets[b].padded) * e;
-    }
+  const double gathered_kept = counts.head_unit * e;  // (e a power of two: the same sum as bucket by bucket)
   if (gathered_kept > 0) {
     est.activations.bytes += gathered_kept;
     est.activations.formula += " + head unit gathered " + count_text(gathered_kept) + " B";
@@ -171,30 +210,14 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   std::string extra_formula;
   if (tied_here) extra += V * H * e, extra_formula += " + the head's gradient of the tied matrix (V/tp) x H x e";
   if (P_ > 1) extra += 2 * T * H * e, extra_formula += " + pipeline transfers 2 x T x H x e";
-  if (c.zero >= 2 && !names.empty()) {
+  if (c.zero >= 2 && counts.zero_buckets) {
     // The gradient buckets that the head and the newest layer's down projection have
     // reached, full size (fp32) until reduce-scattered; stage 3 gathers that layer and
     // prefetches the one before.
-    std::set<size_t> touched;
-    const int64_t newest_layer = [&] {
-      int64_t last = -1;
-      for (const auto& nm : names)
-        if (nm.rfind("model.layers.", 0) == 0) last = std::max<int64_t>(last, std::stoll(nm.substr(13)));
-      return last;
-    }();
-    for (size_t b = 0; b < layout.buckets.size(); ++b)
-      for (size_t i = layout.buckets[b].first_param; i < layout.buckets[b].end_param; ++i)
-        if (names[i] == "model.norm.weight" || names[i] == "lm_head.weight" ||
-            names[i] == "model.layers." + std::to_string(newest_layer) + ".mlp.down_proj.weight")
-          touched.insert(b);
-    double buckets = 0;
-    for (size_t b : touched) buckets += double(layout.buckets[b].padded) * a;
+    const double buckets = counts.touched_buckets * a;
     extra += buckets, extra_formula += " + gradient buckets " + count_text(buckets) + " B";
     if (c.zero == 3) {
-      double layer_unit = 0;
-      for (const auto& b : layout.buckets)
-        if (zero3_unit(names[b.first_param]).rfind("layer", 0) == 0) layer_unit = std::max(layer_unit, double(b.padded));
-      const double gathered = 2 * layer_unit * e;
+      const double gathered = 2 * counts.layer_unit * e;
       extra += gathered, extra_formula += " + 2 layers gathered " + count_text(gathered) + " B";
     }
   }
