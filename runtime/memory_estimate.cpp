@@ -34,36 +34,64 @@ int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
 
 }  // namespace
 
-ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+HeldParameters held_parameters(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
   const LlamaConfig& m = c.llama;
+  HeldParameters held;
+  held.has_embed = plan.count("model.embed_tokens.weight") > 0, held.has_head = plan.count("model.norm.weight") > 0;
+  held.tied_here = m.tie_word_embeddings && held.has_embed && held.has_head;
+  held.pipeline_end = is_pipeline_end(plan, here);
+  const std::string layers = "model.layers.";
+  for (const auto& [name, shape] : parameter_shapes(m)) {  // the model's parameter order
+    const auto it = plan.find(name);
+    if (it == plan.end()) continue;
+    HeldParameter p;
+    p.numel = it->second.local_numel();
+    p.expert = it->second.dp_stride > 1;
+    // zero3_unit(name) as a number: "layer N" -> N, "embedding" -> kEmbedding, "head" -> kHead
+    const std::string unit = zero3_unit(name);
+    p.unit = unit == "embedding" ? HeldParameter::kEmbedding : unit == "head" ? HeldParameter::kHead
+                                                                              : std::stoi(name.substr(layers.size()));
+    p.norm_or_head = name == "model.norm.weight" || name == "lm_head.weight";
+    p.down_proj = p.unit >= 0 && name == layers + std::to_string(p.unit) + ".mlp.down_proj.weight";
+    held.params.push_back(p);
+  }
+  return held;
+}
+
+ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  return parameter_counts(c, held_parameters(c, here, plan));
+}
+
+ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& held) {
   const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: grads (ZeRO's buckets)
   ParameterCounts n;
-  n.has_embed = plan.count("model.embed_tokens.weight") > 0, n.has_head = plan.count("model.norm.weight") > 0;
-  n.tied_here = m.tie_word_embeddings && n.has_embed && n.has_head;
+  n.has_embed = held.has_embed, n.has_head = held.has_head, n.tied_here = held.tied_here;
   std::vector<int64_t> numels, expert_numels;
-  std::vector<int> units;
-  std::vector<std::string> names;
+  std::vector<const HeldParameter*> laid;  // the parameters in cp x dp's layout, in order
   // ZeRO with --ep slices the experts over their replica group (the cp x dp / ep ranks that
   // hold the same experts; DenseAndExperts in expert_parallel/), the rest over cp x dp.
   const bool experts_apart = c.ep > 1 && c.zero > 0;
-  for (const auto& [name, shape] : parameter_shapes(m))  // the model's parameter order
-    if (plan.count(name)) {
-      if (experts_apart && plan.at(name).dp_stride > 1) {
-        expert_numels.push_back(plan.at(name).local_numel());
-        continue;
-      }
-      numels.push_back(plan.at(name).local_numel());
-      names.push_back(name);
+  for (const HeldParameter& p : held.params) {
+    if (experts_apart && p.expert) {
+      expert_numels.push_back(p.numel);
+      continue;
     }
-  for (size_t i = 0; i < names.size(); ++i)  // ZeRO-3's units: consecutive parameters of one unit
-    units.push_back(i == 0 ? 0 : units.back() + int(zero3_unit(names[i]) != zero3_unit(names[i - 1])));
+    numels.push_back(p.numel);
+    laid.push_back(&p);
+  }
+  std::vector<int> units, embedding_alone;
+  for (size_t i = 0; i < laid.size(); ++i) {  // ZeRO-3's units: consecutive parameters of one unit
+    units.push_back(i == 0 ? 0 : units.back() + int(laid[i]->unit != laid[i - 1]->unit));
+    // stage 2: a pipeline end's embedding in a bucket of its own (embedding_alone_units)
+    if (held.pipeline_end) embedding_alone.push_back(laid[i]->unit == HeldParameter::kEmbedding ? 0 : 1);
+  }
   const int N = c.dp * c.cp;
   const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
   // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
   const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
-                                        : c.zero == 2 ? embedding_alone_units(names, is_pipeline_end(plan, here))
+                                        : c.zero == 2 ? embedding_alone
                                                       : std::vector<int>{});
-  n.zero_buckets = !names.empty();
+  n.zero_buckets = !laid.empty();
   n.experts_apart = !expert_numels.empty();
   n.P = double(layout.numel), n.shard = double(layout.shard);
   if (n.experts_apart) {  // (stage 3 gathers one expert unit at a time: not modelled)
@@ -73,29 +101,24 @@ ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, c
   // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
   // tied embedding).
   if (c.zero == 3 && n.has_head)
-    for (size_t b = 0; b < layout.buckets.size(); ++b) {
-      const std::string u = zero3_unit(names[layout.buckets[b].first_param]);
-      if (u == "head" || (u == "embedding" && n.tied_here)) n.head_unit += double(layout.buckets[b].padded);
+    for (const auto& b : layout.buckets) {
+      const int u = laid[b.first_param]->unit;
+      if (u == HeldParameter::kHead || (u == HeldParameter::kEmbedding && n.tied_here)) n.head_unit += double(b.padded);
     }
   if (c.zero >= 2 && n.zero_buckets) {
     // The gradient buckets that the head and the newest layer's down projection have
     // reached (the backward's peak below).
-    std::set<size_t> touched;
-    const int64_t newest_layer = [&] {
-      int64_t last = -1;
-      for (const auto& nm : names)
-        if (nm.rfind("model.layers.", 0) == 0) last = std::max<int64_t>(last, std::stoll(nm.substr(13)));
-      return last;
-    }();
-    for (size_t b = 0; b < layout.buckets.size(); ++b)
-      for (size_t i = layout.buckets[b].first_param; i < layout.buckets[b].end_param; ++i)
-        if (names[i] == "model.norm.weight" || names[i] == "lm_head.weight" ||
-            names[i] == "model.layers." + std::to_string(newest_layer) + ".mlp.down_proj.weight")
-          touched.insert(b);
-    for (size_t b : touched) n.touched_buckets += double(layout.buckets[b].padded);
+    int newest_layer = -1;
+    for (const HeldParameter* p : laid) newest_layer = std::max(newest_layer, p->unit);
+    for (const auto& b : layout.buckets) {
+      bool touched = false;
+      for (size_t i = b.first_param; i < b.end_param; ++i)
+        touched = touched || laid[i]->norm_or_head || (laid[i]->down_proj && laid[i]->unit == newest_layer);
+      if (touched) n.touched_buckets += double(b.padded);
+    }
     if (c.zero == 3)
       for (const auto& b : layout.buckets)
-        if (zero3_unit(names[b.first_param]).rfind("layer", 0) == 0) n.layer_unit = std::max(n.layer_unit, double(b.padded));
+        if (laid[b.first_param]->unit >= 0) n.layer_unit = std::max(n.layer_unit, double(b.padded));
   }
   return n;
 }

@@ -59,6 +59,23 @@ struct ParameterCounts {
   double layer_unit = 0;         // ZeRO-3: the largest layer unit, padded
 };
 ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan);
+// The plan's parameters in the model's order, with what ZeRO's layout asks of their names:
+// walked once per shard plan (by the planner), laid out for each ZeRO stage and cp x dp.
+struct HeldParameter {
+  static constexpr int kEmbedding = -2, kHead = -1;
+  int64_t numel = 0;          // this rank's elements of it
+  bool expert = false;        // an --ep expert (its dp replicas every dp_stride-th rank)
+  int unit = kHead;           // ZeRO-3's unit (zero3_unit): its layer, kEmbedding or kHead (final norm, lm_head)
+  bool norm_or_head = false;  // model.norm.weight, lm_head.weight
+  bool down_proj = false;     // its layer's mlp.down_proj.weight
+};
+struct HeldParameters {
+  bool has_embed = false, has_head = false, tied_here = false;
+  bool pipeline_end = false;  // is_pipeline_end (picotron/shard.h)
+  std::vector<HeldParameter> params;
+};
+HeldParameters held_parameters(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan);
+ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& held);
 
 // The estimate for the rank at `here` (its shard plan `plan`), with the micro-batch,
 // sequence, dtype, recompute, kernels, mesh and ZeRO stage of `c`. Pure arithmetic.

@@ -47,7 +47,8 @@ int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedul
 // Every layout with the same (tp, pp, v, the V or not, ep, stage) holds the same shard plan,
 // whatever its dp, cp, ZeRO stage, recompute, schedule or micro-batch; with the same ZeRO
 // stage and cp x dp group also the same ParameterCounts (memory_estimate.h), the part of an
-// estimate that walks the plan's hundreds of parameter names (most of its cost). The search
+// estimate that walks the plan's hundreds of parameter names (most of its cost): the names
+// are walked once per plan (HeldParameters), laid out once per (ZeRO stage, cp x dp). The search
 // estimates each shape for every micro-batch, recompute mode, kernels and schedule: derived
 // once here, each estimate is only the per-token arithmetic. (--dtype and --dp-bucket-mb,
 // which the counts also read, are the same for the whole search.)
@@ -59,14 +60,14 @@ class StageShapes {
     Shape& s = shape(c, stage);
     const auto key = std::make_pair(c.zero, c.dp * c.cp);
     auto it = s.counts.find(key);
-    if (it == s.counts.end()) it = s.counts.emplace(key, parameter_counts(c, MeshCoords{0, stage, 0, 0}, s.plan)).first;
+    if (it == s.counts.end()) it = s.counts.emplace(key, parameter_counts(c, s.held)).first;
     return it->second;
   }
   int64_t plans_made() const { return int64_t(shapes_.size()); }
 
  private:
   struct Shape {
-    ShardPlan plan;
+    HeldParameters held;                                      // the plan's parameters, in order (memory_estimate.h)
     int64_t parameters = 0;                                   // local_parameter_count(plan)
     std::map<std::pair<int, int>, ParameterCounts> counts;   // by (ZeRO stage, cp x dp)
   };
@@ -75,8 +76,9 @@ class StageShapes {
     auto it = shapes_.find(key);
     if (it == shapes_.end()) {
       Shape s;
-      s.plan = shard_plan_for_(c, MeshCoords{0, stage, 0, 0});
-      s.parameters = local_parameter_count(s.plan);
+      const ShardPlan plan = shard_plan_for_(c, MeshCoords{0, stage, 0, 0});
+      s.held = held_parameters(c, MeshCoords{0, stage, 0, 0}, plan);
+      s.parameters = local_parameter_count(plan);
       it = shapes_.emplace(key, std::move(s)).first;
     }
     return it->second;
