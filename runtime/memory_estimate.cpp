@@ -3,8 +3,6 @@
 #include "runtime/memory_estimate.h"
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <sstream>
 
 #include "picotron/recompute.h"
