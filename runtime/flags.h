@@ -23,6 +23,10 @@ namespace picotron {
 // reads back as exactly it, not 0.0030000000000000001).
 std::string value_text(bool v);
 std::string value_text(double v);
+// Integers without a stream: check_flag_rules() spells its numbers into every message it
+// might print, and the planner (plan.h) asks it about some 10^5 layouts.
+inline std::string value_text(int v) { return std::to_string(v); }
+inline std::string value_text(int64_t v) { return std::to_string(v); }
 template <typename T>
 std::string value_text(const T& v) {
   std::ostringstream o;

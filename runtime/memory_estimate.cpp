@@ -3,8 +3,6 @@
 #include "runtime/memory_estimate.h"
 
 #include <algorithm>
-#include <map>
-#include <set>
 #include <sstream>
 
 #include "picotron/recompute.h"
@@ -34,49 +32,114 @@ int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
 
 }  // namespace
 
+HeldParameters held_parameters(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  const LlamaConfig& m = c.llama;
+  HeldParameters held;
+  held.has_embed = plan.count("model.embed_tokens.weight") > 0, held.has_head = plan.count("model.norm.weight") > 0;
+  held.tied_here = m.tie_word_embeddings && held.has_embed && held.has_head;
+  held.pipeline_end = is_pipeline_end(plan, here);
+  const std::string layers = "model.layers.";
+  for (const auto& [name, shape] : parameter_shapes(m)) {  // the model's parameter order
+    const auto it = plan.find(name);
+    if (it == plan.end()) continue;
+    HeldParameter p;
+    p.numel = it->second.local_numel();
+    p.expert = it->second.dp_stride > 1;
+    // zero3_unit(name) as a number: "layer N" -> N, "embedding" -> kEmbedding, "head" -> kHead
+    const std::string unit = zero3_unit(name);
+    p.unit = unit == "embedding" ? HeldParameter::kEmbedding : unit == "head" ? HeldParameter::kHead
+                                                                              : std::stoi(name.substr(layers.size()));
+    p.norm_or_head = name == "model.norm.weight" || name == "lm_head.weight";
+    p.down_proj = p.unit >= 0 && name == layers + std::to_string(p.unit) + ".mlp.down_proj.weight";
+    held.params.push_back(p);
+  }
+  return held;
+}
+
+ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  return parameter_counts(c, held_parameters(c, here, plan));
+}
+
+ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& held) {
+  const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: grads (ZeRO's buckets)
+  ParameterCounts n;
+  n.has_embed = held.has_embed, n.has_head = held.has_head, n.tied_here = held.tied_here;
+  std::vector<int64_t> numels, expert_numels;
+  std::vector<const HeldParameter*> laid;  // the parameters in cp x dp's layout, in order
+  // ZeRO with --ep slices the experts over their replica group (the cp x dp / ep ranks that
+  // hold the same experts; DenseAndExperts in expert_parallel/), the rest over cp x dp.
+  const bool experts_apart = c.ep > 1 && c.zero > 0;
+  for (const HeldParameter& p : held.params) {
+    if (experts_apart && p.expert) {
+      expert_numels.push_back(p.numel);
+      continue;
+    }
+    numels.push_back(p.numel);
+    laid.push_back(&p);
+  }
+  std::vector<int> units, embedding_alone;
+  for (size_t i = 0; i < laid.size(); ++i) {  // ZeRO-3's units: consecutive parameters of one unit
+    units.push_back(i == 0 ? 0 : units.back() + int(laid[i]->unit != laid[i - 1]->unit));
+    // stage 2: a pipeline end's embedding in a bucket of its own (embedding_alone_units)
+    if (held.pipeline_end) embedding_alone.push_back(laid[i]->unit == HeldParameter::kEmbedding ? 0 : 1);
+  }
+  const int N = c.dp * c.cp;
+  const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
+  // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
+  const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
+                                        : c.zero == 2 ? embedding_alone
+                                                      : std::vector<int>{});
+  n.zero_buckets = !laid.empty();
+  n.experts_apart = !expert_numels.empty();
+  n.P = double(layout.numel), n.shard = double(layout.shard);
+  if (n.experts_apart) {  // (stage 3 gathers one expert unit at a time: not modelled)
+    const ZeroLayout experts = zero_layout(expert_numels, std::max(1, N / c.ep), capacity, {});
+    n.P += double(experts.numel), n.shard += double(experts.shard);
+  }
+  // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
+  // tied embedding).
+  if (c.zero == 3 && n.has_head)
+    for (const auto& b : layout.buckets) {
+      const int u = laid[b.first_param]->unit;
+      if (u == HeldParameter::kHead || (u == HeldParameter::kEmbedding && n.tied_here)) n.head_unit += double(b.padded);
+    }
+  if (c.zero >= 2 && n.zero_buckets) {
+    // The gradient buckets that the head and the newest layer's down projection have
+    // reached (the backward's peak below).
+    int newest_layer = -1;
+    for (const HeldParameter* p : laid) newest_layer = std::max(newest_layer, p->unit);
+    for (const auto& b : layout.buckets) {
+      bool touched = false;
+      for (size_t i = b.first_param; i < b.end_param; ++i)
+        touched = touched || laid[i]->norm_or_head || (laid[i]->down_proj && laid[i]->unit == newest_layer);
+      if (touched) n.touched_buckets += double(b.padded);
+    }
+    if (c.zero == 3)
+      for (const auto& b : layout.buckets)
+        if (laid[b.first_param]->unit >= 0) n.layer_unit = std::max(n.layer_unit, double(b.padded));
+  }
+  return n;
+}
+
 MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  return estimate_memory(c, here, parameter_counts(c, here, plan));
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ParameterCounts& counts) {
   const LlamaConfig& m = c.llama;
   const double e = c.dtype == Precision::kFP64 ? 8 : c.dtype == Precision::kFP32 ? 4 : 2;  // compute dtype
   const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: norms, softmax, grads, AdamW
   const bool wide = c.dtype == Precision::kFP32 || c.dtype == Precision::kFP64;
   const double S = double(c.seq_len) / c.cp, T = double(c.micro_batch_size) * S, H = double(m.hidden_size);
   const double V = double(m.vocab_size) / c.tp, I = double(m.intermediate_size) / c.tp;
-  const bool has_embed = plan.count("model.embed_tokens.weight") > 0, has_head = plan.count("model.norm.weight") > 0;
-  const bool tied_here = m.tie_word_embeddings && has_embed && has_head;
+  const bool tied_here = counts.tied_here;
 
-  // ---- state: parameters, gradients, master, moments (ZeRO: slices over cp x dp) ----
-  std::vector<int64_t> numels, expert_numels;
-  std::vector<int> units;
-  std::vector<std::string> names;
-  // ZeRO with --ep slices the experts over their replica group (the cp x dp / ep ranks that
-  // hold the same experts; DenseAndExperts in expert_parallel/), the rest over cp x dp.
-  const bool experts_apart = c.ep > 1 && c.zero > 0;
-  for (const auto& [name, shape] : parameter_shapes(m))  // the model's parameter order
-    if (plan.count(name)) {
-      if (experts_apart && plan.at(name).dp_stride > 1) {
-        expert_numels.push_back(plan.at(name).local_numel());
-        continue;
-      }
-      numels.push_back(plan.at(name).local_numel());
-      names.push_back(name);
-    }
-  for (size_t i = 0; i < names.size(); ++i)  // ZeRO-3's units: consecutive parameters of one unit
-    units.push_back(i == 0 ? 0 : units.back() + int(zero3_unit(names[i]) != zero3_unit(names[i - 1])));
-  const int N = c.dp * c.cp;
-  const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
-  // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
-  const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
-                                        : c.zero == 2 ? embedding_alone_units(names, is_pipeline_end(plan, here))
-                                                      : std::vector<int>{});
-  double P = double(layout.numel), shard = double(layout.shard);
-  if (!expert_numels.empty()) {  // (stage 3 gathers one expert unit at a time: not modelled)
-    const ZeroLayout experts = zero_layout(expert_numels, std::max(1, N / c.ep), capacity, {});
-    P += double(experts.numel), shard += double(experts.shard);
-  }
+  // ---- state: parameters, gradients, master, moments (ZeRO: slices over cp x dp; parameter_counts) ----
+  const double P = counts.P, shard = counts.shard;
   MemoryEstimate est;
   const std::string Pn = count_text(P), Sn = count_text(shard);
   // my slice: of cp x dp's layout, and of the experts' over their replicas
-  const std::string slice = expert_numels.empty() ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
+  const std::string slice = !counts.experts_apart ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
   const std::string en = count_text(e), an = count_text(a);
   if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, slice + " x e = " + Sn + " x " + en});
   else est.state.push_back({"weights", P * e, "P x e = " + Pn + " x " + en});
@@ -100,28 +163,30 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const int P_ = c.pp, v = c.pp_virtual_stages;
   const int last_vs = P_ * v - 1;
   const bool vee = is_v_shape(parse_schedule(c.pp_schedule));  // dualpipev: two chunks' activations
-  // Bytes per token that micro-batch activations of chunk `k` hold.
-  auto chunk_bytes = [&](int chunk) {
+  // Bytes per token that a micro-batch's activations of chunk `k` hold (the chunks the
+  // schedule runs on this rank: 1, v interleaved, 2 in the V).
+  std::vector<double> chunk_bytes(P_ == 1 ? 1 : schedule_chunks(parse_schedule(c.pp_schedule), v));
+  for (int chunk = 0; chunk < int(chunk_bytes.size()); ++chunk) {
     const int vs = virtual_stage(P_, here.pp, chunk, vee);
-    double b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
+    double& b = chunk_bytes[chunk];
+    b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
     if (vs == last_vs) b += head;
     if (vs == 0) b += 8;                  // int64 token ids
     if (vs != last_vs) b += H * e;        // the chunk's output, kept for its backward
-    return b;
-  };
+  }
   double kept = 0;  // per token, the most the forwards in flight hold at once
   int in_flight = 1, newest_chunk = v - 1;
   if (P_ == 1) {
-    kept = chunk_bytes(0);
+    kept = chunk_bytes[0];
   } else {
     // Walk the schedule: F adds its micro-batch's activations, B frees them.
     double now = 0;
     int count = 0;
     for (const auto& act : schedule_actions(parse_schedule(c.pp_schedule), P_, int(c.grad_acc_steps), v, here.pp)) {
-      if (act.kind == PipelineAction::kForward) now += chunk_bytes(act.chunk), ++count;
+      if (act.kind == PipelineAction::kForward) now += chunk_bytes[act.chunk], ++count;
       if (act.kind == PipelineAction::kBackward) {
         if (now >= kept) kept = now, in_flight = count, newest_chunk = act.chunk;
-        now -= chunk_bytes(act.chunk), --count;
+        now -= chunk_bytes[act.chunk], --count;
       }
     }
   }
@@ -144,12 +209,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
   // tied embedding). (A pipeline stage without the head keeps its last layer: the layer
   // the backward's peak below gathers anyway.)
-  double gathered_kept = 0;
-  if (c.zero == 3 && has_head)
-    for (size_t b = 0; b < layout.buckets.size(); ++b) {
-      const std::string u = zero3_unit(names[layout.buckets[b].first_param]);
-      if (u == "head" || (u == "embedding" && tied_here)) gathered_kept += double(layout.buckets[b].padded) * e;
-    }
+  const double gathered_kept = counts.head_unit * e;  // (e a power of two: the same sum as bucket by bucket)
   if (gathered_kept > 0) {
     est.activations.bytes += gathered_kept;
     est.activations.formula += " + head unit gathered " + count_text(gathered_kept) + " B";
@@ -171,30 +231,14 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   std::string extra_formula;
   if (tied_here) extra += V * H * e, extra_formula += " + the head's gradient of the tied matrix (V/tp) x H x e";
   if (P_ > 1) extra += 2 * T * H * e, extra_formula += " + pipeline transfers 2 x T x H x e";
-  if (c.zero >= 2 && !names.empty()) {
+  if (c.zero >= 2 && counts.zero_buckets) {
     // The gradient buckets that the head and the newest layer's down projection have
     // reached, full size (fp32) until reduce-scattered; stage 3 gathers that layer and
     // prefetches the one before.
-    std::set<size_t> touched;
-    const int64_t newest_layer = [&] {
-      int64_t last = -1;
-      for (const auto& nm : names)
-        if (nm.rfind("model.layers.", 0) == 0) last = std::max<int64_t>(last, std::stoll(nm.substr(13)));
-      return last;
-    }();
-    for (size_t b = 0; b < layout.buckets.size(); ++b)
-      for (size_t i = layout.buckets[b].first_param; i < layout.buckets[b].end_param; ++i)
-        if (names[i] == "model.norm.weight" || names[i] == "lm_head.weight" ||
-            names[i] == "model.layers." + std::to_string(newest_layer) + ".mlp.down_proj.weight")
-          touched.insert(b);
-    double buckets = 0;
-    for (size_t b : touched) buckets += double(layout.buckets[b].padded) * a;
+    const double buckets = counts.touched_buckets * a;
     extra += buckets, extra_formula += " + gradient buckets " + count_text(buckets) + " B";
     if (c.zero == 3) {
-      double layer_unit = 0;
-      for (const auto& b : layout.buckets)
-        if (zero3_unit(names[b.first_param]).rfind("layer", 0) == 0) layer_unit = std::max(layer_unit, double(b.padded));
-      const double gathered = 2 * layer_unit * e;
+      const double gathered = 2 * counts.layer_unit * e;
       extra += gathered, extra_formula += " + 2 layers gathered " + count_text(gathered) + " B";
     }
   }

@@ -4,6 +4,7 @@
 #include "runtime/plan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <tuple>
 
@@ -42,20 +43,64 @@ int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedul
   return m;
 }
 
-// Shard plans by (tp, pp, v, the V or not, ep, stage): every layout with those holds the same shares.
-class PlanCache {
+// A pipeline stage's shape, worked out once and reused by every layout that shares it.
+// Every layout with the same (tp, pp, v, the V or not, ep, stage) holds the same shard plan,
+// whatever its dp, cp, ZeRO stage, recompute, schedule or micro-batch; with the same ZeRO
+// stage and cp x dp group also the same ParameterCounts (memory_estimate.h), the part of an
+// estimate that walks the plan's hundreds of parameter names (most of its cost): the names
+// are walked once per plan (HeldParameters), laid out once per (ZeRO stage, cp x dp). The search
+// estimates each shape for every micro-batch, recompute mode, kernels and schedule: derived
+// once here, each estimate is only the per-token arithmetic. (--dtype and --dp-bucket-mb,
+// which the counts also read, are the same for the whole search.)
+class StageShapes {
  public:
-  explicit PlanCache(const ShardPlanFor& shard_plan_for) : shard_plan_for_(shard_plan_for) {}
-  const ShardPlan& at(const RunConfig& c, int stage) {
+  explicit StageShapes(const ShardPlanFor& shard_plan_for) : shard_plan_for_(shard_plan_for) {}
+  int64_t parameters(const RunConfig& c, int stage) { return shape(c, stage).parameters; }  // before ZeRO
+  const ParameterCounts& counts(const RunConfig& c, int stage) {
+    Shape& s = shape(c, stage);
+    const auto key = std::make_pair(c.zero, c.dp * c.cp);
+    auto it = s.counts.find(key);
+    if (it == s.counts.end()) it = s.counts.emplace(key, parameter_counts(c, s.held)).first;
+    return it->second;
+  }
+  int64_t plans_made() const { return int64_t(shapes_.size()); }
+
+ private:
+  struct Shape {
+    HeldParameters held;                                      // the plan's parameters, in order (memory_estimate.h)
+    int64_t parameters = 0;                                   // local_parameter_count(plan)
+    std::map<std::pair<int, int>, ParameterCounts> counts;   // by (ZeRO stage, cp x dp)
+  };
+  Shape& shape(const RunConfig& c, int stage) {
     const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.pp_schedule == "dualpipev", c.ep, stage);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, shard_plan_for_(c, MeshCoords{0, stage, 0, 0})).first;
+    auto it = shapes_.find(key);
+    if (it == shapes_.end()) {
+      Shape s;
+      const ShardPlan plan = shard_plan_for_(c, MeshCoords{0, stage, 0, 0});
+      s.held = held_parameters(c, MeshCoords{0, stage, 0, 0}, plan);
+      s.parameters = local_parameter_count(plan);
+      it = shapes_.emplace(key, std::move(s)).first;
+    }
+    return it->second;
+  }
+  const ShardPlanFor& shard_plan_for_;
+  std::map<std::tuple<int, int, int, bool, int, int>, Shape> shapes_;
+};
+
+// The busiest pipeline rank's sends in a step (plan_cost.h), by (schedule, P, m, v): the
+// step time of every layout that fits needs them, and counting them walks each rank's
+// schedule, while a search meets only a few dozen such keys.
+class PipelineSends {
+ public:
+  int64_t of(const RunConfig& c) {
+    const auto key = std::make_tuple(c.pp_schedule, c.pp, c.grad_acc_steps, c.pp_virtual_stages);
+    auto it = sends_.find(key);
+    if (it == sends_.end()) it = sends_.emplace(key, busiest_pipeline_sends(c)).first;
     return it->second;
   }
 
  private:
-  const ShardPlanFor& shard_plan_for_;
-  std::map<std::tuple<int, int, int, bool, int, int>, ShardPlan> plans_;
+  std::map<std::tuple<std::string, int, int64_t, int>, int64_t> sends_;
 };
 
 // Same layout but for the micro-batch, --sp (whose saving the estimate does not model), the
@@ -92,23 +137,24 @@ std::vector<Variant> variants_of(const RunConfig& base, const RunConfig& c, bool
 
 // The cp mode a layout runs fastest with (plan_cost.h; the memory is the same: ulysses.h):
 // ring, ulysses, or the hybrid at each all-to-all group the heads allow, the ring on a tie.
-void choose_cp_mode(RunConfig& c, const Hardware& hw, double params_per_gpu) {
+void choose_cp_mode(RunConfig& c, const Hardware& hw, double params_per_gpu, int64_t pipeline_sends) {
   double best = 0;
   for (const auto& [mode, u] : cp_modes(c.cp)) {
     if (!cp_mode_problem(parse_cp_mode(mode), c.cp, u, c.llama.num_attention_heads / c.tp).empty()) continue;
     RunConfig alt = c;
     alt.cp_mode = mode, alt.cp_ulysses = u;
-    const double t = predict_step(alt, hw, params_per_gpu).total();
+    const double t = predict_step(alt, hw, params_per_gpu, pipeline_sends).total();
     if (mode == "ring" || t < best * (1 - 1e-9)) best = t, c.cp_mode = mode, c.cp_ulysses = u;
   }
 }
 
 // The step time and what follows from it, for a layout whose memory is known (a searched
-// layout: with the fastest cp mode).
-void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu, bool choose_mode = true) {
-  if (choose_mode && cand.cfg.cp > 1) choose_cp_mode(cand.cfg, hw, params_per_gpu);
+// layout: with the fastest cp mode). `pipeline_sends`: as predict_step's.
+void predict_time(Candidate& cand, const Hardware& hw, double params_per_gpu, bool choose_mode = true,
+                  int64_t pipeline_sends = -1) {
+  if (choose_mode && cand.cfg.cp > 1) choose_cp_mode(cand.cfg, hw, params_per_gpu, pipeline_sends);
   const RunConfig& c = cand.cfg;
-  cand.time = predict_step(c, hw, params_per_gpu);
+  cand.time = predict_step(c, hw, params_per_gpu, pipeline_sends);
   cand.tokens_per_s_per_gpu = tokens_per_step(c) / cand.time.total() / (c.dp * c.tp * c.pp * c.cp);
   cand.mfu = model_flops_per_token(c) * cand.tokens_per_s_per_gpu / hw.peak_flops;
 }
@@ -146,10 +192,12 @@ int complexity(const RunConfig& c) {
 }
 
 PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
+  const auto start = std::chrono::steady_clock::now();
   const Hardware hw = hardware_of(base.planner);
   PlanResult result;
   result.gpus = gpus;
-  PlanCache plans(shard_plan_for);
+  StageShapes shapes(shard_plan_for);
+  PipelineSends pipeline_sends;
   const int64_t rows = std::max<int64_t>(1, (base.planner.global_batch_tokens + base.seq_len - 1) / base.seq_len);
   std::vector<Candidate> fits;
   // One layout: micro-batches of 1, 2, 4, ... sequences, while one step's rows do not
@@ -183,10 +231,10 @@ PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& s
             exact = false;
             break;
           }
-          const ShardPlan& plan = plans.at(c, stage);
-          const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, plan).peak_bytes();
+          const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, shapes.counts(c, stage)).peak_bytes();
+          ++result.estimates;
           if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
-          params = std::max(params, double(local_parameter_count(plan)));
+          params = std::max(params, double(shapes.parameters(c, stage)));
         }
         estimated = true;
         if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
@@ -194,7 +242,7 @@ PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& s
         ++result.fit;
         fitted = true;
         cand.cfg = c;
-        predict_time(cand, hw, params);
+        predict_time(cand, hw, params, /*choose_mode=*/true, pipeline_sends.of(c));
         fits.push_back(std::move(cand));
       }
       if (estimated && !fitted) too_big = true;
@@ -239,6 +287,8 @@ PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& s
     shown.push_back(key);
     result.best.push_back(std::move(cand));
   }
+  result.plans = shapes.plans_made();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

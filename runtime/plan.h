@@ -78,6 +78,9 @@ struct PlanResult {
                              // (interleaved m % P, zb-h1 m >= P, dualpipev m >= 2P): not ranked
   int64_t fit = 0;         // predicted peak <= --gpu-memory
   double least_peak_bytes = 0;  // the smallest predicted peak of a valid layout (0: none valid)
+  int64_t estimates = 0;   // memory estimates made, one per pipeline stage of a layout
+  int64_t plans = 0;       // shard plans derived: one per (tp, pp, v, ep, stage) shape
+  double seconds = 0;      // the search's wall time
   std::vector<Candidate> best;  // the top ones, best first, one per layout (its best micro-batch)
 };
 

@@ -99,7 +99,16 @@ double compute_efficiency(const TrainConfig& c) {
   return kMaxEfficiency * rows / (rows + kRowsHalf) * width / (width + kWidthHalf);
 }
 
-StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu) {
+int64_t busiest_pipeline_sends(const TrainConfig& c) {
+  if (c.pp == 1) return 0;
+  const PipelineSchedule s = parse_schedule(c.pp_schedule);
+  int64_t sends = 0;
+  for (int r = 0; r < c.pp; ++r)
+    sends = std::max(sends, pipeline_sends_per_step(s, c.pp, int(c.grad_acc_steps), c.pp_virtual_stages, r));
+  return sends;
+}
+
+StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu, int64_t pipeline_sends) {
   const LlamaConfig& m = c.llama;
   const int N = c.dp * c.tp * c.pp * c.cp;
   const double e = element_bytes(c), a = c.dtype == Precision::kFP64 ? 8 : 4;
@@ -163,10 +172,7 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
 
   // ---- pipeline: activations and their gradients between stages ----
   if (c.pp > 1) {
-    const PipelineSchedule s = parse_schedule(c.pp_schedule);
-    int64_t sends = 0;
-    for (int r = 0; r < c.pp; ++r)
-      sends = std::max(sends, pipeline_sends_per_step(s, c.pp, int(c.grad_acc_steps), c.pp_virtual_stages, r));
+    const int64_t sends = pipeline_sends >= 0 ? pipeline_sends : busiest_pipeline_sends(c);
     const double tensor = T * H * e / (c.sp ? c.tp : 1);
     const double bw = link(pp_crosses_nodes(c, hw), hw);
     t.pp = double(sends) * tensor / bw;

@@ -107,10 +107,15 @@ struct StepTime {
   double total() const { return compute + bubble + exposed() + offload; }
 };
 
+// The p2p sends of the busiest pipeline rank in one step (pipeline_sends_per_step over the
+// ranks: each one walks its schedule; 0 without pp).
+int64_t busiest_pipeline_sends(const TrainConfig& c);
+
 // The predicted step of layout `c` (dp, tp, pp, cp, sp, zero, zero-offload, recompute,
 // schedule, micro-batch, grad-acc; dtype). `params_per_gpu`: the parameters the busiest rank holds
-// (its shard plan's local count, before ZeRO).
-StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu);
+// (its shard plan's local count, before ZeRO). `pipeline_sends`: busiest_pipeline_sends(c)
+// when the caller has it already (the planner keeps it by schedule, P, m and v); -1: counted here.
+StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu, int64_t pipeline_sends = -1);
 
 double compute_efficiency(const TrainConfig& c);      // eff above
 double pipeline_imbalance(const TrainConfig& c);      // imbalance above (>= 1)

@@ -170,6 +170,8 @@ std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for
     << with_commas(r.fit) << " fit in " << fixed(base.planner.gpu_memory_gb, 0) << " GB"
     << (r.larger_batch ? "; " + with_commas(r.larger_batch) + " of those that pass need a larger batch than asked "
                          "(their schedule's micro-batches), not ranked" : "") << "\n";
+  o << "  searched in " << fixed(r.seconds, 2) << " s: " << with_commas(r.estimates) << " memory estimates (a layout's "
+    << "pipeline stages) on " << with_commas(r.plans) << " shard plans, " << with_commas(r.fit) << " step times\n";
   if (!r.best.empty()) {
     o << "best " << r.best.size() << " by predicted tokens/s per GPU (each layout once, at its best micro-batch and "
       << "cp x dp split; within " << fixed(kTieBand * 100, 0) << "% of each other the simpler first):\n";
