@@ -311,7 +311,6 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
   const torch::Device device = choose_device(cfg, dist);  // --device auto, the --dtype default, threads per rank
   const auto dtype = scalar_type(cfg.dtype);
-  if (const std::string p = cfg.fp8 ? fp8::device_problem(device) : ""; !p.empty()) throw std::runtime_error(p);
 
   // ---- mesh -----------------------------------------------------------------------
   // Building the communicators waits for every rank (MPI_Comm_dup/split, NCCL init), with
