@@ -133,6 +133,7 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   if (cfg.cp > 1) {
     apply_context_parallel(model, mesh, cp_settings(cfg));  // attention: ring, all-to-all (Ulysses) or both over cp
     print0(rank, cp_summary(cp_settings(cfg), cfg.cp, cfg.seq_len));
+    if (const std::string groups = cp_groups_text(cp_settings(cfg), mesh.shape()); !groups.empty()) print0(rank, groups);
   }
   if (cfg.fp8) {  // the projections' GEMMs in fp8, their scales max-reduced where the tensors are split (kernels/fp8.h)
     std::vector<Comm*> amax_groups;
@@ -258,9 +259,10 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(t.device));  // [1]
   if (t.pipeline) {  // the schedule decides the order of the micro-batches' forwards and backwards
     watch.phase(StepPhase::kPipeline);
-    loss_sum = t.pipeline->run_step(step, loader, t.scaler.scale(),
-                                    {[&] { t.optimizer.prepare_backward(/*last_micro_batch=*/false); },
-                                     [&] { t.optimizer.accumulate_grads(); }});
+    Pipeline::Hooks hooks{[&] { t.optimizer.prepare_backward(/*last_micro_batch=*/false); },
+                          [&] { t.optimizer.accumulate_grads(); }};
+    if (watch.explaining()) hooks.before_action = [&](const std::string& what) { watch.action(what); };
+    loss_sum = t.pipeline->run_step(step, loader, t.scaler.scale(), hooks);
   } else {
     for (int64_t micro = 0; micro < m; ++micro) {
       const Batch batch = loader.micro_batch(step, micro);
@@ -311,7 +313,6 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
   const torch::Device device = choose_device(cfg, dist);  // --device auto, the --dtype default, threads per rank
   const auto dtype = scalar_type(cfg.dtype);
-  if (const std::string p = cfg.fp8 ? fp8::device_problem(device) : ""; !p.empty()) throw std::runtime_error(p);
 
   // ---- mesh -----------------------------------------------------------------------
   // Building the communicators waits for every rank (MPI_Comm_dup/split, NCCL init), with

@@ -89,14 +89,14 @@ std::pair<Work, torch::Tensor> pass_on(Comm& cp, const torch::Tensor& mine, int 
 
 // --explain's title of a ring hop (Comm::note; built only when someone observes): at step
 // s rank r holds the block that started on rank r - s, passes it to r + 1 and receives the
-// one that started on r - s - 1 from r - 1.
+// one that started on r - s - 1 from r - 1. (Ranks of the ring's group: "cp rank", or the
+// hybrid's "cp_ring rank".)
 void note_hop(Comm& cp, const std::string& pass, int step) {
   if (!cp.observed()) return;
   const int C = cp.size(), r = cp.rank();
-  auto rank = [C](int i) { return std::to_string(((i % C) + C) % C); };
+  auto rank = [C, &cp](int i) { return cp.name() + " rank " + std::to_string(((i % C) + C) % C); };
   cp.note("[ring attention, " + pass + "] hop " + std::to_string(step + 1) + " of " + std::to_string(C - 1) +
-          ": cp rank " + rank(r - step) + "'s block to cp rank " + rank(r + 1) + ", cp rank " + rank(r - step - 1) +
-          "'s from cp rank " + rank(r - 1));
+          ": " + rank(r - step) + "'s block to " + rank(r + 1) + ", " + rank(r - step - 1) + "'s from " + rank(r - 1));
 }
 
 // Rows of a [B, n, S, Hd] (or [B, n, S]) tensor along S, made contiguous for the kernel.
@@ -168,8 +168,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       }
       if (C > 1) {  // hand the block's gradient on: to whoever holds the block next, after the last step its owner
         if (cp.observed())  // the last hop brings each block's gradient home
-          cp.note("[ring attention, backward] the dK, dV gathered so far for cp rank " +
-                  std::to_string(((r - step) % C + C) % C) + "'s block, to cp rank " + std::to_string((r + 1) % C) +
+          cp.note("[ring attention, backward] the dK, dV gathered so far for " + cp.name() + " rank " +
+                  std::to_string(((r - step) % C + C) % C) + "'s block, to " + cp.name() + " rank " + std::to_string((r + 1) % C) +
                   (step + 1 == C ? " (its owner: the sum is complete)" : ""));
         auto [sent, incoming] = pass_on(cp, dkv, kGradTag);
         if (step + 1 < C) {
@@ -213,6 +213,27 @@ std::string cp_summary(const CpSettings& s, int C, int64_t seq_len) {
          "; attention work per ring rank (query-key pairs per head): " + work;
 }
 
+std::string cp_groups_text(const CpSettings& s, const MeshShape& shape) {
+  if (s.mode != CpMode::kHybrid) return "";
+  const int C = shape.cp, U = cp_ulysses_size(s.mode, C, s.ulysses);
+  auto line = [&](const std::string& name, std::vector<int> (*cp_members)(int, int, int)) {
+    std::string out = name + ":";
+    for (int r = 0; r < shape.world_size(); ++r) {  // each group once, listed by its first member
+      const std::vector<int> cp = group_members(shape, r, Axis::kCp);  // world ranks by cp rank
+      const std::vector<int> m = cp_members(C, U, coords_of(shape, r).cp);
+      if (cp[size_t(m.front())] != r) continue;
+      out += " [";
+      for (size_t i = 0; i < m.size(); ++i) out += (i ? " " : "") + std::to_string(cp[size_t(m[i])]);
+      out += "]";
+    }
+    return out;
+  };
+  return line("cp all-to-all groups (cp_a2a, " + std::to_string(U) + " ranks)",
+              [](int, int U, int rank) { return cp_a2a_members(U, rank); }) +
+         "\n" +
+         line("cp rings (cp_ring, " + std::to_string(C / U) + " ranks)", cp_ring_members);
+}
+
 namespace {
 struct CpGroups {  // hybrid: split from mesh.cp()
   Comm a2a, ring;
@@ -232,8 +253,8 @@ void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, const CpSetting
   for (auto& [index, layer] : model->model->layers->items) {
     AttentionCore& core = layer->self_attn->core;
     if (s.mode == CpMode::kRing) core = ring_attention(cp, s.layout);
-    else if (s.mode == CpMode::kUlysses) core = ulysses_attention(cp, C, cp.rank(), s.layout, core);  // the layer's own core inside
-    else core = ulysses_attention(groups->a2a, C, cp.rank(), s.layout, ring_attention(groups->ring, s.layout), groups);
+    else if (s.mode == CpMode::kUlysses) core = ulysses_attention(cp, C, cp.rank(), s.layout, core, index);  // the layer's own core inside
+    else core = ulysses_attention(groups->a2a, C, cp.rank(), s.layout, ring_attention(groups->ring, s.layout), index, groups);
   }
 }
 

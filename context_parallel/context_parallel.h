@@ -59,6 +59,11 @@ CpSettings cp_settings(const TrainConfig& cfg);
 // One line: the layout, the mode, the tokens per rank and each cp rank's attention work.
 std::string cp_summary(const CpSettings& s, int C, int64_t seq_len);
 
+// The hybrid's groups as world ranks, one line each for the all-to-all groups and the rings
+// of every cp group of the mesh ("cp all-to-all groups: [0 1] [2 3]"; picotron/mesh.h's
+// describe_mesh lists the axes' groups the same way); "" for ring and ulysses.
+std::string cp_groups_text(const CpSettings& s, const MeshShape& shape);
+
 // Every decoder layer's attention core becomes ring attention over mesh.cp() (ring), the
 // all-to-alls of ulysses.h around the layer's own core (ulysses), or the all-to-alls over
 // groups of U cp ranks around ring attention over cp/U ranks (hybrid: the groups are

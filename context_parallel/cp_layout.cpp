@@ -28,6 +28,18 @@ int cp_ulysses_size(CpMode mode, int C, int ulysses) {
   return mode == CpMode::kRing ? 1 : mode == CpMode::kUlysses ? C : ulysses;
 }
 
+std::vector<int> cp_a2a_members(int U, int rank) {
+  std::vector<int> m;
+  for (int u = 0; u < U; ++u) m.push_back(cp_ring_rank(rank, U) * U + u);  // key: the all-to-all rank
+  return m;
+}
+
+std::vector<int> cp_ring_members(int C, int U, int rank) {
+  std::vector<int> m;
+  for (int i = 0; i < C / U; ++i) m.push_back(i * U + cp_a2a_rank(rank, U));  // key: the ring rank
+  return m;
+}
+
 std::string cp_mode_problem(CpMode mode, int C, int ulysses, int64_t heads_per_tp) {
   const std::string c = std::to_string(C), u = std::to_string(ulysses);
   if (mode != CpMode::kHybrid && ulysses != 0)

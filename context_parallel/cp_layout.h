@@ -60,6 +60,11 @@ std::string cp_mode_problem(CpMode mode, int C, int ulysses, int64_t heads_per_t
 // The ring rank (0 .. C/U-1) and all-to-all rank (0 .. U-1) of cp rank `rank`.
 inline int cp_ring_rank(int rank, int U) { return rank / U; }
 inline int cp_a2a_rank(int rank, int U) { return rank % U; }
+// The cp ranks of cp rank `rank`'s all-to-all group (U consecutive: (rank/U)·U .. +U-1) and
+// of its ring (C/U ranks, every U-th: rank%U, U + rank%U, ...), in their group's rank order.
+// C = 4, U = 2: all-to-alls {0,1} {2,3}, rings {0,2} {1,3}.
+std::vector<int> cp_a2a_members(int U, int rank);
+std::vector<int> cp_ring_members(int C, int U, int rank);
 // Indices into the tokens of cp rank `rank`'s all-to-all group, concatenated in rank order
 // ([U·S/C]), that put them in the order ring rank rank/U of C/U holds them:
 // gathered[ulysses_order[j]] = cp_positions(S, C/U, rank/U, layout)[j]. U = C: 0 .. S-1.

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -49,21 +50,32 @@
 
 namespace picotron {
 
+// --explain's title of one all-to-all (Comm::note, built only when observed): which tensor
+// of which layer it carries. The label names the tensor; the rest follows from it: q, k and
+// v go sequence -> heads in the forward and their gradients come back heads -> sequence;
+// the attention output o goes heads -> sequence, its gradient dO sequence -> heads.
+struct ExchangeLabel {
+  int64_t layer = -1;  // the decoder layer (-1: not named)
+  char tensor = '?';   // 'q', 'k', 'v' or 'o' (the attention output); '?': not named
+};
+// "[layer 0, Ulysses, forward] k: sequence -> heads, ..." (pure).
+std::string exchange_title(const ExchangeLabel& label, bool backward);
+
 // x [U, ...] -> [U, ...]: row p goes to rank p of `group`, row p of the result came from
-// rank p. Its own inverse and its own adjoint. `what` ("sequence -> heads" or "heads ->
-// sequence") titles it for --explain.
-torch::Tensor exchange(const torch::Tensor& x, Comm& group, const std::string& what = "sequence -> heads");
+// rank p. Its own inverse and its own adjoint. `label` titles it (and its backward).
+torch::Tensor exchange(const torch::Tensor& x, Comm& group, const ExchangeLabel& label = {});
 
 // [B, h, n, Hd] (my n tokens of h heads) -> [B, h/U, U·n, Hd] (the group's tokens of my
 // h/U heads, in rank order), and back. U = group.size().
-torch::Tensor sequence_to_heads(const torch::Tensor& x, Comm& group);
-torch::Tensor heads_to_sequence(const torch::Tensor& x, Comm& group);
+torch::Tensor sequence_to_heads(const torch::Tensor& x, Comm& group, const ExchangeLabel& label = {});
+torch::Tensor heads_to_sequence(const torch::Tensor& x, Comm& group, const ExchangeLabel& label = {});
 
 // The attention-core slot: q [B, nH, S/C, Hd], k, v [B, nKV, S/C, Hd] -> [B, nH, S/C, Hd].
 // a2a: cp rank `cp_rank`'s all-to-all group (U of the C cp ranks: cp_ring_rank · U + u). `inner` attends over the gathered tokens in the order ulysses_order puts
 // them: the layer's causal core (U = C), or ring attention over the ring group (hybrid).
-// `keep` holds whatever the core uses alive (the hybrid's groups).
+// `layer` names the decoder layer in --explain's titles; `keep` holds whatever the core
+// uses alive (the hybrid's groups).
 AttentionCore ulysses_attention(Comm& a2a, int C, int cp_rank, CpLayout layout, AttentionCore inner,
-                                std::shared_ptr<void> keep = nullptr);
+                                int64_t layer = -1, std::shared_ptr<void> keep = nullptr);
 
 }  // namespace picotron

@@ -5,10 +5,6 @@
 
 #include <stdexcept>
 
-#ifdef PICOTRON_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>  // the device's compute capability
-#endif
-
 namespace picotron::fp8 {
 
 using torch::autograd::AutogradContext;
@@ -44,17 +40,10 @@ torch::Tensor dequantize(const Quantized& q, torch::ScalarType dtype) {
   return (q.data.to(wide(dtype)) / q.scale).to(dtype);
 }
 
-std::string device_problem(const torch::Device& device) {
-#ifdef PICOTRON_WITH_CUDA
-  if (device.is_cuda()) {
-    const auto* p = at::cuda::getDeviceProperties(device.has_index() ? device.index() : at::cuda::current_device());
-    if (p->major * 10 + p->minor < 89)
-      return "--fp8 needs fp8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); " + std::string(p->name) +
-             " is " + std::to_string(p->major) + "." + std::to_string(p->minor) + " (use --dtype bf16 without --fp8)";
-  }
-#endif
-  (void)device;
-  return "";
+std::string device_problem(int major, int minor, const std::string& name) {
+  if (major * 10 + minor >= 89) return "";
+  return "--fp8 needs fp8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); " + name + " is " +
+         std::to_string(major) + "." + std::to_string(minor) + " (use --dtype bf16 without --fp8)";
 }
 
 namespace {

@@ -61,9 +61,10 @@ torch::ScalarType dtype_of(Format f);  // torch::kFloat8_e4m3fn | torch::kFloat8
 constexpr double kAmaxFloor = 1e-12;  // torchao's: below it fp8_max / amax overflows fp32 to inf
 torch::Tensor scale_from_amax(const torch::Tensor& amax, Format f);
 
-// "" when `device` can run the fp8 GEMMs, else the one line that says why not: a CUDA
-// device needs compute capability 8.9 (Ada, Hopper) or newer for fp8 tensor cores.
-std::string device_problem(const torch::Device& device);
+// "" when a GPU of compute capability major.minor (`name`, for the message) can run the
+// fp8 GEMMs, else the one line that says why not: fp8 tensor cores need 8.9 (Ada, Hopper)
+// or newer. Pure: the caller reads the device (runtime/startup.h checks it before the run).
+std::string device_problem(int major, int minor, const std::string& name);
 
 // A quantised tensor: t ≈ data / scale.
 struct Quantized {

@@ -99,6 +99,8 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
     if (!step.exchange.empty()) exchange(step.exchange), exchange_stats(step.exchange);
     if (!step.action) continue;
     const PipelineAction& a = *step.action;
+    if (hooks.before_action)
+      hooks.before_action(action_title(a, virtual_stage(P_, rank_, a.chunk, v_shape_), bool(weight_queue_)));
     if (a.kind == PipelineAction::kForward) {
       forward(a, loader, loss_scale);
       continue;

@@ -103,9 +103,11 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   // Called around every backward pass (B or W): before (data parallelism's no-sync
-  // bookkeeping) and after (the optimizer's grad accumulation).
+  // bookkeeping) and after (the optimizer's grad accumulation). before_action (--explain;
+  // none: no title is built): each action's title (action_title) before it runs.
   struct Hooks {
     std::function<void()> before_backward, after_backward;
+    std::function<void(const std::string&)> before_action;
   };
   // One step: every micro-batch forward and backward in the schedule's order. Returns
   // the step's loss (mean over the m micro-batches, fp64 [1]) on EVERY pp rank.

@@ -34,6 +34,18 @@ std::string to_string(const PipelineAction& a) {
   return k + std::to_string(a.micro) + (a.chunk > 0 ? "." + std::to_string(a.chunk) : "") + (a.paired ? "&" : "");
 }
 
+std::string action_title(const PipelineAction& a, int stage, bool split) {
+  const std::string on = " of micro-batch " + std::to_string(a.micro) + " on stage " + std::to_string(stage);
+  switch (a.kind) {
+    case PipelineAction::kForward:
+      return to_string(a) + " forward" + on + (a.paired ? ", one slot with the B that follows (an overlapped F&B pair)" : "");
+    case PipelineAction::kBackward:
+      return to_string(a) + " backward" + on + (split ? ": the input's gradient (its W: the weights')" : "");
+    case PipelineAction::kWeight: return to_string(a) + " weight gradients" + on;
+  }
+  return to_string(a);
+}
+
 namespace {
 
 using A = PipelineAction;

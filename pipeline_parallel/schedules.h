@@ -64,6 +64,10 @@ struct PipelineAction {
   bool operator==(const PipelineAction& o) const { return kind == o.kind && micro == o.micro && chunk == o.chunk; }
 };
 std::string to_string(const PipelineAction& a);  // "F3", "B0.1" (chunk 1), "W2", "F3&" (paired)
+// --explain's heading of an action of virtual stage `stage`, named as --dry-run's program
+// names it, 0-based: "F3& forward of micro-batch 3 on stage 0, one slot with the B that
+// follows (an overlapped F&B pair)". `split`: B is the input gradient only (a W follows).
+std::string action_title(const PipelineAction& a, int stage, bool split);
 
 // This rank's actions for one optimizer step, in order. P pipeline ranks, m micro-
 // batches, v chunks per rank (1 unless interleaved), rank 0..P-1.

@@ -56,8 +56,9 @@ const char* dtype_name(torch::ScalarType t) {
   }
 }
 
-// The world ranks of a mesh group, by the Comm's name; empty when the name is not a mesh axis.
-std::vector<int64_t> members(const std::string& name, const MeshShape& shape, int world_rank) {
+// The world ranks of a mesh group, by the Comm's name; empty when the name is not a mesh
+// axis. U: the hybrid's all-to-all group size (its groups cp_a2a and cp_ring split from cp).
+std::vector<int64_t> members(const std::string& name, const MeshShape& shape, int world_rank, int U) {
   std::vector<int> m;
   if (name == "world") for (int r = 0; r < shape.world_size(); ++r) m.push_back(r);
   else if (name == "tp") m = group_members(shape, world_rank, Axis::kTp);
@@ -65,6 +66,11 @@ std::vector<int64_t> members(const std::string& name, const MeshShape& shape, in
   else if (name == "pp") m = group_members(shape, world_rank, Axis::kPp);
   else if (name == "dp") m = group_members(shape, world_rank, Axis::kDp);
   else if (name == "cp_dp") m = cp_dp_group_members(shape, world_rank);
+  else if (name == "cp_a2a" || name == "cp_ring") {  // context_parallel.cpp splits them from cp
+    const std::vector<int> cp = group_members(shape, world_rank, Axis::kCp);
+    const int c = coords_of(shape, world_rank).cp;
+    for (int i : name == "cp_a2a" ? cp_a2a_members(U, c) : cp_ring_members(shape.cp, U, c)) m.push_back(cp[size_t(i)]);
+  }
   else if (name == "embed") {  // the pipeline's tied embedding: the first and the last stage
     const std::vector<int> pp = group_members(shape, world_rank, Axis::kPp);
     m = {pp.front(), pp.back()};
@@ -104,6 +110,17 @@ std::string source_line(const std::string& path, int line) {
   return code;
 }
 
+// The virtual stages pp rank `pp_rank` runs, "0 and 3" (DualPipeV's V: r and 2P-1-r;
+// interleaved: r, P + r, ...); "" with one chunk per rank.
+std::string stage_list(const TrainConfig& cfg, int P, int pp_rank) {
+  const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
+  const int v = schedule_chunks(s, cfg.pp_virtual_stages);
+  std::string list;
+  for (int chunk = 0; v > 1 && chunk < v; ++chunk)
+    list += (chunk == 0 ? "" : chunk + 1 == v ? " and " : ", ") + std::to_string(virtual_stage(P, pp_rank, chunk, is_v_shape(s)));
+  return list;
+}
+
 }  // namespace
 
 std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape, const MeshCoords& here,
@@ -124,17 +141,10 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
   if (shape.pp > 1) {  // its stage, or with several chunks (interleaved, DualPipeV's V) its virtual stages
     const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
     const int v = schedule_chunks(s, cfg.pp_virtual_stages);
-    if (v == 1) {
-      l += " (pipeline stage " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ")";
-    } else {
-      std::vector<int64_t> stages;
-      for (int chunk = 0; chunk < v; ++chunk) stages.push_back(virtual_stage(shape.pp, here.pp, chunk, is_v_shape(s)));
-      std::string list;
-      for (size_t i = 0; i < stages.size(); ++i)
-        list += (i == 0 ? "" : i + 1 == stages.size() ? " and " : ", ") + std::to_string(stages[i]);
-      l += " (pp rank " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ": virtual stages " + list + " of " +
-           std::to_string(shape.pp * v) + ", " + schedule_name(s) + ")";
-    }
+    if (v == 1) l += " (pipeline stage " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ")";
+    else
+      l += " (pp rank " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ": virtual stages " +
+           stage_list(cfg, shape.pp, here.pp) + " of " + std::to_string(shape.pp * v) + ", " + schedule_name(s) + ")";
   }
   out.push_back(l);
   // Tensor parallelism: heads, MLP columns, vocabulary rows (from the first layer kept).
@@ -197,9 +207,9 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
   return out;
 }
 
-std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape& shape, int world_rank) {
+std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape& shape, int world_rank, int cp_a2a_size) {
   std::ostringstream o;
-  const std::vector<int64_t> group = members(comm.name(), shape, world_rank);
+  const std::vector<int64_t> group = members(comm.name(), shape, world_rank, cp_a2a_size);
   auto world_of = [&](int r) { return r >= 0 && size_t(r) < group.size() ? group[size_t(r)] : int64_t(-1); };
   o << e.kind;
   if (*e.reduce) o << " " << e.reduce;
@@ -228,6 +238,7 @@ std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape
 Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of)
     : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), shard_plan_of_(std::move(shard_plan_of)) {
   if (!enabled_) return;
+  if (cfg.cp > 1) cp_a2a_size_ = cp_ulysses_size(parse_cp_mode(cfg.cp_mode), cfg.cp, cfg.cp_ulysses);
   mesh_.set_observer([this](const Comm& comm, const CommEvent& e) {
     if (!recording_) return;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -237,7 +248,7 @@ Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan
     if (std::string(e.kind) == "note") return void(pending_note_ = {comm.name(), e.note});
     if (!pending_note_.second.empty() && pending_note_.first == comm.name())
       lines_.push_back("  " + pending_note_.second), pending_note_ = {};
-    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank()));
+    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank(), cp_a2a_size_));
   });
 }
 
@@ -264,8 +275,10 @@ void Explainer::end(const Distributed& dist) {
   const MeshShape& shape = mesh_.shape();
   auto title = [&](int r) {
     const MeshCoords c = coords_of(shape, r);
-    return "---- rank " + std::to_string(r) + " (dp " + std::to_string(c.dp) + ", pp " + std::to_string(c.pp) + ", cp " +
-           std::to_string(c.cp) + ", tp " + std::to_string(c.tp) + ") ----";
+    const std::string stages = shape.pp > 1 ? stage_list(cfg_, shape.pp, c.pp) : "";  // both ends of the V, say
+    return "---- rank " + std::to_string(r) + " (dp " + std::to_string(c.dp) + ", pp " + std::to_string(c.pp) +
+           (stages.empty() ? "" : ": stages " + stages) + ", cp " + std::to_string(c.cp) + ", tp " + std::to_string(c.tp) +
+           ") ----";
   };
   std::string mine;
   for (const auto& l : lines_) mine += l + "\n";

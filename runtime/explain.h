@@ -45,7 +45,9 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
 
 // One communication as --explain prints it: collective, reduction, group with its world
 // ranks, shapes, dtype, elements, then "at FILE:LINE (function)" on a second line.
-std::string describe_event(const Comm& comm, const CommEvent& event, const MeshShape& shape, int world_rank);
+// cp_a2a_size: the hybrid's all-to-all group size U (names the world ranks of its groups).
+std::string describe_event(const Comm& comm, const CommEvent& event, const MeshShape& shape, int world_rank,
+                           int cp_a2a_size = 1);
 
 class Explainer {
  public:
@@ -68,6 +70,7 @@ class Explainer {
   TrainConfig cfg_;
   Mesh& mesh_;
   std::function<ShardPlan(const MeshCoords&)> shard_plan_of_;
+  int cp_a2a_size_ = 1;  // the hybrid's U: its groups cp_a2a and cp_ring named by world ranks
   std::mutex mutex_;  // data parallelism's bucket all-reduces are issued from autograd's thread
   bool recording_ = false;
   int64_t step_ = 0;

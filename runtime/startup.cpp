@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <tuple>
 
+#include "kernels/fp8.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/memory_estimate.h"
 #include "picotron/output_file.h"
@@ -157,6 +158,27 @@ std::vector<std::string> machine_problems(const TrainConfig& cfg) {
   return problems;
 }
 
+GpuFacts gpu_facts(int local_rank) {
+  GpuFacts gpu;
+#ifdef PICOTRON_WITH_CUDA
+  int count = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return gpu;
+  if (cudaGetDeviceProperties(&p, local_rank % count) != cudaSuccess) return gpu;
+  gpu = {true, p.major, p.minor, p.name};
+#else
+  (void)local_rank;
+#endif
+  return gpu;
+}
+
+std::string fp8_device_problem(const TrainConfig& cfg, const GpuFacts& gpu) {
+  const bool on_gpu = cfg.device == "cuda" || (cfg.device == "auto" && gpu.visible);
+  if (!cfg.fp8 || !on_gpu || !gpu.visible) return "";  // (--device cuda without a GPU: machine_problems)
+  const std::string p = fp8::device_problem(gpu.major, gpu.minor, gpu.name);
+  return p.empty() || cfg.device == "cuda" ? p : p + " (--device auto chose this GPU; --device cpu emulates fp8)";
+}
+
 std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, const ShardPlanOf& shard_plan_of) {
   const bool on_cpu = cfg.device == "cpu" || (cfg.device == "auto" && !torch::cuda::is_available());
   TrainConfig resolved = cfg;
@@ -274,6 +296,8 @@ std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& 
     }
   }
   if (problems.empty()) problems = machine_problems(cfg);    // a GPU, the CUDA kernels, where the flags need them
+  if (problems.empty() && cfg.fp8)                           // --fp8: fp8 tensor cores on this rank's GPU
+    if (auto p = fp8_device_problem(cfg, gpu_facts(launch.local_rank)); !p.empty()) problems.push_back(p);
   if (problems.empty())  // the memory this rank will need, before allocating any of it
     if (auto p = memory_problem(cfg, launch, shard_plan_of); !p.empty()) problems.push_back(p);
   if (problems.empty()) {

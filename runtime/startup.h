@@ -23,7 +23,7 @@ namespace picotron {
 // world size (--dry-run: the mesh's). No communication and no file written.
 std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launch);
 // What a real run also needs, checked in order until one fails: every output writable,
-// this machine (GPU, kernels), the memory this rank will need, and the --data and
+// this machine (GPU, kernels, fp8 units for --fp8), the memory this rank will need, and the --data and
 // --val-data files (opened into `data`). One line per problem.
 struct DataSources {
   std::shared_ptr<TokenSource> train, val;  // val: --val-data, or null
@@ -48,6 +48,20 @@ std::vector<std::string> output_problems(const TrainConfig& cfg);
 // What this machine and build must have for the flags: a visible GPU for --device cuda
 // and --zero-offload, the CUDA kernels for --kernels fused. One line per problem.
 std::vector<std::string> machine_problems(const TrainConfig& cfg);
+
+// The GPU this rank will use (local_rank % device count) as the CUDA runtime reports it;
+// visible false when there is none (or no CUDA in this build).
+struct GpuFacts {
+  bool visible = false;
+  int major = 0, minor = 0;  // compute capability
+  std::string name;          // "NVIDIA A100-SXM4-80GB"
+};
+GpuFacts gpu_facts(int local_rank);
+
+// --fp8 on a GPU without fp8 tensor cores (kernels/fp8.h: compute capability < 8.9): the
+// one line naming the flags, or "". Pure: the flags (--fp8, --device; auto runs on the GPU
+// when one is visible) and what `gpu` is. On the CPU fp8 is emulated: no problem.
+std::string fp8_device_problem(const TrainConfig& cfg, const GpuFacts& gpu);
 
 // This rank's estimated peak (runtime/memory_estimate.h) against what it has: on the CPU
 // MemAvailable shared by the ranks of its node, on a GPU its free memory; one line with

@@ -32,7 +32,8 @@ void StepWatch::phase(StepPhase phase, int64_t micro) {
       ending_ = "backward", ending_micro_ = micro;
       break;
     case StepPhase::kPipeline:
-      explain_.phase("the pipeline: every micro-batch's forward and backward, in " + cfg_.pp_schedule + " order");
+      explain_.phase("the pipeline: every micro-batch's forward and backward, in " + cfg_.pp_schedule +
+                     " order (each action as --dry-run prints the program; micro-batches 0-based)");
       profile_.phase("pipeline: forward + backward");
       ending_ = "pipeline";
       break;
@@ -50,6 +51,8 @@ void StepWatch::phase(StepPhase phase, int64_t micro) {
       break;
   }
 }
+
+void StepWatch::action(const std::string& what) { explain_.phase(" " + what); }
 
 void StepWatch::end(const Distributed& dist) { explain_.end(dist); }
 

@@ -33,6 +33,8 @@ class StepWatch {
             int64_t first_step);
   void begin(int64_t step);                           // 0-based; the peak memory reset, "start"
   void phase(StepPhase phase, int64_t micro = -1);    // entering `phase` (micro-batch `micro`)
+  bool explaining() const { return explain_.on(); }   // --explain
+  void action(const std::string& what);               // --explain: a pipeline action's heading, in its phase
   void end(const Distributed& dist);                  // --explain: rank 0 prints the narration (collective)
   std::string profile_table(int64_t step);            // --profile: the table after its last step (else empty)
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # explain_check.sh TRAIN: --explain narrates what it claims (runtime/explain.h).
-# Two runs on CPU: tp2 with sequence parallelism, and pp2 x cp2. Each must print, on rank 0,
-# what every rank holds and every rank's communications with group, shapes and the line
-# that issued them. (That --explain leaves the numbers alone: equivalence.explain_*.)
+# Runs on CPU: tp2 with sequence parallelism, pp2 x cp2, Ulysses (cp2), the hybrid (cp4 =
+# all-to-alls of 2 x rings of 2) and DualPipeV (pp2). Each must print, on rank 0, what every
+# rank holds and every rank's communications with group, shapes and the line that issued
+# them, each titled with what it carries. (That --explain leaves the numbers alone:
+# equivalence.explain_*.)
 set -uo pipefail
 train=$1
 mpirun=${MPIEXEC:-mpirun}
@@ -39,4 +41,43 @@ expect "$log" '^  \[pipeline\] .*receive gradient g0 of micro-batch 0 \(0-based;
 expect "$log" 'at context_parallel/context_parallel.cpp:[0-9]+' "the ring step's line"
 expect "$log" '^  reduce_scatter avg over cp_dp \{0,1\}' "ZeRO's reduce-scatter"
 expect "$log" '^  all_reduce sum over embed \{0,2\}' "the tied embedding's group"
+# Every all-to-all of Ulysses titled (no holes): tensor, direction, layer, pass.
+titled() {  # LOG TITLE_PATTERN COMM_PATTERN WHAT: each line matching COMM_PATTERN comes right after a TITLE_PATTERN line
+  local n_comm n_titled
+  n_comm=$(grep -cE -- "$3" "$1")
+  n_titled=$(grep -B1 -E -- "$3" "$1" | grep -cE -- "$2")
+  if [ "$n_comm" -gt 0 ] && [ "$n_comm" = "$n_titled" ]; then echo "ok: $4 ($n_comm, every one titled)"
+  else echo "UNTITLED: $4 ($n_titled of $n_comm titled)"; fail=1; fi
+}
+$mpirun --oversubscribe --bind-to none -np 2 "$train" "${flags[@]}" --cp 2 --cp-mode ulysses >"$log" 2>&1 || { cat "$log"; echo FAILED; exit 1; }
+expect "$log" '^  \[layer 1, Ulysses, forward\] k: sequence -> heads' "a forward all-to-all: its layer, tensor and direction"
+expect "$log" '^  \[layer 0, Ulysses, forward\] o, the attention output: heads -> sequence' "the output's way back"
+expect "$log" '^  \[layer 1, Ulysses, backward\] dO, the attention output.s gradient: sequence -> heads' "the output's gradient"
+expect "$log" '^  \[layer 0, Ulysses, backward\] dq: heads -> sequence' "a backward all-to-all"
+titled "$log" '^  \[layer [0-9]+, Ulysses, (forward|backward)\] (q|k|v|o|dO|dq|dk|dv)[:,]' '^  all_to_all over cp \{0,1\}' "Ulysses' all-to-alls"
+
+$mpirun --oversubscribe --bind-to none -np 4 "$train" "${flags[@]}" --cp 4 --cp-mode hybrid --cp-ulysses 2 >"$log" 2>&1 || { cat "$log"; echo FAILED; exit 1; }
+expect "$log" '^cp all-to-all groups \(cp_a2a, 2 ranks\): \[0 1\] \[2 3\]$' "the hybrid's all-to-all groups as world ranks"
+expect "$log" '^cp rings \(cp_ring, 2 ranks\): \[0 2\] \[1 3\]$' "the hybrid's rings as world ranks"
+expect "$log" '^  all_to_all over cp_a2a \{2,3\}: ' "an all-to-all of the hybrid over its world ranks"
+expect "$log" '^  send to cp_ring rank 1 \(world 3\)' "a ring hop to its world rank"
+expect "$log" '^  \[ring attention, forward: K and V\] hop 1 of 1: cp_ring rank 0.s block to cp_ring rank 1' "a hop named in the ring's ranks"
+titled "$log" '^  \[layer [0-9]+, Ulysses, (forward|backward)\]' '^  all_to_all over cp_a2a' "the hybrid's all-to-alls"
+
+# DualPipeV: every F, B and W narrated (the pairs too), 0-based, in --dry-run's order; both stages of a rank named.
+v_flags=(--pp 2 --pp-schedule dualpipev --grad-acc-steps 4 --num-hidden-layers 4)
+$mpirun --oversubscribe --bind-to none -np 2 "$train" "${flags[@]}" "${v_flags[@]}" >"$log" 2>&1 || { cat "$log"; echo FAILED; exit 1; }
+expect "$log" '^---- rank 0 \(dp 0, pp 0: stages 0 and 3, cp 0, tp 0\) ----' "rank 0 holds both ends of the V"
+expect "$log" '^ F0\.1 forward of micro-batch 0 on stage 3$' "an F of chunk 1, 0-based"
+expect "$log" '^ F3& forward of micro-batch 3 on stage 0, one slot with the B that follows' "an overlapped F&B pair"
+expect "$log" '^ B0\.1 backward of micro-batch 0 on stage 3: the input.s gradient' "a B"
+expect "$log" '^ W0 weight gradients of micro-batch 0 on stage 0$' "a W"
+for r in 0 1; do
+  narrated=$(sed -n "/^---- rank $r /,/^---- rank $((r + 1)) \|^==== end/p" "$log" | grep -oE '^ [FBW][0-9][0-9.&]* ' | tr -d ' ' | tr '\n' ' ')
+  program=$("$train" "${flags[@]}" "${v_flags[@]}" --dry-run 2>&1 | sed -n '/^p2p program per step/,$p' | grep "^  pp rank $r: " |
+            sed -e "s/^  pp rank $r: //" -e 's/$/ /' -e 's/\[[^]]*\] //g')
+  if [ -n "$program" ] && [ "$narrated" = "$program" ]; then echo "ok: rank $r's actions are --dry-run's program"
+  else echo "DIFFERENT: rank $r narrated '$narrated', --dry-run's program '$program'"; fail=1; fi
+done
+
 [ $fail = 0 ] && echo "EXPLAIN OK" || { cat "$log"; echo FAILED; exit 1; }

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "context_parallel/context_parallel.h"
+#include "context_parallel/ulysses.h"
 
 using namespace picotron;
 
@@ -111,6 +112,28 @@ TEST_CASE("cp modes: heads must split over the all-to-all group, --cp-ulysses on
   CHECK(cp_ulysses_size(CpMode::kUlysses, 4, 0) == 4);
   CHECK(cp_ulysses_size(CpMode::kHybrid, 4, 2) == 2);
   CHECK_THROWS_WITH(parse_cp_mode("star"), "--cp-mode must be ring, ulysses or hybrid, got 'star'");
+}
+
+TEST_CASE("hybrid groups: all-to-alls of U consecutive cp ranks, rings of every U-th; as world ranks", "[cp]") {
+  CHECK(cp_a2a_members(/*U=*/2, /*rank=*/3) == std::vector<int>{2, 3});
+  CHECK(cp_ring_members(/*C=*/4, /*U=*/2, /*rank=*/3) == std::vector<int>{1, 3});
+  CHECK(cp_ring_members(/*C=*/8, /*U=*/2, /*rank=*/2) == std::vector<int>{0, 2, 4, 6});
+  // dp 1 x pp 1 x cp 4 x tp 2: cp rank c of tp rank t is world rank 2c + t.
+  const std::string text = cp_groups_text({CpLayout::kZigzag, CpMode::kHybrid, 2}, MeshShape{1, 1, 4, 2});
+  CHECK(text == "cp all-to-all groups (cp_a2a, 2 ranks): [0 2] [1 3] [4 6] [5 7]\n"
+                "cp rings (cp_ring, 2 ranks): [0 4] [1 5] [2 6] [3 7]");
+  CHECK(cp_groups_text({CpLayout::kZigzag, CpMode::kUlysses, 0}, MeshShape{1, 1, 4, 1}).empty());
+}
+
+TEST_CASE("ulysses titles: each all-to-all names its tensor, direction, layer and pass", "[cp]") {
+  CHECK(exchange_title({3, 'k'}, /*backward=*/false) ==
+        "[layer 3, Ulysses, forward] k: sequence -> heads, this rank's tokens of every head, to the ranks of those heads");
+  CHECK(exchange_title({3, 'o'}, false) ==
+        "[layer 3, Ulysses, forward] o, the attention output: heads -> sequence, each head group's tokens, back to the "
+        "ranks of those tokens");
+  CHECK(exchange_title({0, 'o'}, /*backward=*/true).rfind(
+            "[layer 0, Ulysses, backward] dO, the attention output's gradient: sequence -> heads", 0) == 0);
+  CHECK(exchange_title({1, 'v'}, true).rfind("[layer 1, Ulysses, backward] dv: heads -> sequence", 0) == 0);
 }
 
 TEST_CASE("attention block: the CPU flash kernel and the explicit scores agree, forward and backward", "[cp]") {

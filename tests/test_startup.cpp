@@ -1,4 +1,5 @@
-// Unit tests of runtime/startup.h that need no second rank: the out-of-memory line.
+// Unit tests of runtime/startup.h that need no second rank: the out-of-memory line, --fp8
+// on a GPU without fp8 units.
 // (The checks against real files, memory and ranks: ctest -L reliability.)
 #include <catch2/catch.hpp>
 
@@ -24,4 +25,24 @@ TEST_CASE("an allocator's out-of-memory error becomes one line naming the flags"
   CHECK(out_of_memory_message("std::bad_alloc", cfg).rfind("out of memory on cpu: std::bad_alloc; ", 0) == 0);
   // Anything else is not rewritten.
   CHECK(out_of_memory_message("all_reduce timed out after 5 s", cfg).empty());
+}
+
+TEST_CASE("--fp8 on a GPU older than compute capability 8.9 is refused before the run; CPU and Ada/Hopper pass",
+          "[startup][fp8]") {
+  TrainConfig cfg;
+  cfg.fp8 = true, cfg.device = "cuda";
+  const GpuFacts a100{true, 8, 0, "NVIDIA A100-SXM4-80GB"}, l4{true, 8, 9, "NVIDIA L4"}, h100{true, 9, 0, "NVIDIA H100"};
+  CHECK(fp8_device_problem(cfg, a100) ==
+        "--fp8 needs fp8 tensor cores (compute capability 8.9 or newer: Ada, Hopper); NVIDIA A100-SXM4-80GB is 8.0 "
+        "(use --dtype bf16 without --fp8)");
+  CHECK(fp8_device_problem(cfg, GpuFacts{true, 7, 5, "Tesla T4"}).find("Tesla T4 is 7.5") != std::string::npos);
+  CHECK(fp8_device_problem(cfg, l4).empty());
+  CHECK(fp8_device_problem(cfg, h100).empty());
+  cfg.device = "auto";  // auto runs on the visible GPU: refused too, and says so
+  CHECK(fp8_device_problem(cfg, a100).find("--device auto chose this GPU; --device cpu emulates fp8") != std::string::npos);
+  CHECK(fp8_device_problem(cfg, GpuFacts{}).empty());  // auto without a GPU: the CPU, emulated
+  cfg.device = "cpu";
+  CHECK(fp8_device_problem(cfg, a100).empty());  // the emulation runs anywhere
+  cfg.device = "cuda", cfg.fp8 = false;
+  CHECK(fp8_device_problem(cfg, a100).empty());  // no --fp8: nothing to refuse
 }
