@@ -27,7 +27,7 @@ TEST_CASE("an allocator's out-of-memory error becomes one line naming the flags"
   CHECK(out_of_memory_message("all_reduce timed out after 5 s", cfg).empty());
 }
 
-TEST_CASE("--fp8 on a GPU older than compute capability 8.9 is refused before the run; CPU and Ada/Hopper pass",
+TEST_CASE("fp8 (the --fp8 flag) on a GPU older than compute capability 8.9 is refused before the run; CPU and Ada/Hopper pass",
           "[startup][fp8]") {
   TrainConfig cfg;
   cfg.fp8 = true, cfg.device = "cuda";
