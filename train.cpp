@@ -42,23 +42,23 @@
 #include "tensor_parallel/tensor_parallel.h"
 #include "zero/zero.h"
 // the runtime that keeps it safe
-#include "runtime/async_save.h"
-#include "runtime/checkpoint.h"
-#include "runtime/checkpoint_check.h"
-#include "runtime/explain.h"
-#include "runtime/flags.h"
-#include "runtime/generate.h"
-#include "runtime/hf.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/plan.h"
-#include "runtime/profile.h"
-#include "runtime/projections.h"
-#include "runtime/holdings.h"
-#include "runtime/report.h"
-#include "runtime/resume.h"
-#include "runtime/startup.h"
-#include "runtime/step_watch.h"
-#include "runtime/validation.h"
+#include "runtime/checkpoint/async_save.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_check.h"
+#include "runtime/observe/explain.h"
+#include "runtime/cli/flags.h"
+#include "runtime/text/generate.h"
+#include "runtime/checkpoint/hf.h"
+#include "runtime/planner/memory_estimate.h"
+#include "runtime/planner/plan.h"
+#include "runtime/observe/profile.h"
+#include "runtime/observe/projections.h"
+#include "runtime/observe/holdings.h"
+#include "runtime/observe/report.h"
+#include "runtime/checkpoint/resume.h"
+#include "runtime/cli/startup.h"
+#include "runtime/observe/step_watch.h"
+#include "runtime/observe/validation.h"
 
 using namespace picotron;
 
@@ -153,7 +153,7 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   apply_recompute(model, parse_recompute(cfg.recompute));
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, m.plan, cfg.seed, cfg.init_std);
-  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (runtime/hf.h)
+  if (!cfg.init_from.empty()) {  // a Hugging Face folder's weights: each rank its slices (runtime/checkpoint/hf.h)
     load_hf_weights(cfg.init_from, *model, m.plan, cfg.llama);
     print0(rank, "initialised from " + cfg.init_from + " (Hugging Face weights)");
   }
@@ -251,7 +251,7 @@ struct StepResult {
 
 // The step of picotron's train_step: every micro-batch's forward and backward, the
 // gradients synced, one global norm, one clipped AdamW update. `watch` only observes
-// (runtime/step_watch.h: --explain, --profile, --memory-trace).
+// (runtime/observe/step_watch.h: --explain, --profile, --memory-trace).
 StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepWatch& watch) {
   const int64_t m = t.cfg.grad_acc_steps;
   t.optimizer.zero_main_grads();
@@ -290,7 +290,7 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   return {loss_sum.item<double>(), norm, lr, finite};  // item(): syncs the device, so the step's timer is honest
 }
 
-// The step line's figures (runtime/report.h: RunLog prints them and writes --metrics-file).
+// The step line's figures (runtime/observe/report.h: RunLog prints them and writes --metrics-file).
 StepStats step_stats(const TrainConfig& cfg, int64_t step, const StepResult& r, double tokens_per_s, double peak_flops,
                      torch::Device device) {
   StepStats stats;
@@ -338,7 +338,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const std::unique_ptr<Pipeline> pipeline =
       make_pipeline(cfg, model, mesh, on_mesh.my_tokens, torch::TensorOptions().device(device).dtype(dtype));
   add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), experts);
-  // What each projection became, read from the final model (runtime/projections.h): a
+  // What each projection became, read from the final model (runtime/observe/projections.h): a
   // technique that replaced another's slot is an error here, never a silent change.
   const std::vector<ProjectionKind> projections = projection_kinds(*model, on_mesh.plan);
   if (const std::string p = projections_problem(projections, cfg.fp8); !p.empty()) throw std::runtime_error(p);
@@ -354,13 +354,13 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   const double peak_flops = device_peak_flops(device) * dist.world_size();  // of all ranks, for the MFU
 
-  // ---- checkpoints (runtime/resume.h): resume on any mesh, save what this rank owns --
+  // ---- checkpoints (runtime/checkpoint/resume.h): resume on any mesh, save what this rank owns --
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
   if (!cfg.save_dir.empty() && rank == 0) lock_save_dir(cfg.save_dir);  // one run per --save-dir at a time
   int64_t start_step = 0;
   if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, *optimizer, scaler, world, dist);
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
-  Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/async_save.h)
+  Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/checkpoint/async_save.h)
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
   if (const std::string p = profile.range_problem(start_step); !p.empty()) throw std::runtime_error(p);
   StepWatch watch(cfg, device, explain, profile, log, start_step);
@@ -438,8 +438,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (args.config && !args.config->check_checkpoint.empty())  // verify a checkpoint, print what it holds, exit
-    return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint_check.h)
-  // Everything that can be wrong before any rank communicates (runtime/startup.h):
+    return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint/checkpoint_check.h)
+  // Everything that can be wrong before any rank communicates (runtime/cli/startup.h):
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems = config ? config_problems(*config, launch)  // flags that did not parse:

@@ -145,7 +145,7 @@ struct CallSite {
 };
 
 // One communication as it is issued: what the ledger counts, plus what it leaves out.
-// An observer sees each one (--explain prints them: runtime/explain.h). The
+// An observer sees each one (--explain prints them: runtime/observe/explain.h). The
 // shapes are views of the tensors' sizes, valid during the observer's call (no copies
 // on the way of every collective).
 struct CommEvent {

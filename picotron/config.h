@@ -5,7 +5,7 @@
 // (tests/test_config.cpp checks their parameter counts against the published ones).
 //
 // TrainConfig holds everything else. Every field has a default and a one-line comment.
-// The command line fills it through one table of flags (runtime/flags.cpp:
+// The command line fills it through one table of flags (runtime/cli/flags.cpp:
 // each flag's name, help, field and checks), and check_flag_rules() there reports every problem
 // at once, with the numbers, naming the flag.
 //
@@ -59,7 +59,7 @@ struct TrainConfig {
   std::string model = "tiny";          // preset name (--model)
   LlamaConfig llama;                   // preset, then --hidden-size etc. overrides
   std::vector<std::string> shape_flags;  // the model flags given on the command line ("model", "hidden-size", ...)
-  std::string init_from;               // a Hugging Face LLaMA folder: its config.json and weights (runtime/hf.h)
+  std::string init_from;               // a Hugging Face LLaMA folder: its config.json and weights (runtime/checkpoint/hf.h)
   // --- hardware and numerics ---
   std::string device = "auto";         // cpu | cuda | auto (cuda when a GPU is present)
   Precision dtype = Precision::kFP32;  // compute dtype; --dtype defaults to bf16 on cuda, fp32 on cpu
@@ -122,7 +122,7 @@ struct TrainConfig {
   std::vector<int64_t> prompt_ids;     // continue these token ids by --generate tokens (greedy) at the end
   std::string tokenizer;               // a folder holding tokenizer.json (or the file): samples and --prompt as text
   std::string prompt;                  // --tokenizer: continue this text by --generate tokens (greedy) at the end
-  // --- checkpoints (runtime/resume.h) ---
+  // --- checkpoints (runtime/checkpoint/resume.h) ---
   std::string save_dir;                // write checkpoints here, D/step-000120/ (empty: none)
   int64_t save_every = 0;              // a checkpoint every N steps (0: only at the end of the run)
   int keep_checkpoints = 2;            // keep the newest K checkpoints in --save-dir
@@ -134,7 +134,7 @@ struct TrainConfig {
                                        //   else about 50 lines; always the first and last)
   bool comm_report = false;            // print the communication ledger (per group and kind) at the end
   std::string wait_for_debugger = "none";  // none | all | a rank: it waits for a debugger to attach (docs/stepping.md)
-  bool explain = false;                // narrate the first step rank by rank (runtime/explain.h)
+  bool explain = false;                // narrate the first step rank by rank (runtime/observe/explain.h)
   int generate = 4;                    // samples printed after training (0: none)
   bool dry_run = false;                // print the model summary and exit
 };

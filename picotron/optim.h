@@ -66,7 +66,7 @@ struct TrainableParam {
 };
 
 // One piece of optimizer state this rank owns: what a checkpoint saves and loads
-// (runtime/resume.h writes them; any mesh can read them back).
+// (runtime/checkpoint/resume.h writes them; any mesh can read them back).
 struct StatePiece {
   std::string key;          // "model.layers.0.mlp.up_proj.weight/exp_avg"
   ShardRecord record;       // full shape, and the box along split_dim (tp, pp)
@@ -259,7 +259,7 @@ class LossScaler {
       : enabled_(enabled), scale_(enabled ? initial_scale : 1.0), growth_interval_(growth_interval) {}
   double scale() const { return scale_; }
   int clean_steps() const { return clean_steps_; }
-  void restore(double scale, int clean_steps) {  // a resumed run (runtime/resume.h)
+  void restore(double scale, int clean_steps) {  // a resumed run (runtime/checkpoint/resume.h)
     if (enabled_) scale_ = scale, clean_steps_ = clean_steps;
   }
   // After a step: `step_was_finite` is whether the global grad norm was finite (the

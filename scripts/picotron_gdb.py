@@ -25,7 +25,7 @@ pretty-printer global picotron` turns it off. A tensor not built yet (or already
 prints as <not built ...>, so `info locals` is safe at every stop.
 
 Test: ctest -L debug   (debug.gdb_tensor_printer compares every line with the program's
-own runtime/debug_text.cpp, with the DWARF offsets and with LAYOUT)
+own runtime/observe/debug_text.cpp, with the DWARF offsets and with LAYOUT)
 """
 import math
 import os
@@ -35,7 +35,7 @@ import struct
 import gdb
 
 TENSOR_TYPES = ("at::Tensor", "at::TensorBase", "torch::Tensor", "torch::autograd::Variable")
-VALUES = 6  # elements shown, as runtime/debug_text.cpp's tensor_text
+VALUES = 6  # elements shown, as runtime/observe/debug_text.cpp's tensor_text
 
 # Where each member lies, in bytes from the start of its object, for LibTorch 2.11
 # (scripts/setup.sh's) on a 64-bit Linux. Used when the program's DWARF only declares the
@@ -170,7 +170,7 @@ def word(address, size=8, signed=False):
 
 
 def number_text(v):
-    """printf("%.4g"), as runtime/debug_text.cpp prints each value (glibc writes NaN's sign)."""
+    """printf("%.4g"), as runtime/observe/debug_text.cpp prints each value (glibc writes NaN's sign)."""
     if math.isnan(v):
         return "-nan" if math.copysign(1.0, v) < 0 else "nan"
     return "%.4g" % v

@@ -3,7 +3,7 @@
 #
 # Runs a training command; when it fails (a rank killed, a node rebooted, an error),
 # relaunches it with --resume on the newest checkpoint of its --save-dir that verifies
-# (build/train --check-checkpoint, runtime/checkpoint_check.h), up to N times (default 3),
+# (build/train --check-checkpoint, runtime/checkpoint/checkpoint_check.h), up to N times (default 3),
 # and says each time what failed and from which step it goes on, or why it stops:
 #
 #   scripts/resilient_run.sh --restarts 3 -- mpirun -np 8 build/train --dp 8 \

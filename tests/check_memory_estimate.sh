@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # check_memory_estimate.sh WORKDIR NP TOLERANCE -- TRAIN FLAGS...
 #
-# The estimator (--dry-run, runtime/memory_estimate.h) against a real run: two steps on
+# The estimator (--dry-run, runtime/planner/memory_estimate.h) against a real run: two steps on
 # the CPU with --memory-trace, whose rank-0 peak is the counting allocator's exact tensor
 # bytes; the estimate for rank 0 must lie within TOLERANCE (relative) of it. Prints
 # "estimate ok" or "FAILED".

@@ -1,4 +1,4 @@
-# Checkpoints (runtime/resume.h). Three kinds of case:
+# Checkpoints (runtime/checkpoint/resume.h). Three kinds of case:
 #  - bit-exact resume: k steps + save + resume + k steps on the same layout gives the bits
 #    of 2k steps straight (losses, grad norms, every byte of the final parameters);
 #  - the table: save on layout X, resume on layout Y, against Y's uninterrupted run within
@@ -117,7 +117,7 @@ python3 ${CMAKE_CURRENT_SOURCE_DIR}/reseal_manifest.py ${CMAKE_CURRENT_BINARY_DI
 set_tests_properties(checkpoint.check_config_disagrees PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint TIMEOUT 60)
 # A rank file's header that disagrees with the manifest, the bytes untouched (so their
 # checksum still matches): an I32 over F32 bytes resumed and trained at loss 1.3e11 before
-# (runtime/checkpoint_check.h); impossible shapes are named before LibTorch sees them.
+# (runtime/checkpoint/checkpoint_check.h); impossible shapes are named before LibTorch sees them.
 set(EDIT_HEADER "python3 ${CMAKE_CURRENT_SOURCE_DIR}/edit_safetensors_header.py ${FILE0}")
 picotron_bad_checkpoint(header_dtype "error: checkpoint .*step-000002: rank-00000.safetensors: tensor '.*' is I32 in the file's header, F32 in the manifest"
   "${EDIT_HEADER} first dtype '\"I32\"'")
@@ -167,7 +167,7 @@ add_test(NAME checkpoint.mpi_bad_header_every_rank COMMAND ${EXPECT_FAIL} "\\[ra
 set_tests_properties(checkpoint.mpi_bad_header_every_rank PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 FAIL_REGULAR_EXPRESSION "FAIL:" PASS_REGULAR_EXPRESSION "\\[rank 1\\] error: .*rank-00001.safetensors: checksum mismatch in tensor")
 
-# --async-save (runtime/async_save.h): saved every step in the background, resumed
+# --async-save (runtime/checkpoint/async_save.h): saved every step in the background, resumed
 # bit-exactly; a rank killed during a background write leaves the previous checkpoint.
 picotron_checkpoint(bitexact_async_dp2_fp32 exact 2 "${DP2} --async-save --save-every 1" 2 "${DP2}" --dtype fp32)
 add_test(NAME checkpoint.async_killed_save COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_killed_save.sh

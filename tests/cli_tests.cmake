@@ -352,7 +352,7 @@ if(NO_TRANSFORMERS EQUAL 0)
 else()
   message(STATUS "transformers not found in ${PICOTRON_PYTHON}: hf.roundtrip, hf.mixtral and hf.untrusted_folders are not registered (scripts/setup.sh installs it)")
 endif()
-# The C++ tokenizer (runtime/tokenizer.h) against the tokenizers library: three byte-level
+# The C++ tokenizer (runtime/text/tokenizer.h) against the tokenizers library: three byte-level
 # BPE styles (GPT-2, Llama-3, SmolLM) trained on the project's docs, the same ids on every
 # paragraph and on hard cases, and decoding back to the text.
 add_executable(tokenizer_check tokenizer_check.cpp)
@@ -384,7 +384,7 @@ else()
   message(STATUS "no matplotlib in ${PICOTRON_PYTHON}: the plot-script test is not registered")
 endif()
 
-# The memory estimator of --dry-run (runtime/memory_estimate.h) against the measured peak
+# The memory estimator of --dry-run (runtime/planner/memory_estimate.h) against the measured peak
 # of two real steps (rank 0, CPU counting allocator), one line per case: within 2%
 # (the issue asks for 10%; at 2% dropping any one term of the estimate fails some case).
 # Tiny and a 25.3M model (H 512, I 1536, 8 layers), seq 128 and 512, micro-batch 1 and 8,
@@ -476,7 +476,7 @@ set_tests_properties(cli.vs_pytorch_gpu_commands PROPERTIES PASS_REGULAR_EXPRESS
   "== smollm-1.7b, B=4 .*picotron fused: [^\n]*--kernels fused --profile[^\n]*\nminimal eager: [^\n]*--hidden-size 2048 --intermediate-size 8192 --num-hidden-layers 24 --num-attention-heads 32 --num-key-value-heads 32 --vocab-size 49152.*minimal compile: [^\n]*--compile.*== smollm-360m, B=8.*transformers: [^\n]*--impl transformers")
 
 # Every pipeline schedule x {fp8, tp, ep, recompute}: each projection is what the flags ask,
-# read from the model (--explain's projection lines, runtime/projections.h), or the
+# read from the model (--explain's projection lines, runtime/observe/projections.h), or the
 # combination is refused in one line (fp8 with a schedule that defers dW).
 add_test(NAME cli.projections_every_schedule COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/projections_matrix.sh ${TRAIN})
 set_tests_properties(cli.projections_every_schedule PROPERTIES LABELS "cli;mpi" TIMEOUT 300 PROCESSORS 2

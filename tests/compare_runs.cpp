@@ -9,7 +9,7 @@
 // parameter matches: max |run - ref| <= RTOL * max |ref| per
 // tensor. Prints the worst errors either way.
 //
-// It reads the parameter files (safetensors, runtime/safetensors.h) itself, in double,
+// It reads the parameter files (safetensors, runtime/checkpoint/safetensors.h) itself, in double,
 // without LibTorch: the suite runs it once per equivalence case (about 200 times), and
 // loading LibTorch costs each process more than the comparison.
 #include <cmath>

@@ -352,7 +352,7 @@ picotron_recompute(full_zero3 2 full --dp 2 --zero 3)
 picotron_equivalence(recompute_full_dp2 NP 2 ARGS --recompute full --dp 2)
 picotron_equivalence(recompute_selective_tp2 NP 2 ARGS --recompute selective --tp 2)
 
-# --explain narrates the first step (runtime/explain.h) and must leave the numbers
+# --explain narrates the first step (runtime/observe/explain.h) and must leave the numbers
 # alone; explain.narration checks what it prints.
 picotron_equivalence(explain_dp2_tp2_sp_zero1 NP 4 ARGS --dp 2 --tp 2 --sp --zero 1 --grad-acc-steps 2 --explain)
 add_test(NAME explain.narration COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/explain_check.sh $<TARGET_FILE:train>)
@@ -367,7 +367,7 @@ set_tests_properties(gpu_check.cpu_side PROPERTIES TIMEOUT 120 ENVIRONMENT "${PI
 
 # --val-data: the validation loss is computed as the training loss is (forward only; a
 # pipeline runs its schedule's forwards), so it must be equal across layouts too
-# (runtime/validation.h); compare_runs compares it on the steps that have one.
+# (runtime/observe/validation.h); compare_runs compares it on the steps that have one.
 set(VAL_FLAGS --val-data ${CMAKE_SOURCE_DIR}/docs/testing.md --eval-every 3 --eval-batches 2)
 picotron_equivalence(val_dp2_pp2 NP 4 ARGS --dp 2 --pp 2 --grad-acc-steps 2 ${VAL_FLAGS})
 picotron_equivalence(val_tp2_cp2_sp NP 4 ARGS --tp 2 --cp 2 --sp ${VAL_FLAGS})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# explain_check.sh TRAIN: --explain narrates what it claims (runtime/explain.h).
+# explain_check.sh TRAIN: --explain narrates what it claims (runtime/observe/explain.h).
 # Runs on CPU: tp2 with sequence parallelism, pp2 x cp2, Ulysses (cp2), the hybrid (cp4 =
 # all-to-alls of 2 x rings of 2) and DualPipeV (pp2). Each must print, on rank 0, what every
 # rank holds and every rank's communications with group, shapes and the line that issued

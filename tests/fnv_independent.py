@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/fnv_independent.py FILE.safetensors — the checksums picotron writes are standard FNV-1a 64.
 
-Every tensor's checksum travels in the file's metadata as "fnv1a64:<name>" (runtime/checkpoint.cpp;
+Every tensor's checksum travels in the file's metadata as "fnv1a64:<name>" (runtime/checkpoint/checkpoint.cpp;
 a checkpoint's manifest carries the same sums). Here each is recomputed from the tensor's bytes with
 this file's own FNV-1a (offset basis 14695981039346656037, prime 1099511628211, the published
 function) and must be equal: so any standard tool reproduces them.

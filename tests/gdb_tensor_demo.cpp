@@ -1,7 +1,7 @@
 // tests/gdb_tensor_demo.cpp — the program the gdb test stops (tests/gdb_tensor_printer.sh,
 // ctest -L debug): show() receives one tensor after another, and scripts/picotron_gdb.py,
 // reading the program's memory, must print each as the program itself does
-// (runtime/debug_text.cpp's tensor_text, printed as "want: ..." before each call):
+// (runtime/observe/debug_text.cpp's tensor_text, printed as "want: ..." before each call):
 // contiguous, transposed, offset, more than 5 dimensions (sizes kept out of line), every
 // dtype the printer reads, requires_grad, undefined, empty, a scalar, sparse.
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "runtime/debug_text.h"
+#include "runtime/observe/debug_text.h"
 
 // LibTorch's autograd classes for the demo's DWARF (scripts/picotron_gdb.py's LAYOUT is
 // compared with it): a class is written out only where something refers to it.

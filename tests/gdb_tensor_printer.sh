@@ -2,7 +2,7 @@
 # tests/gdb_tensor_printer.sh GDB_TENSOR_DEMO — gdb in batch mode with
 # scripts/picotron_gdb.py and `set may-call-functions off` (gdb refuses any call into the
 # program) stops tests/gdb_tensor_demo.cpp's show() at every tensor and prints it; each
-# line must equal the program's own runtime/debug_text.cpp line (ctest:
+# line must equal the program's own runtime/observe/debug_text.cpp line (ctest:
 # debug.gdb_tensor_printer). Three ways: member offsets from the demo's DWARF (it is built
 # with -femit-class-debug-always, so it holds LibTorch's classes), from the printer's
 # LAYOUT table (what build-debug/train needs: its DWARF only declares c10::TensorImpl),

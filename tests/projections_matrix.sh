@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/projections_matrix.sh build/train — every pipeline schedule x {fp8, tp, ep, recompute}:
 # each projection of the model is what the flags ask, read from the model (--explain's
-# "projections of layer 0" lines, runtime/projections.h), or the run is refused in one line.
+# "projections of layer 0" lines, runtime/observe/projections.h), or the run is refused in one line.
 #
 #   module  fp8 linear (--fp8) | linear, dW deferred to W (zero bubble) (zb-h1, dualpipev) | linear
 #   split   column-parallel over tp (2 slices) for q, k, v, gate, up and row-parallel for o,

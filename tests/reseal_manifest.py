@@ -2,7 +2,7 @@
 """tests/reseal_manifest.py MANIFEST.json PYTHON-EDIT — edit a checkpoint's manifest and seal it again.
 
 The manifest carries its own FNV-1a 64 checksum (manifest_fnv1a64, over the compact, key-sorted
-JSON of the rest: runtime/resume.cpp), so an edit alone is refused as damage. This makes the edit
+JSON of the rest: runtime/checkpoint/resume.cpp), so an edit alone is refused as damage. This makes the edit
 (a Python statement over m, the manifest) and recomputes the checksum as picotron does: a manifest
 that is sealed yet says something false, which only a check of its meaning can refuse.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # save_dir_lock.sh TRAIN WORK: two runs saving into one --save-dir at once: the second stops
-# at start with one line naming the first (runtime/resume.h, lock_save_dir); once
+# at start with one line naming the first (runtime/checkpoint/resume.h, lock_save_dir); once
 # the first has ended, the folder is free again.
 set -uo pipefail
 train=$1 work=$2

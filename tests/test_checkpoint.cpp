@@ -7,9 +7,9 @@
 
 #include <unistd.h>
 
-#include "runtime/checkpoint.h"
-#include "runtime/checkpoint_format.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_format.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "picotron/utils.h"
 
 using namespace picotron;

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "picotron/config.h"
-#include "runtime/flags.h"
+#include "runtime/cli/flags.h"
 
 using namespace picotron;
 

@@ -1,4 +1,4 @@
-// The estimator (runtime/memory_estimate.h) against peaks measured on a GPU, where
+// The estimator (runtime/planner/memory_estimate.h) against peaks measured on a GPU, where
 // the CPU runs of tests/check_memory_estimate.sh cannot go: --kernels fused needs CUDA. Pure
 // arithmetic: nothing allocated.
 //
@@ -9,8 +9,8 @@
 
 #include "kernels/kernels.h"
 #include "picotron/config.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/memory_per_token.h"
+#include "runtime/planner/memory_estimate.h"
+#include "runtime/planner/memory_per_token.h"
 
 using namespace picotron;
 

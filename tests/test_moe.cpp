@@ -8,7 +8,7 @@
 #include "expert_parallel/moe.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
-#include "runtime/report.h"
+#include "runtime/observe/report.h"
 
 using namespace picotron;
 

@@ -9,7 +9,7 @@
 #include "picotron/shard.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "pipeline_parallel/schedules.h"
-#include "runtime/projections.h"
+#include "runtime/observe/projections.h"
 
 using namespace picotron;
 

@@ -1,4 +1,4 @@
-// The planner (runtime/plan.h): the Playbook cheatsheet's cases as searches, and
+// The planner (runtime/planner/plan.h): the Playbook cheatsheet's cases as searches, and
 // the cost model's pieces (plan_cost.h) one by one. Pure: nothing allocated, no ranks.
 //
 // Test: build/tests/unit_tests "[plan]"
@@ -9,9 +9,9 @@
 
 #include "expert_parallel/expert_parallel.h"
 #include "picotron/config.h"
-#include "runtime/flags.h"
-#include "runtime/holdings.h"
-#include "runtime/plan.h"
+#include "runtime/cli/flags.h"
+#include "runtime/observe/holdings.h"
+#include "runtime/planner/plan.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
 
@@ -239,7 +239,7 @@ TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs 
                                          Catch::Contains(" tokens/s per GPU | MFU "));
 }
 
-// ---- what each rank holds (runtime/holdings.h), from the same plans -----------
+// ---- what each rank holds (runtime/observe/holdings.h), from the same plans -----------
 TEST_CASE("the start-up table says which layers, heads, vocabulary rows and tokens each rank holds", "[holdings]") {
   CHECK(ranges_text({0, 1, 2, 5, 7, 8}) == "0-2, 5, 7-8");
   CHECK(ranges_text({}).empty());

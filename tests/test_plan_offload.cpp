@@ -1,4 +1,4 @@
-// The planner (runtime/plan.h) with what --kernels fused and --zero-offload save:
+// The planner (runtime/planner/plan.h) with what --kernels fused and --zero-offload save:
 // the GPU-poor case that nothing else fits, a case that fits without them, and the cost of
 // offloading (plan_cost.h). Pure: nothing allocated, no ranks.
 //
@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "picotron/config.h"
-#include "runtime/plan.h"
+#include "runtime/planner/plan.h"
 
 using namespace picotron;
 

@@ -4,7 +4,7 @@
 // runner, global layer names, RoPE positions, local head counts).
 #include <catch2/catch.hpp>
 
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/shard.h"

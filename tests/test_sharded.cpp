@@ -13,7 +13,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
 #include "picotron/init.h"

@@ -1,4 +1,4 @@
-// The byte-level BPE tokenizer (runtime/tokenizer.h) on a tokenizer.json small enough to
+// The byte-level BPE tokenizer (runtime/text/tokenizer.h) on a tokenizer.json small enough to
 // follow by hand; data.tokenizer_vs_library checks real ones against the tokenizers library.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 using namespace picotron;
 

@@ -3,7 +3,7 @@
 
 Builds three byte-level BPE tokenizers with the Hugging Face `tokenizers` library, each
 trained on the given text files (the project's own docs; nothing is downloaded), in the
-three pre-tokenizer styles runtime/tokenizer.h supports:
+three pre-tokenizer styles runtime/text/tokenizer.h supports:
   gpt2    ByteLevel with GPT-2's split regex (what scripts/prepare_data.py trains)
   llama3  Split with Llama-3's regex (Isolated), then ByteLevel without a regex;
           ignore_merges as Llama-3 sets it

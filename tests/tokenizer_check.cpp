@@ -1,4 +1,4 @@
-// tokenizer_check TOKENIZER CASES.json — picotron's tokenizer (runtime/tokenizer.h) against
+// tokenizer_check TOKENIZER CASES.json — picotron's tokenizer (runtime/text/tokenizer.h) against
 // the Hugging Face tokenizers library: CASES.json is [{"text": ..., "ids": [...]}, ...],
 // the library's ids (tests/tokenizer_cases.py writes it). Every text must encode to the
 // same ids and decode back to the same text. Prints "TOKENIZER OK" or each difference.
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/tokenizer.h"
+#include "runtime/text/tokenizer.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

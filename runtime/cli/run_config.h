@@ -1,0 +1,35 @@
+// runtime/cli/run_config.h — what build/train's command line sets: the run's TrainConfig
+// (picotron/config.h; the step itself reads only its learning-rate fields, lr_at in
+// picotron/optim.h, and the techniques get small settings structs built from it in
+// train.cpp) and the runtime's own settings, which nothing below the runtime sees. Today
+// that is the planner's machine (--plan, runtime/planner/plan.h).
+//
+// The flags (runtime/cli/flags.cpp) fill a RunConfig; train.cpp hands the TrainConfig part to
+// the step and the techniques, and the whole to the planner.
+#pragma once
+
+#include <cstdint>
+
+#include "picotron/config.h"
+
+namespace picotron {
+
+// --plan's settings: the machine and the batch it plans for (nothing is launched or allocated).
+struct PlanSettings {
+  bool search = false;                 // --plan: search the layouts for --gpus GPUs, print the best --plan-top, exit
+  bool layout_only = false;            // --plan-layout: predict only this run's own layout (--dp, --tp, ...)
+  int gpus = 8;                        // GPUs to plan for (N = dp x tp x pp x cp)
+  int gpus_per_node = 8;               // GPUs joined by the fast intra-node links (NVLink)
+  double gpu_memory_gb = 80;           // memory per GPU, GB (10^9 bytes); the predicted peak must fit in it
+  int64_t global_batch_tokens = 1048576;  // tokens per optimizer step to reach (micro-batch x grad-acc x dp x seq-len)
+  double intra_node_gbps = 450;        // GB/s per GPU per direction inside a node (H100 NVLink 4)
+  double inter_node_gbps = 50;         // GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s)
+  double peak_tflops = 989;            // dense peak of one GPU in the compute dtype (H100 SXM bf16: 989)
+  int top = 5;                         // layouts printed, best first
+};
+
+struct RunConfig : TrainConfig {
+  PlanSettings planner;
+};
+
+}  // namespace picotron

@@ -1,0 +1,321 @@
+// runtime/observe/explain.cpp — --explain: what each rank holds, and every communication
+// of one step, rank by rank (see explain.h).
+#include "runtime/observe/explain.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include <numeric>
+
+#include "context_parallel/cp_layout.h"
+#include "picotron/distributed.h"
+#include "picotron/utils.h"
+#include "pipeline_parallel/schedules.h"
+
+namespace picotron {
+
+namespace {
+
+std::string join(torch::IntArrayRef v, const char* sep = ", ") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+
+// "a-b" (inclusive) or "a" for the items [offset, offset + length).
+std::string range(int64_t offset, int64_t length) {
+  return length == 1 ? std::to_string(offset) : std::to_string(offset) + "-" + std::to_string(offset + length - 1);
+}
+
+// Sorted positions as runs: {0,1,2,3,12,13} -> "0-3, 12-13".
+std::string runs(const std::vector<int64_t>& positions) {
+  std::string s;
+  for (size_t i = 0; i < positions.size();) {
+    size_t j = i;
+    while (j + 1 < positions.size() && positions[j + 1] == positions[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + range(positions[i], int64_t(j - i + 1));
+    i = j + 1;
+  }
+  return s;
+}
+
+const char* dtype_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat64: return "fp64";
+    case torch::kFloat32: return "fp32";
+    case torch::kBFloat16: return "bf16";
+    case torch::kFloat16: return "fp16";
+    case torch::kInt64: return "int64";
+    case torch::kInt32: return "int32";
+    default: return "?";
+  }
+}
+
+// The world ranks of a mesh group, by the Comm's name; empty when the name is not a mesh
+// axis. U: the hybrid's all-to-all group size (its groups cp_a2a and cp_ring split from cp).
+std::vector<int64_t> members(const std::string& name, const MeshShape& shape, int world_rank, int U) {
+  std::vector<int> m;
+  if (name == "world") for (int r = 0; r < shape.world_size(); ++r) m.push_back(r);
+  else if (name == "tp") m = group_members(shape, world_rank, Axis::kTp);
+  else if (name == "cp") m = group_members(shape, world_rank, Axis::kCp);
+  else if (name == "pp") m = group_members(shape, world_rank, Axis::kPp);
+  else if (name == "dp") m = group_members(shape, world_rank, Axis::kDp);
+  else if (name == "cp_dp") m = cp_dp_group_members(shape, world_rank);
+  else if (name == "cp_a2a" || name == "cp_ring") {  // context_parallel.cpp splits them from cp
+    const std::vector<int> cp = group_members(shape, world_rank, Axis::kCp);
+    const int c = coords_of(shape, world_rank).cp;
+    for (int i : name == "cp_a2a" ? cp_a2a_members(U, c) : cp_ring_members(shape.cp, U, c)) m.push_back(cp[size_t(i)]);
+  }
+  else if (name == "embed") {  // the pipeline's tied embedding: the first and the last stage
+    const std::vector<int> pp = group_members(shape, world_rank, Axis::kPp);
+    m = {pp.front(), pp.back()};
+  }
+  return {m.begin(), m.end()};
+}
+
+// The source path relative to the repository. The compiler saw it absolute, or relative to
+// the build folder one level down (ccache's base_dir: "../tensor_parallel/...").
+std::string repository_path(const char* file) {
+  const std::string root = std::string(PICOTRON_SOURCE_DIR) + "/";
+  std::string f = file;
+  if (f.rfind(root, 0) == 0) return f.substr(root.size());
+  while (f.rfind("../", 0) == 0 || f.rfind("./", 0) == 0) f = f.substr(f.find('/') + 1);
+  return f;
+}
+
+// Line `line` of a source file, trimmed; "" when the source is not where it was built.
+std::string source_line(const std::string& path, int line) {
+  static std::map<std::string, std::vector<std::string>> files;  // read once per file
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = files.find(path);
+  if (it == files.end()) {
+    std::vector<std::string> lines;
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    it = files.emplace(path, std::move(lines)).first;
+  }
+  if (line < 1 || size_t(line) > it->second.size()) return "";
+  const std::string& l = it->second[size_t(line - 1)];
+  const size_t first = l.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  std::string code;  // runs of spaces (comment alignment) squeezed to two
+  for (size_t i = first; i < l.size(); ++i)
+    if (!(l[i] == ' ' && i >= 2 && l[i - 1] == ' ' && l[i - 2] == ' ')) code += l[i];
+  return code;
+}
+
+// The virtual stages pp rank `pp_rank` runs, "0 and 3" (DualPipeV's V: r and 2P-1-r;
+// interleaved: r, P + r, ...); "" with one chunk per rank.
+std::string stage_list(const TrainConfig& cfg, int P, int pp_rank) {
+  const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
+  const int v = schedule_chunks(s, cfg.pp_virtual_stages);
+  std::string list;
+  for (int chunk = 0; v > 1 && chunk < v; ++chunk)
+    list += (chunk == 0 ? "" : chunk + 1 == v ? " and " : ", ") + std::to_string(virtual_stage(P, pp_rank, chunk, is_v_shape(s)));
+  return list;
+}
+
+}  // namespace
+
+std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape, const MeshCoords& here,
+                                  const ShardPlan& plan) {
+  const LlamaConfig& m = cfg.llama;
+  std::vector<std::string> out;
+  // Pipeline: which decoder layers (and the ends) this stage keeps.
+  std::set<int64_t> layers;
+  for (const auto& [name, rec] : plan)
+    if (name.rfind("model.layers.", 0) == 0) layers.insert(std::stoll(name.substr(13)));
+  std::string l = layers.empty() ? "no decoder layers"
+                                 : "decoder layers " + runs({layers.begin(), layers.end()}) + " of " +
+                                       std::to_string(m.num_hidden_layers);
+  const auto embed = plan.find("model.embed_tokens.weight");
+  if (embed != plan.end() && embed->second.stage == here.pp) l = "embedding, " + l;
+  if (plan.count("model.norm.weight")) l += ", final norm and head";
+  else if (embed != plan.end() && embed->second.stage != here.pp) l += ", the tied head's copy of the embedding";
+  if (shape.pp > 1) {  // its stage, or with several chunks (interleaved, DualPipeV's V) its virtual stages
+    const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
+    const int v = schedule_chunks(s, cfg.pp_virtual_stages);
+    if (v == 1) l += " (pipeline stage " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ")";
+    else
+      l += " (pp rank " + std::to_string(here.pp) + " of " + std::to_string(shape.pp) + ": virtual stages " +
+           stage_list(cfg, shape.pp, here.pp) + " of " + std::to_string(shape.pp * v) + ", " + schedule_name(s) + ")";
+  }
+  out.push_back(l);
+  // Tensor parallelism: heads, MLP columns, vocabulary rows (from the first layer kept).
+  if (shape.tp > 1 && !layers.empty()) {
+    const std::string prefix = "model.layers." + std::to_string(*layers.begin()) + ".";
+    const Slice q = plan.at(prefix + "self_attn.q_proj.weight").slice();
+    const Slice k = plan.at(prefix + "self_attn.k_proj.weight").slice();
+    const Slice g = plan.at(prefix + "mlp.gate_proj.weight").slice();
+    const int64_t hd = m.head_dim();
+    out.push_back("attention: query heads " + range(q.offset / hd, q.length / hd) + " of " +
+                  std::to_string(m.num_attention_heads) + ", key/value heads " + range(k.offset / hd, k.length / hd) +
+                  " of " + std::to_string(m.num_key_value_heads) + "; MLP columns " + range(g.offset, g.length) + " of " +
+                  std::to_string(m.intermediate_size) + " (tp " + std::to_string(here.tp) + " of " +
+                  std::to_string(shape.tp) + ")");
+  }
+  if (embed != plan.end() && embed->second.is_split()) {
+    const Slice v = embed->second.slice();
+    out.push_back("vocabulary rows " + range(v.offset, v.length) + " of " + std::to_string(m.vocab_size) +
+                  " (embedding" + (plan.count("lm_head.weight") || !plan.count("model.norm.weight") ? "" : " and tied head") +
+                  ")");
+  }
+  // Sequence: context parallelism's positions; sequence parallelism's chunk between blocks.
+  const std::vector<int64_t> mine = cp_positions(cfg.seq_len, shape.cp, here.cp, parse_cp_layout(cfg.cp_layout));
+  std::string s = "sequence positions " + runs(mine) + " of " + std::to_string(cfg.seq_len);
+  if (shape.cp > 1) s += " (cp " + std::to_string(here.cp) + " of " + std::to_string(shape.cp) + ", " + cfg.cp_layout + ")";
+  if (cfg.sp && shape.tp > 1) {
+    const int64_t chunk = int64_t(mine.size()) / shape.tp;
+    s += "; between blocks (sequence parallel) its local positions " + range(here.tp * chunk, chunk);
+  }
+  out.push_back(s);
+  // Ulysses and the hybrid (context_parallel/ulysses.h): attention on a head slice of more tokens.
+  if (shape.cp > 1 && cfg.cp_mode != "ring") {
+    const CpMode mode = parse_cp_mode(cfg.cp_mode);
+    const int U = cp_ulysses_size(mode, shape.cp, cfg.cp_ulysses), u = cp_a2a_rank(here.cp, U);
+    const int64_t heads = m.num_attention_heads / shape.tp / U, kv = m.num_key_value_heads / shape.tp;
+    const int64_t f = U / std::gcd(kv, int64_t(U));
+    const std::vector<int64_t> seen =
+        cp_positions(cfg.seq_len, shape.cp / U, cp_ring_rank(here.cp, U), parse_cp_layout(cfg.cp_layout));
+    out.push_back("attention (--cp-mode " + cfg.cp_mode + "): an all-to-all over " + std::to_string(U) +
+                  " cp ranks gives it query heads " + range(u * heads, heads) + " of this tp rank's " +
+                  std::to_string(heads * U) + " (key/value heads " + range(u * f * kv / U, f * kv / U) + " of " +
+                  std::to_string(f * kv) + (f > 1 ? ", each of the " + std::to_string(kv) + " repeated " + std::to_string(f) + "x" : "") +
+                  ") at positions " + runs(seen) +
+                  (U < shape.cp ? ", then a ring over " + std::to_string(shape.cp / U) + " ranks" : " (the whole sequence)") +
+                  "; a second all-to-all returns the output to its tokens");
+  }
+  // Data: the rows of every global batch this dp rank reads.
+  out.push_back("data: " + std::to_string(cfg.micro_batch_size) + " sequence(s) per micro-batch x " +
+                std::to_string(cfg.grad_acc_steps) + " micro-batch(es), dp shard " + std::to_string(here.dp) + " of " +
+                std::to_string(shape.dp) + " of each global batch");
+  if (cfg.zero > 0) {
+    const int n = shape.cp * shape.dp;
+    const int index = here.dp * shape.cp + here.cp;  // its rank in the cp x dp group
+    static const char* what[] = {"", "AdamW moments and master weights", "AdamW state and main gradients",
+                                 "AdamW state, main gradients and weights"};
+    out.push_back("ZeRO-" + std::to_string(cfg.zero) + ": " + what[cfg.zero] + " of slice " + std::to_string(index) +
+                  " of " + std::to_string(n) + " (the " + std::to_string(index) + "-th 1/" + std::to_string(n) +
+                  " of every bucket, zero/zero_layout.h)");
+  }
+  return out;
+}
+
+std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape& shape, int world_rank, int cp_a2a_size) {
+  std::ostringstream o;
+  const std::vector<int64_t> group = members(comm.name(), shape, world_rank, cp_a2a_size);
+  auto world_of = [&](int r) { return r >= 0 && size_t(r) < group.size() ? group[size_t(r)] : int64_t(-1); };
+  o << e.kind;
+  if (*e.reduce) o << " " << e.reduce;
+  const std::string kind = e.kind;
+  if (kind == "send" || kind == "recv") {
+    o << (kind == "send" ? " to " : " from ") << comm.name() << " rank " << e.peer;
+    if (world_of(e.peer) >= 0) o << " (world " << world_of(e.peer) << ")";
+  } else {
+    o << " over " << comm.name();
+    if (!group.empty()) o << " {" << join(group, ",") << "}";
+    else o << " (" << comm.size() << " ranks)";
+    if (kind == "broadcast") o << " from its rank " << e.peer;
+  }
+  if (kind != "barrier") {
+    o << ": [" << join(e.in_shape) << "]";
+    if (!e.out_shape.empty()) o << " -> [" << join(e.out_shape) << "]";
+    o << " " << dtype_name(e.dtype) << ", " << with_commas(e.elements) << " elements";
+  }
+  if (e.async) o << ", posted now and waited for later";
+  o << "\n      at " << repository_path(e.at.file) << ":" << e.at.line << " (" << e.at.function << ")";
+  const std::string code = source_line(std::string(PICOTRON_SOURCE_DIR) + "/" + repository_path(e.at.file), e.at.line);
+  if (!code.empty()) o << ":  " << code;
+  return o.str();
+}
+
+Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of)
+    : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), shard_plan_of_(std::move(shard_plan_of)) {
+  if (!enabled_) return;
+  if (cfg.cp > 1) cp_a2a_size_ = cp_ulysses_size(parse_cp_mode(cfg.cp_mode), cfg.cp, cfg.cp_ulysses);
+  mesh_.set_observer([this](const Comm& comm, const CommEvent& e) {
+    if (!recording_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    // A note (Comm::note) titles the next communication of ITS group (a data-parallel
+    // bucket posted from a gradient hook in between is not what it describes); one that
+    // none follows is dropped.
+    if (std::string(e.kind) == "note") return void(pending_note_ = {comm.name(), e.note});
+    if (!pending_note_.second.empty() && pending_note_.first == comm.name())
+      lines_.push_back("  " + pending_note_.second), pending_note_ = {};
+    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank(), cp_a2a_size_));
+  });
+}
+
+Explainer::~Explainer() {
+  if (enabled_) mesh_.set_observer({});
+}
+
+void Explainer::begin(int64_t step) {
+  if (!enabled_) return;
+  step_ = step;
+  recording_ = true;
+}
+
+void Explainer::phase(const std::string& what) {
+  if (!enabled_ || !recording_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_note_ = {};
+  lines_.push_back(what);
+}
+
+void Explainer::end(const Distributed& dist) {
+  if (!enabled_ || !recording_) return;
+  recording_ = false;
+  const MeshShape& shape = mesh_.shape();
+  auto title = [&](int r) {
+    const MeshCoords c = coords_of(shape, r);
+    const std::string stages = shape.pp > 1 ? stage_list(cfg_, shape.pp, c.pp) : "";  // both ends of the V, say
+    return "---- rank " + std::to_string(r) + " (dp " + std::to_string(c.dp) + ", pp " + std::to_string(c.pp) +
+           (stages.empty() ? "" : ": stages " + stages) + ", cp " + std::to_string(c.cp) + ", tp " + std::to_string(c.tp) +
+           ") ----";
+  };
+  std::string mine;
+  for (const auto& l : lines_) mine += l + "\n";
+  if (lines_.empty()) mine = "  (no communication)\n";
+  lines_.clear();
+  // Every rank's text to rank 0: lengths first, then the texts padded to the longest.
+  const int world = shape.world_size();
+  std::vector<std::string> texts(static_cast<size_t>(world));
+  const auto lengths = dist.all_gather({uint64_t(mine.size())}, std::chrono::seconds(cfg_.timeout_s));
+  if (lengths.size() == size_t(world)) {
+    const size_t words = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8;
+    std::vector<uint64_t> packed(words, 0);
+    std::memcpy(packed.data(), mine.data(), mine.size());
+    const auto all = dist.all_gather(packed, std::chrono::seconds(cfg_.timeout_s));
+    for (int r = 0; r < world && all.size() == words * size_t(world); ++r)
+      texts[size_t(r)].assign(reinterpret_cast<const char*>(all.data() + size_t(r) * words), lengths[size_t(r)]);
+  }
+  if (texts[0].empty() && world > 1) {  // no MPI (torchrun): each rank prints its own, unordered
+    std::cout << title(mesh_.rank()) << "\n" << mine << std::flush;
+    return;
+  }
+  if (mesh_.rank() != 0) return;
+  if (world == 1) texts[0] = mine;
+  std::ostringstream o;
+  o << "==== --explain: step " << step_ << " on dp " << shape.dp << " x pp " << shape.pp << " x cp " << shape.cp
+    << " x tp " << shape.tp << " ====\n";
+  o << "what each rank holds:\n";
+  for (int r = 0; r < world; ++r) {
+    const MeshCoords c = coords_of(shape, r);
+    o << "  rank " << r << ":\n";
+    for (const auto& h : holdings(cfg_, shape, c, shard_plan_of_(c))) o << "    " << h << "\n";
+  }
+  o << "every communication of step " << step_ << ", rank by rank, in the order each rank issued it\n"
+    << "(a group {a,b} lists world ranks; a send/recv peer is its rank within the group):\n";
+  for (int r = 0; r < world; ++r) o << title(r) << "\n" << texts[size_t(r)];
+  o << "==== end of --explain ====";
+  std::cout << o.str() << std::endl;
+}
+
+}  // namespace picotron

@@ -1,0 +1,328 @@
+// runtime/planner/memory_estimate.cpp — see memory_estimate.h. The derivation of every term is
+// in docs/memory.md, "Where the memory goes"; this file only adds them up.
+#include "runtime/planner/memory_estimate.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "picotron/recompute.h"
+#include "runtime/planner/memory_moe.h"
+#include "runtime/planner/memory_per_token.h"
+#include "picotron/utils.h"
+#include "pipeline_parallel/schedules.h"
+#include "zero/zero_layout.h"
+
+namespace picotron {
+
+double MemoryEstimate::state_bytes() const {
+  double sum = 0;
+  for (const auto& l : state) sum += l.bytes;
+  return sum;
+}
+double MemoryEstimate::peak_bytes() const { return state_bytes() + activations.bytes + transient.bytes; }
+
+namespace {
+
+// The layers of pipeline chunk `chunk` of this rank (all of them without pp).
+int64_t chunk_layers(const TrainConfig& c, int rank, int chunk) {
+  if (c.pp == 1) return c.llama.num_hidden_layers;
+  const bool vee = is_v_shape(parse_schedule(c.pp_schedule));  // dualpipev: chunk 1 is stage 2P-1-r
+  return stage_layers(c.llama.num_hidden_layers, c.pp, c.pp_virtual_stages, virtual_stage(c.pp, rank, chunk, vee)).count;
+}
+
+}  // namespace
+
+HeldParameters held_parameters(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  const LlamaConfig& m = c.llama;
+  HeldParameters held;
+  held.has_embed = plan.count("model.embed_tokens.weight") > 0, held.has_head = plan.count("model.norm.weight") > 0;
+  held.tied_here = m.tie_word_embeddings && held.has_embed && held.has_head;
+  held.pipeline_end = is_pipeline_end(plan, here);
+  const std::string layers = "model.layers.";
+  for (const auto& [name, shape] : parameter_shapes(m)) {  // the model's parameter order
+    const auto it = plan.find(name);
+    if (it == plan.end()) continue;
+    HeldParameter p;
+    p.numel = it->second.local_numel();
+    p.expert = it->second.dp_stride > 1;
+    // zero3_unit(name) as a number: "layer N" -> N, "embedding" -> kEmbedding, "head" -> kHead
+    const std::string unit = zero3_unit(name);
+    p.unit = unit == "embedding" ? HeldParameter::kEmbedding : unit == "head" ? HeldParameter::kHead
+                                                                              : std::stoi(name.substr(layers.size()));
+    p.norm_or_head = name == "model.norm.weight" || name == "lm_head.weight";
+    p.down_proj = p.unit >= 0 && name == layers + std::to_string(p.unit) + ".mlp.down_proj.weight";
+    held.params.push_back(p);
+  }
+  return held;
+}
+
+ParameterCounts parameter_counts(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  return parameter_counts(c, held_parameters(c, here, plan));
+}
+
+ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& held) {
+  const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: grads (ZeRO's buckets)
+  ParameterCounts n;
+  n.has_embed = held.has_embed, n.has_head = held.has_head, n.tied_here = held.tied_here;
+  std::vector<int64_t> numels, expert_numels;
+  std::vector<const HeldParameter*> laid;  // the parameters in cp x dp's layout, in order
+  // ZeRO with --ep slices the experts over their replica group (the cp x dp / ep ranks that
+  // hold the same experts; DenseAndExperts in expert_parallel/), the rest over cp x dp.
+  const bool experts_apart = c.ep > 1 && c.zero > 0;
+  for (const HeldParameter& p : held.params) {
+    if (experts_apart && p.expert) {
+      expert_numels.push_back(p.numel);
+      continue;
+    }
+    numels.push_back(p.numel);
+    laid.push_back(&p);
+  }
+  std::vector<int> units, embedding_alone;
+  for (size_t i = 0; i < laid.size(); ++i) {  // ZeRO-3's units: consecutive parameters of one unit
+    units.push_back(i == 0 ? 0 : units.back() + int(laid[i]->unit != laid[i - 1]->unit));
+    // stage 2: a pipeline end's embedding in a bucket of its own (embedding_alone_units)
+    if (held.pipeline_end) embedding_alone.push_back(laid[i]->unit == HeldParameter::kEmbedding ? 0 : 1);
+  }
+  const int N = c.dp * c.cp;
+  const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
+  // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
+  const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
+                                        : c.zero == 2 ? embedding_alone
+                                                      : std::vector<int>{});
+  n.zero_buckets = !laid.empty();
+  n.experts_apart = !expert_numels.empty();
+  n.P = double(layout.numel), n.shard = double(layout.shard);
+  if (n.experts_apart) {  // (stage 3 gathers one expert unit at a time: not modelled)
+    const ZeroLayout experts = zero_layout(expert_numels, std::max(1, N / c.ep), capacity, {});
+    n.P += double(experts.numel), n.shard += double(experts.shard);
+  }
+  // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
+  // tied embedding).
+  if (c.zero == 3 && n.has_head)
+    for (const auto& b : layout.buckets) {
+      const int u = laid[b.first_param]->unit;
+      if (u == HeldParameter::kHead || (u == HeldParameter::kEmbedding && n.tied_here)) n.head_unit += double(b.padded);
+    }
+  if (c.zero >= 2 && n.zero_buckets) {
+    // The gradient buckets that the head and the newest layer's down projection have
+    // reached (the backward's peak below).
+    int newest_layer = -1;
+    for (const HeldParameter* p : laid) newest_layer = std::max(newest_layer, p->unit);
+    for (const auto& b : layout.buckets) {
+      bool touched = false;
+      for (size_t i = b.first_param; i < b.end_param; ++i)
+        touched = touched || laid[i]->norm_or_head || (laid[i]->down_proj && laid[i]->unit == newest_layer);
+      if (touched) n.touched_buckets += double(b.padded);
+    }
+    if (c.zero == 3)
+      for (const auto& b : layout.buckets)
+        if (laid[b.first_param]->unit >= 0) n.layer_unit = std::max(n.layer_unit, double(b.padded));
+  }
+  return n;
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ShardPlan& plan) {
+  return estimate_memory(c, here, parameter_counts(c, here, plan));
+}
+
+MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, const ParameterCounts& counts) {
+  const LlamaConfig& m = c.llama;
+  const double e = c.dtype == Precision::kFP64 ? 8 : c.dtype == Precision::kFP32 ? 4 : 2;  // compute dtype
+  const double a = c.dtype == Precision::kFP64 ? 8 : 4;  // accumulation: norms, softmax, grads, AdamW
+  const bool wide = c.dtype == Precision::kFP32 || c.dtype == Precision::kFP64;
+  const double S = double(c.seq_len) / c.cp, T = double(c.micro_batch_size) * S, H = double(m.hidden_size);
+  const double V = double(m.vocab_size) / c.tp, I = double(m.intermediate_size) / c.tp;
+  const bool tied_here = counts.tied_here;
+
+  // ---- state: parameters, gradients, master, moments (ZeRO: slices over cp x dp; parameter_counts) ----
+  const double P = counts.P, shard = counts.shard;
+  MemoryEstimate est;
+  const std::string Pn = count_text(P), Sn = count_text(shard);
+  // my slice: of cp x dp's layout, and of the experts' over their replicas
+  const std::string slice = !counts.experts_apart ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
+  const std::string en = count_text(e), an = count_text(a);
+  if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, slice + " x e = " + Sn + " x " + en});
+  else est.state.push_back({"weights", P * e, "P x e = " + Pn + " x " + en});
+  if (c.zero >= 2) est.state.push_back({"gradients (my slice)", shard * a, slice + " x a = " + Sn + " x " + an});
+  else if (c.zero == 1)
+    est.state.push_back({"gradients", (P + shard) * a, "(P + " + slice + ") x a = (" + Pn + " + " + Sn + ") x " + an});
+  else est.state.push_back({"gradients", P * a, "P x a = " + Pn + " x " + an});
+  const double opt = c.zero >= 1 ? shard : P;
+  const std::string optn = c.zero >= 1 ? slice : "P";
+  const std::string where = c.zero_offload ? " (CPU memory, not counted)" : "";
+  const double on_device = c.zero_offload ? 0.0 : 1.0;
+  if (wide) est.state.push_back({"master weights", 0, "the weights are the masters"});
+  else est.state.push_back({"master weights" + where, on_device * opt * a, optn + " x a = " + count_text(opt) + " x " + an});
+  est.state.push_back({"AdamW moments" + where, on_device * 2 * opt * a, "2 x " + optn + " x a = 2 x " + count_text(opt) + " x " + an});
+  const double rope = 2 * S * double(m.head_dim()) * e;
+  est.state.push_back({"RoPE tables", rope, "2 x S/cp x Hd x e = 2 x " + count_text(S) + " x " + count_text(double(m.head_dim())) + " x " + en});
+
+  // ---- activations: what the forwards in flight keep ----
+  const PerToken t = per_token(c, e, a);
+  const double head = t.head + t.head_fixed / T;  // per token, the fused loss's dW spread over the micro-batch
+  const int P_ = c.pp, v = c.pp_virtual_stages;
+  const int last_vs = P_ * v - 1;
+  const bool vee = is_v_shape(parse_schedule(c.pp_schedule));  // dualpipev: two chunks' activations
+  // Bytes per token that a micro-batch's activations of chunk `k` hold (the chunks the
+  // schedule runs on this rank: 1, v interleaved, 2 in the V).
+  std::vector<double> chunk_bytes(P_ == 1 ? 1 : schedule_chunks(parse_schedule(c.pp_schedule), v));
+  for (int chunk = 0; chunk < int(chunk_bytes.size()); ++chunk) {
+    const int vs = virtual_stage(P_, here.pp, chunk, vee);
+    double& b = chunk_bytes[chunk];
+    b = double(chunk_layers(c, here.pp, chunk)) * t.layer;
+    if (vs == last_vs) b += head;
+    if (vs == 0) b += 8;                  // int64 token ids
+    if (vs != last_vs) b += H * e;        // the chunk's output, kept for its backward
+  }
+  double kept = 0;  // per token, the most the forwards in flight hold at once
+  int in_flight = 1, newest_chunk = v - 1;
+  if (P_ == 1) {
+    kept = chunk_bytes[0];
+  } else {
+    // Walk the schedule: F adds its micro-batch's activations, B frees them.
+    double now = 0;
+    int count = 0;
+    for (const auto& act : schedule_actions(parse_schedule(c.pp_schedule), P_, int(c.grad_acc_steps), v, here.pp)) {
+      if (act.kind == PipelineAction::kForward) now += chunk_bytes[act.chunk], ++count;
+      if (act.kind == PipelineAction::kBackward) {
+        if (now >= kept) kept = now, in_flight = count, newest_chunk = act.chunk;
+        now -= chunk_bytes[act.chunk], --count;
+      }
+    }
+  }
+  std::ostringstream af;
+  if (P_ == 1)
+    af << "T x (L x A_layer + A_head + 8 token ids) = " << count_text(T) << " x (" << m.num_hidden_layers << " x " << count_text(t.layer)
+       << " + " << count_text(t.head) << " + 8)" << (t.head_fixed > 0 ? " + dW " + count_text(t.head_fixed) + " B" : "");
+  else
+    af << "T x the most the forwards in flight keep = " << count_text(T) << " x " << count_text(kept) << " B (" << in_flight
+       << " micro-batch" << (in_flight > 1 ? "es" : "") << " in flight under " << c.pp_schedule
+       << "; a stage's output H.e kept)";
+  est.activations = {"activations kept", T * kept, af.str()};
+  if (m.is_moe()) {  // the routers' statistics for the balancing loss: [E] fp64 counts, [E] sum of p, per layer
+    int64_t layers_here = 0;
+    for (int chunk = 0; chunk < v; ++chunk) layers_here += chunk_layers(c, here.pp, chunk);
+    const double log = double(layers_here) * double(m.num_local_experts) * (8 + a);
+    est.activations.bytes += log;
+    est.activations.formula += " + router statistics L x E(8 + a) = " + count_text(log) + " B";
+  }
+  // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
+  // tied embedding). (A pipeline stage without the head keeps its last layer: the layer
+  // the backward's peak below gathers anyway.)
+  const double gathered_kept = counts.head_unit * e;  // (e a power of two: the same sum as bucket by bucket)
+  if (gathered_kept > 0) {
+    est.activations.bytes += gathered_kept;
+    est.activations.formula += " + head unit gathered " + count_text(gathered_kept) + " B";
+  }
+
+  // ---- the backward's peak: the loss's gradient, or the last layer's MLP ----
+  // (the fused loss: its forward's chunk loop, memory_per_token.h; its backward only scales dh and dW)
+  const Recompute mode = parse_recompute(c.recompute);
+  const bool newest_has_head = virtual_stage(P_, here.pp, newest_chunk, vee) == last_vs;
+  const FusedPieces fused = fused_pieces(c);
+  const double at_loss = newest_has_head ? 2 * V * a : 0;  // d(log-softmax) and d(logits), [T, V/tp] each
+  double at_mlp = H * e + 2 * I * e;                 // d(output), and dgated, dsilu, dup - gated
+  if (m.is_moe()) at_mlp = moe_backward_per_token(c, e);
+  else if (mode == Recompute::kSelective)  // silu(gate) and the product, recomputed (fused: the product)
+    at_mlp += (fused.on ? 1 : 2) * I * e;
+  if (mode == Recompute::kFull) at_mlp += t.layer_none - H * a + H * e;  // the layer, rebuilt
+  if (newest_has_head) at_mlp -= head;                     // the head's backward is over
+  double extra = 0;
+  std::string extra_formula;
+  if (tied_here) extra += V * H * e, extra_formula += " + the head's gradient of the tied matrix (V/tp) x H x e";
+  if (P_ > 1) extra += 2 * T * H * e, extra_formula += " + pipeline transfers 2 x T x H x e";
+  if (c.zero >= 2 && counts.zero_buckets) {
+    // The gradient buckets that the head and the newest layer's down projection have
+    // reached, full size (fp32) until reduce-scattered; stage 3 gathers that layer and
+    // prefetches the one before.
+    const double buckets = counts.touched_buckets * a;
+    extra += buckets, extra_formula += " + gradient buckets " + count_text(buckets) + " B";
+    if (c.zero == 3) {
+      const double gathered = 2 * counts.layer_unit * e;
+      extra += gathered, extra_formula += " + 2 layers gathered " + count_text(gathered) + " B";
+    }
+  }
+  const double layer_peak = T * at_mlp + extra;
+  std::string loss_formula;
+  const double loss_peak = fused.loss ? fused_loss_peak(c, T, e, a, &loss_formula) : T * at_loss;
+  if (newest_has_head && fused.loss && loss_peak >= layer_peak)
+    est.transient = {"forward peak (fused loss, a chunk)", loss_peak, loss_formula};
+  else if (newest_has_head && loss_peak >= layer_peak)
+    est.transient = {"backward peak (at the loss)", loss_peak,
+                     "T x 2(V/tp).a = " + count_text(T) + " x " + count_text(2 * V * a) + " B: d(log-softmax), d(logits)"};
+  else
+    est.transient = {m.is_moe() ? "backward peak (last layer's experts)" : "backward peak (last layer's MLP)", layer_peak,
+                     "T x " + count_text(at_mlp) + " B" + extra_formula};
+  if (m.is_moe() && c.ep > 1 && newest_has_head) {
+    // Expert parallelism: the last layer's forward can top the backward (the head's
+    // activations are not allocated yet then; the dispatch buffers are).
+    const double fwd = ep_forward_per_token(c, e) - head;
+    if (T * fwd > est.transient.bytes)
+      est.transient = {"forward peak (last layer's all-to-all)", T * fwd,
+                       "T x (3k.H.e + 2H.e + 16k - A_head) = " + count_text(T) + " x " + count_text(fwd) +
+                           " B: dispatch rows out, in, results; the combine"};
+  }
+  est.terms = {"A_layer = " + t.layer_formula + " per token per layer (--recompute " + c.recompute + ")",
+               "A_head = " + t.head_formula};
+  if (fused.on)
+    est.terms.push_back(std::string("--kernels fused (runtime/planner/memory_per_token.h): a norm keeps x, 1/rms, y; "
+                                    "SwiGLU gate, up, the product") +
+                        (fused.hand_flash ? "; the hand-written flash attention q, k, v, out, its copy" : "") +
+                        (fused.loss ? "; the loss dh and dW, never the [T, V] logits" : ""));
+  if (m.is_moe())
+    est.terms.push_back("A_moe = " + t.moe_formula + " per token per layer (router, top-" +
+                        std::to_string(m.num_experts_per_tok) + " of E = " + std::to_string(m.num_local_experts) +
+                        ", the experts' rows" + (c.ep > 1 ? ", the all-to-all's return buffer" : "") +
+                        "; balanced routing: k.T rows per rank)");
+  return est;
+}
+
+std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of) {
+  const MeshShape shape{c.dp, c.pp, c.cp, c.tp};
+  const MemoryEstimate est = estimate_memory(c, coords_of(shape, 0), shard_plan_of(coords_of(shape, 0)));
+  const double e = c.dtype == Precision::kFP64 ? 8 : c.dtype == Precision::kFP32 ? 4 : 2;
+  std::ostringstream o;
+  o << "memory of rank 0 at its peak (estimate; T = B x S/cp = " << c.micro_batch_size << " x " << c.seq_len / c.cp
+    << " = " << with_commas(c.micro_batch_size * c.seq_len / c.cp) << " tokens per micro-batch, e = " << e << " B ("
+    << precision_name(c.dtype) << "), a = " << (c.dtype == Precision::kFP64 ? 8 : 4) << " B):\n";
+  auto line = [&o](const std::string& name, double bytes, const std::string& formula) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "  %-34s %12s", name.c_str(), human_bytes(bytes).c_str());
+    o << buf << "   " << formula << "\n";
+  };
+  for (const auto& l : est.state) line(l.name, l.bytes, l.formula);
+  line(est.activations.name, est.activations.bytes, est.activations.formula);
+  line(est.transient.name, est.transient.bytes, est.transient.formula);
+  line("total at the peak", est.peak_bytes(), with_commas(int64_t(est.peak_bytes())) + " B");
+  for (const auto& term : est.terms) o << "  " << term << "\n";
+  if (shape.world_size() > 1) {
+    // Ranks with the same peak share an entry: "ranks 0-3 1.2 GiB", in rank order.
+    o << "peak per rank:";
+    int first = 0;
+    std::string value;
+    auto flush = [&](int last) {
+      o << (first > 0 ? ";" : "") << (last > first ? " ranks " + std::to_string(first) + "-" + std::to_string(last)
+                                                   : " rank " + std::to_string(first))
+        << " " << value;
+    };
+    for (int r = 0; r < shape.world_size(); ++r) {
+      const MeshCoords here = coords_of(shape, r);
+      const std::string v = human_bytes(estimate_memory(c, here, shard_plan_of(here)).peak_bytes());
+      if (r > 0 && v != value) flush(r - 1), first = r;
+      value = v;
+    }
+    flush(shape.world_size() - 1);
+    o << "\n";
+  }
+  if (c.cp > 1 && c.cp_mode == "ring") o << "  (cp: ring attention's blocks in flight are not counted)\n";
+  if (c.cp > 1 && c.cp_mode != "ring")  // context_parallel/README.md, "Memory"
+    o << "  (cp " << c.cp_mode << ": the attention keeps what it keeps on one rank, nH/U heads of U x the tokens; "
+      << "the all-to-alls' buffers in flight, about 2 (nH + f nKV)/tp Hd e per token, are not counted"
+      << (c.cp_mode == "hybrid" ? ", nor the ring's blocks" : "") << ")\n";
+  if (c.sp) o << "  (sp: counted as without sequence parallelism; its saving is not modeled)\n";
+  std::string s = o.str();
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+}  // namespace picotron

@@ -1,0 +1,59 @@
+// runtime/text/generate.h — sampling from a trained model (--generate N).
+//
+// No KV cache: each new token runs the whole (short) sequence again. Simple, and
+// cheap at the lengths a tiny model is sampled at.
+//
+// For the default arithmetic data the samples are checked: the model completes
+// "\na+b=" greedily up to the newline, and the report counts exact answers.
+//
+// Test: ctest -R cli.train_metrics (samples and accuracy of a short run)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "picotron/data.h"
+#include "picotron/model.h"
+
+namespace picotron {
+
+// Continue `prompt` by up to `max_new` tokens; stop after `stop_token` (-1: never).
+// temperature 0 = greedy (argmax); otherwise sample from softmax(logits / temperature).
+std::vector<int64_t> continue_tokens(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new,
+                                     int64_t stop_token, double temperature, uint64_t seed);
+
+struct ArithmeticReport {
+  int correct = 0, total = 0;
+  std::vector<std::string> examples;  // "17+45=62 ok", "3+8=10 wrong (11)"
+};
+// Ask `total` problems drawn with `seed` and check each answer. There are only 10,000
+// possible problems and all of them occur in the training stream: the score measures
+// how many answers the model has learned, not generalisation to unseen sums.
+ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num_examples, uint64_t seed);
+
+// Byte tokens -> printable text (non-printable bytes as \xNN, newlines as "\n").
+std::string bytes_to_text(const std::vector<int64_t>& tokens);
+
+// What --generate N prints after training, from a whole (single-process) model:
+//   arithmetic data: N greedy answers and the exact-answer count over 100 problems;
+//   --tokenizer: N continuations of prompts from the data, as text (runtime/text/tokenizer.h);
+//   other byte-level data (V <= 256): N continuations of prompts from the data;
+//   larger vocabularies without a tokenizer: nothing.
+void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader);
+// Whether print_samples prints anything for this config (decided before gathering a
+// whole model onto rank 0 for it). Pure: every rank gets the same answer.
+bool prints_samples(const TrainConfig& cfg);
+// --prompt-ids: "prompt ids: 1 2 3 -> 4 5 6" (greedy, `max_new` tokens; and the bytes when
+// the vocabulary is bytes). Ids in, ids out (--prompt with --tokenizer takes text).
+void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new);
+// --prompt TEXT --tokenizer DIR: the text, encoded, continued greedily by max_new tokens,
+// printed as text (the prompt included) and as ids.
+void print_text_continuation(LlamaForCausalLM& model, const std::string& tokenizer, const std::string& prompt,
+                             int64_t max_new);
+// --eval F: the next-token loss on F's {"input_ids": [[...], ...]} (each row predicts its
+// own next tokens: mean over B x (S-1)), printed; with `logits_path`, {"loss", "logits"
+// [B][S][V]} written there as JSON.
+void print_eval(LlamaForCausalLM& model, const std::string& path, const std::string& logits_path);
+
+}  // namespace picotron
