@@ -6,12 +6,14 @@
   the techniques   data_parallel/ tensor_parallel/ pipeline_parallel/ context_parallel/
                    zero/ expert_parallel/ kernels/: the step and their own folder, never
                    another technique, never the runtime
-  the runtime      runtime/: flags and their rules, checkpoints, Hugging Face folders,
-                   estimator, planner, reports, explain, profile, tokenizer, validation,
-                   generation. The step and the techniques (it reads their pure
-                   arithmetic: schedules, layouts), never train.cpp
+  the runtime      runtime/<room>/: cli, checkpoint, planner, observe, text (runtime/README.md).
+                   The step and the techniques (it reads their pure arithmetic:
+                   schedules, layouts), never train.cpp. No source file loose in runtime/:
+                   each lives in its room.
   train.cpp        on top: anything
 
+An include names its file from the repository's root ("picotron/mesh.h"): one without a
+folder ("mesh.h") is judged too, and is a violation, since the rule cannot be read off it.
 No exceptions: there is no list of allowed crossings. Every violation is one line; exit
 1 if any. Run by ctest (label unit: layers.include_rules).
 """
@@ -52,14 +54,19 @@ def main(root):
     for path in sorted(sources):
         rel = path.relative_to(root).as_posix()
         layer = layer_of(rel)
+        if rel.startswith("runtime/") and rel.count("/") == 1:
+            problems.append(f"{rel}: a source file loose in runtime/: it belongs in one of its rooms (runtime/README.md)")
         for inc in includes(path):
+            if "/" not in inc:
+                problems.append(f"{rel}: includes \"{inc}\" without its folder: name it from the repository's root")
+                continue
             target = layer_of(inc)
             if not allowed(layer, target):
                 problems.append(f"{rel}: the {layer if layer != 'step' else 'step (picotron/)'} includes {inc} "
                                 f"({target})")
     for p in problems:
         print(p)
-    print(f"{len(sources)} files checked, {len(problems)} include(s) against the rules")
+    print(f"{len(sources)} files checked, {len(problems)} problem(s) with the rules")
     return 1 if problems else 0
 
 

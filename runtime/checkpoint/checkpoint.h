@@ -5,7 +5,7 @@
 // written on one mesh can be read on any other: the equivalence harness compares the
 // final parameters of a parallel run with the single-process run through it.
 // Format: safetensors (runtime/checkpoint/safetensors.h), keys = parameter names: Python reads it
-// with `safetensors.torch.load_file`. Checkpoints that resume: runtime/resume.h.
+// with `safetensors.torch.load_file`. Checkpoints that resume: runtime/checkpoint/resume.h.
 //
 // Test: build/tests/unit_tests "[checkpoint]"; gather_full_tensors: ctest -R sharded
 #pragma once

@@ -4,7 +4,7 @@
 //   D/step-000120/manifest.json, D/step-000120/rank-00000.safetensors, ...
 //   tensors "<parameter name>/master", "/exp_avg", "/exp_avg_sq"; checksums in hex.
 //
-// Internal to picotron/: the user-facing API is runtime/resume.h.
+// Internal to this room: the user-facing API is runtime/checkpoint/resume.h.
 #pragma once
 
 #include <algorithm>
