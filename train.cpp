@@ -50,13 +50,14 @@
 #include "runtime/text/generate.h"
 #include "runtime/checkpoint/hf.h"
 #include "runtime/planner/memory_estimate.h"
-#include "runtime/planner/plan.h"
+#include "runtime/planner/layout_search.h"
 #include "runtime/observe/profile.h"
 #include "runtime/observe/projections.h"
 #include "runtime/observe/holdings.h"
 #include "runtime/observe/report.h"
 #include "runtime/checkpoint/resume.h"
-#include "runtime/cli/startup.h"
+#include "runtime/checkpoint/whole_model.h"
+#include "runtime/preflight/startup.h"
 #include "runtime/observe/step_watch.h"
 #include "runtime/observe/validation.h"
 
@@ -178,12 +179,12 @@ void print_run(const TrainConfig& cfg, const Distributed& dist, torch::Device de
 
 // pp > 1: the micro-batches run through the stages in the schedule's order (pipeline_parallel/).
 std::unique_ptr<Pipeline> make_pipeline(const TrainConfig& cfg, LlamaForCausalLM& model, Mesh& mesh,
-                                        const std::vector<int64_t>& my_tokens, torch::TensorOptions activations) {
+                                        const std::vector<int64_t>& my_tokens, torch::Device device) {
   if (cfg.pp == 1) return nullptr;
   const Pipeline::Options opts{parse_schedule(cfg.pp_schedule), cfg.pp_virtual_stages, cfg.grad_acc_steps,
                                cfg.micro_batch_size, cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(),
                                torch::tensor(my_tokens, torch::kInt64)};
-  return std::make_unique<Pipeline>(model, mesh, opts, activations);
+  return std::make_unique<Pipeline>(model, mesh, opts, torch::TensorOptions().device(device).dtype(scalar_type(cfg.dtype)));
 }
 
 // The sums each technique makes over its own axis, registered with the optimizer, which
@@ -197,41 +198,6 @@ void add_own_axis_sums(Optimizer& optimizer, const TrainConfig& cfg, Mesh& mesh,
     optimizer.add_grad_sum([&tp = mesh.tp()](Held& held) { sync_sequence_parallel_grads(held, tp); });
   if (experts && cfg.zero == 0)  // each expert over its copies, / dp (with ZeRO: DenseAndExperts)
     optimizer.add_grad_sum([experts](Held& held) { experts->sync_expert_grads(held); });
-}
-
-// --save-params, --export-hf: the fp32 master weights (fp64 in fp64 runs), reassembled on
-// rank 0 from every rank's shards.
-void save_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
-                      const ShardPlanOf& shard_plan_of, Comm& world) {
-  if (cfg.save_params.empty() && cfg.export_hf.empty()) return;
-  const auto full =
-      gather_full_tensors(optimizer.masters_by_name(), cfg.llama, shape, shard_plan_of, optimizer.state_dtype(), world);
-  if (world.rank() != 0) return;
-  if (!cfg.save_params.empty()) {
-    save_tensors(cfg.save_params, full);
-    print0(0, "saved parameters to " + cfg.save_params);
-  }
-  if (!cfg.export_hf.empty()) {
-    export_hf(cfg.export_hf, cfg.llama, full);
-    print0(0, "exported a Hugging Face folder to " + cfg.export_hf + " (config.json, model.safetensors)");
-  }
-}
-
-// Samples, --eval, --prompt: a whole model on rank 0, whatever the mesh trained.
-void use_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
-                     const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader) {
-  if (!prints_samples(cfg) && cfg.eval.empty() && cfg.prompt_ids.empty() && cfg.prompt.empty()) return;
-  const auto dtype = scalar_type(cfg.dtype);
-  const auto full = gather_full_tensors(optimizer.weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
-  if (world.rank() != 0) return;
-  const auto opts = torch::TensorOptions().device(device).dtype(dtype);
-  LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), opts);
-  add_experts(*whole, replicated_plan(cfg.llama), opts);
-  load_parameters(*whole, full);
-  if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
-  if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
-  else if (!cfg.prompt.empty()) print_text_continuation(whole, cfg.tokenizer, cfg.prompt, cfg.generate);
-  else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
 }
 
 // ---- one training step ---------------------------------------------------------------
@@ -306,76 +272,90 @@ StepStats step_stats(const TrainConfig& cfg, int64_t step, const StepResult& r, 
   return stats;
 }
 
+// The run's tokens: this dp rank's rows of every global batch (with cp, this cp rank's
+// positions of each sequence; their targets and RoPE positions follow), and --val-data's.
+struct Batches {
+  BatchLoader train;
+  std::optional<BatchLoader> val;
+};
+Batches make_batches(const TrainConfig& cfg, const DataSources& sources, Mesh& mesh, const std::vector<int64_t>& my_tokens) {
+  BatchLoader train(sources.train, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
+                    mesh.coords().dp);
+  if (cfg.cp > 1) train.keep_positions(my_tokens);
+  print0(mesh.rank(), data_summary(cfg, train));
+  return {train, validation_batches(sources.val, cfg, mesh, my_tokens)};
+}
+
+// What a step adds to its line beside the loss: a mixture of experts' tokens per expert,
+// and --val-data's loss when it is due.
+void add_step_figures(StepStats& stats, Trainer& t, const Batches& data, int64_t step, int64_t end_step) {
+  if (t.cfg.llama.is_moe())
+    stats.tokens_per_expert = global_tokens_per_expert(*t.model, t.mesh, t.cfg.sp, t.pipeline ? t.pipeline->loss_rank() : 0);
+  if (data.val && evaluation_due(step + 1, end_step, t.cfg.eval_every))
+    stats.val_loss = validation_loss(t.model, t.pipeline, t.mesh, *data.val, t.cfg.eval_batches, t.cfg.grad_acc_steps, t.device);
+}
+
+// The reports at the end of a run: --val-data's loss when no step logged it (--steps 0:
+// an imported model, say), --comm-report (every group's calls and elements per step,
+// the techniques' own groups included), --pp-trace.
+void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool stepped, Comm& world) {
+  if (data.val && !stepped)
+    print0(world.rank(), validation_line(validation_loss(t.model, t.pipeline, t.mesh, *data.val, t.cfg.eval_batches,
+                                                         t.cfg.grad_acc_steps, t.device), t.cfg));
+  if (t.cfg.comm_report)
+    print0(world.rank(), t.mesh.comm_report(t.cfg.steps, {t.pipeline ? &t.pipeline->embedding_group() : nullptr,
+                                                          experts ? &experts->ep_group() : nullptr,
+                                                          experts ? &experts->replica_group() : nullptr}));
+  if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps);
+}
+
 // ---- the run: mesh, model on the mesh, optimizer, the loop, the end ---------------------
 int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const int rank = dist.rank();
   wait_for_debugger(cfg, rank);  // --wait-for-debugger: a rank's pid printed, and a pause until gdb attaches
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
   const torch::Device device = choose_device(cfg, dist);  // --device auto, the --dtype default, threads per rank
-  const auto dtype = scalar_type(cfg.dtype);
 
   // ---- mesh -----------------------------------------------------------------------
-  // Building the communicators waits for every rank (MPI_Comm_dup/split, NCCL init), with
-  // no timeout of its own: bounded here. From then on every collective is (Comm).
-  RendezvousDeadline setup(rank, "building the communicators (the world, then the mesh's groups)",
-                           std::chrono::seconds(cfg.timeout_s));
+  // Building the communicators (MPI_Comm_dup/split, NCCL init) has no timeout of its own: bounded here.
+  RendezvousDeadline setup(rank, "building the communicators (the world, then the mesh's groups)", std::chrono::seconds(cfg.timeout_s));
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
-  const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
-  Mesh mesh(world, shape);
+  Mesh mesh(world, MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp});
   setup.disarm();
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
   Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
-  print_run(cfg, dist, device, shape, shard_plan_of);
+  print_run(cfg, dist, device, mesh.shape(), shard_plan_of);
 
-  // ---- model on the mesh ------------------------------------------------------------
+  // ---- model on the mesh; optimizer: AdamW, its gradients all-reduced by data parallelism, or ZeRO
   ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
-  LlamaForCausalLM& model = on_mesh.model;
-  ExpertParallel* experts = on_mesh.experts.get();
-
-  // ---- optimizer: AdamW, its gradients all-reduced by data parallelism; or ZeRO -------
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, model, on_mesh.plan, mesh, experts, on_mesh.fused);
+  ExpertParallel* experts = on_mesh.experts.get();  // --ep: the MoE layers' tokens to their experts and back
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, on_mesh.model, on_mesh.plan, mesh, experts, on_mesh.fused);
   if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
-  const std::unique_ptr<Pipeline> pipeline =
-      make_pipeline(cfg, model, mesh, on_mesh.my_tokens, torch::TensorOptions().device(device).dtype(dtype));
+  const std::unique_ptr<Pipeline> pipeline = make_pipeline(cfg, on_mesh.model, mesh, on_mesh.my_tokens, device);
   add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), experts);
-  // What each projection became, read from the final model (runtime/observe/projections.h): a
-  // technique that replaced another's slot is an error here, never a silent change.
-  const std::vector<ProjectionKind> projections = projection_kinds(*model, on_mesh.plan);
-  if (const std::string p = projections_problem(projections, cfg.fp8); !p.empty()) throw std::runtime_error(p);
-  if (cfg.explain) print0(rank, projections_text(projections));
+  check_projections(*on_mesh.model, on_mesh.plan, cfg.fp8, cfg.explain, rank);  // runtime/observe/projections.h
   LossScaler scaler(cfg.dtype == Precision::kFP16);
+  const Batches data = make_batches(cfg, sources, mesh, on_mesh.my_tokens);
 
-  BatchLoader loader(sources.train, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp,
-                     mesh.coords().dp);
-  if (cfg.cp > 1)  // this cp rank's tokens of every sequence (their targets and RoPE positions follow)
-    loader.keep_positions(on_mesh.my_tokens);
-  print0(rank, data_summary(cfg, loader));
-  const std::optional<BatchLoader> val = validation_batches(sources.val, cfg, mesh, on_mesh.my_tokens);  // --val-data
-  RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
-  const double peak_flops = device_peak_flops(device) * dist.world_size();  // of all ranks, for the MFU
-
-  // ---- checkpoints (runtime/checkpoint/resume.h): resume on any mesh, save what this rank owns --
+  // ---- checkpoints (runtime/checkpoint/): resume on any mesh, save what this rank owns; what watches the steps
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
-  if (!cfg.save_dir.empty() && rank == 0) lock_save_dir(cfg.save_dir);  // one run per --save-dir at a time
-  int64_t start_step = 0;
-  if (!cfg.resume.empty()) start_step = resume_run(cfg, end_step, *optimizer, scaler, world, dist);
+  const int64_t start_step = start_checkpoints(cfg, end_step, *optimizer, scaler, world, dist);  // --save-dir's lock, --resume
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
   Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/checkpoint/async_save.h)
+  RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
-  if (const std::string p = profile.range_problem(start_step); !p.empty()) throw std::runtime_error(p);
-  StepWatch watch(cfg, device, explain, profile, log, start_step);
+  StepWatch watch(cfg, device, explain, profile, log, start_step);  // (refuses a --profile-steps range already passed)
 
   // ---- the loop ---------------------------------------------------------------------
-  Trainer trainer{cfg, mesh, model, *optimizer, pipeline.get(), scaler, device};
+  Trainer trainer{cfg, mesh, on_mesh.model, *optimizer, pipeline.get(), scaler, device};
+  const double peak_flops = device_peak_flops(device) * dist.world_size();  // of all ranks, for the MFU
   mesh.reset_ledgers();  // --comm-report counts the training steps only
   for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
-    const StepResult r = train_step(trainer, loader, step, watch);
+    const StepResult r = train_step(trainer, data.train, step, watch);
     watch.end(dist);  // --explain: rank 0 prints every rank's narration
-    StepStats stats = step_stats(cfg, step, r, double(loader.tokens_per_step()) / timer.seconds(), peak_flops, device);
-    if (cfg.llama.is_moe()) stats.tokens_per_expert = global_tokens_per_expert(*model, mesh, cfg.sp, pipeline ? pipeline->loss_rank() : 0);
-    if (val && evaluation_due(step + 1, end_step, cfg.eval_every))
-      stats.val_loss = validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device);
+    StepStats stats = step_stats(cfg, step, r, double(data.train.tokens_per_step()) / timer.seconds(), peak_flops, device);
+    add_step_figures(stats, trainer, data, step, end_step);
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
     if (const std::string table = watch.profile_table(step); !table.empty()) print0(rank, table);
     checkpoints.after_step(step + 1, end_step, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()},
@@ -385,16 +365,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   log.finish();
 
   // ---- the end: reports, and the whole model where something needs it ----------------
-  if (val && start_step == end_step)  // no step to log it with (--steps 0: an imported model, say)
-    print0(rank, validation_line(
-                     validation_loss(model, pipeline.get(), mesh, *val, cfg.eval_batches, cfg.grad_acc_steps, device), cfg));
-  if (cfg.comm_report)
-    print0(rank, mesh.comm_report(cfg.steps, {pipeline ? &pipeline->embedding_group() : nullptr,
-                                              experts ? &experts->ep_group() : nullptr,
-                                              experts ? &experts->replica_group() : nullptr}));
-  if (pipeline && !cfg.pp_trace.empty()) pipeline->write_trace(cfg.pp_trace, world, cfg.steps);
-  save_whole_model(cfg, *optimizer, shape, shard_plan_of, world);
-  use_whole_model(cfg, *optimizer, shape, shard_plan_of, device, world, loader);
+  report_end(trainer, data, experts, start_step < end_step, world);
+  save_whole_model(cfg, *optimizer, mesh.shape(), shard_plan_of, world);  // --save-params, --export-hf (runtime/checkpoint/whole_model.h)
+  use_whole_model(cfg, *optimizer, mesh.shape(), shard_plan_of, device, world, data.train);  // samples, --eval, --prompt (runtime/text/generate.h)
   return 0;
 }
 
@@ -439,7 +412,7 @@ int main(int argc, char** argv) {
   }
   if (args.config && !args.config->check_checkpoint.empty())  // verify a checkpoint, print what it holds, exit
     return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint/checkpoint_check.h)
-  // Everything that can be wrong before any rank communicates (runtime/cli/startup.h):
+  // Everything that can be wrong before any rank communicates (runtime/preflight/startup.h):
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems = config ? config_problems(*config, launch)  // flags that did not parse:
@@ -448,7 +421,7 @@ int main(int argc, char** argv) {
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(*config, c); };
   if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, shard_plan_of);
   if (problems.empty() && config->planner.search) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
-    if (launch.rank == 0) std::cout << plan_text(*config, shard_plan_for) << std::endl;
+    if (launch.rank == 0) std::cout << layout_search_text(*config, shard_plan_for) << std::endl;
     return 0;
   }
   DataSources data;  // --data and --val-data, opened (and checked) before the launch

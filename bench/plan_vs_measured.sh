@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/plan_vs_measured.sh [WORKDIR] — the planner's predictions (build/train --plan-layout,
-# runtime/planner/plan.h) against real CPU runs of the same layouts: the peak memory of
+# runtime/planner/layout_search.h) against real CPU runs of the same layouts: the peak memory of
 # rank 0 and the step time, on one small model with the same global batch (1,024 tokens).
 #
 #   flock /tmp/picotron-build.lock bench/plan_vs_measured.sh

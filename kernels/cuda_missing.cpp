@@ -1,7 +1,7 @@
 // kernels/cuda_missing.cpp — a build without the CUDA parts (no CUDA toolkit or a CPU
 // LibTorch at configure time) has no cuda:: kernels: each entry throws one line. Only a
 // CUDA tensor reaches them (kernels/autograd.cpp), and --kernels fused is refused
-// without a GPU (runtime/cli/flag_rules.cpp, runtime/cli/startup.cpp), so this is a
+// without a GPU (runtime/cli/flag_rules.cpp, runtime/preflight/startup.cpp), so this is a
 // guard, not a path.
 #include <stdexcept>
 

@@ -63,7 +63,7 @@ torch::Tensor scale_from_amax(const torch::Tensor& amax, Format f);
 
 // "" when a GPU of compute capability major.minor (`name`, for the message) can run the
 // fp8 GEMMs, else the one line that says why not: fp8 tensor cores need 8.9 (Ada, Hopper)
-// or newer. Pure: the caller reads the device (runtime/cli/startup.h checks it before the run).
+// or newer. Pure: the caller reads the device (runtime/preflight/startup.h checks it before the run).
 std::string device_problem(int major, int minor, const std::string& name);
 
 // A quantised tensor: t ≈ data / scale.

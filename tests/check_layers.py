@@ -6,7 +6,7 @@
   the techniques   data_parallel/ tensor_parallel/ pipeline_parallel/ context_parallel/
                    zero/ expert_parallel/ kernels/: the step and their own folder, never
                    another technique, never the runtime
-  the runtime      runtime/<room>/: cli, checkpoint, planner, observe, text (runtime/README.md).
+  the runtime      runtime/<room>/: cli, checkpoint, planner, observe, text, preflight (runtime/README.md).
                    The step and the techniques (it reads their pure arithmetic:
                    schedules, layouts), never train.cpp. No source file loose in runtime/:
                    each lives in its room.

@@ -57,7 +57,7 @@ picotron_equivalence(dp2_bucketed_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --dp 2 --d
 add_executable(dp_overlap_test test_data_parallel.cpp)
 target_link_libraries(dp_overlap_test PRIVATE picotron_core)
 target_link_options(dp_overlap_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(dp_overlap_test REUSE_FROM picotron_comm)
+target_precompile_headers(dp_overlap_test REUSE_FROM picotron_step)
 picotron_mpi_test(NAME data_parallel.overlap NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
 # Its parts alone, for the assignment tasks (tests/assignments.cmake) that each one grades.
@@ -191,7 +191,7 @@ picotron_equivalence(mesh8_dp2_tp2_pp2_sp_fp32 NP 8 RTOL 1e-5 DTYPE fp32 ARGS --
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)
 target_link_libraries(tensor_parallel_tests PRIVATE picotron_core)
 target_link_options(tensor_parallel_tests PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(tensor_parallel_tests REUSE_FROM picotron_comm)
+target_precompile_headers(tensor_parallel_tests REUSE_FROM picotron_step)
 picotron_mpi_test(NAME tensor_parallel.np4 NP 4 TIMEOUT 120 COMMAND $<TARGET_FILE:tensor_parallel_tests>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
 
@@ -200,7 +200,7 @@ picotron_mpi_test(NAME tensor_parallel.np4 NP 4 TIMEOUT 120 COMMAND $<TARGET_FIL
 add_executable(cp_ring_test test_context_parallel.cpp)
 target_link_libraries(cp_ring_test PRIVATE picotron_core)
 target_link_options(cp_ring_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(cp_ring_test REUSE_FROM picotron_comm)
+target_precompile_headers(cp_ring_test REUSE_FROM picotron_step)
 foreach(np 2 4)
   picotron_mpi_test(NAME context_parallel.ring_${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:cp_ring_test>
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")
@@ -210,7 +210,7 @@ endforeach()
 add_executable(cp_ulysses_test test_ulysses.cpp)
 target_link_libraries(cp_ulysses_test PRIVATE picotron_core)
 target_link_options(cp_ulysses_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(cp_ulysses_test REUSE_FROM picotron_comm)
+target_precompile_headers(cp_ulysses_test REUSE_FROM picotron_step)
 foreach(np 2 4)
   picotron_mpi_test(NAME context_parallel.ulysses_${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:cp_ulysses_test>
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")
@@ -324,7 +324,7 @@ picotron_equivalence(moe_recompute_full_ep2_pp2 NP 4 SAME_MICRO_BATCHES ${MOE} -
 add_executable(expert_parallel_test test_expert_parallel.cpp)
 target_link_libraries(expert_parallel_test PRIVATE picotron_core)
 target_link_options(expert_parallel_test PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(expert_parallel_test REUSE_FROM picotron_comm)
+target_precompile_headers(expert_parallel_test REUSE_FROM picotron_step)
 foreach(np 2 4)
   picotron_mpi_test(NAME expert_parallel.np${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:expert_parallel_test>
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")

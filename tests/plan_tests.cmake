@@ -1,4 +1,4 @@
-# build/train --plan (runtime/planner/plan.h): the search runs without launching anything
+# build/train --plan (runtime/planner/layout_search.h): the search runs without launching anything
 # or allocating a tensor (a 6 GiB address-space limit, as the dry runs), prints its counts
 # and the best layouts with their command lines; the cheatsheet's answers for an 8B model
 # on one node (one technique), 70B on 64 GPUs (TP in the node with PP or ZeRO-3, or ZeRO-3
@@ -7,7 +7,7 @@
 set(PLAN_TRAIN $<TARGET_FILE:train>)
 # (TIMEOUT 120: the largest search, mixtral-8x7b over 64 GPUs, six schedules and four ep sizes,
 # took about 2 minutes before each stage's shard plan was derived once (StageShapes in
-# runtime/planner/plan.cpp); now about 15 s on the 2-core development machine with other builds beside it)
+# runtime/planner/layout_search.cpp); now about 15 s on the 2-core development machine with other builds beside it)
 function(picotron_plan_test name regex)
   string(JOIN " " flags ${ARGN})
   add_test(NAME ${name} COMMAND sh -c "ulimit -v 6291456 && ${PLAN_TRAIN} --plan ${flags}")

@@ -104,7 +104,7 @@ picotron_reliability(hf_config_float_size "error: .*hf_float/config.json: vocab_
 picotron_reliability(file_size_limit "error: --save-params .*limit.safetensors: write failed: File too large" sh -c
   "mkdir -p ${RD} && ulimit -f 1 && PMIX_MCA_gds=hash $<TARGET_FILE:train> ${R_FLAGS_LINE} --save-params ${RD}/limit.safetensors")
 
-# Outputs checked where the paths really lead (runtime/cli/startup.cpp, output_problems):
+# Outputs checked where the paths really lead (runtime/preflight/startup.cpp, output_problems):
 # through a symlink, "dir/." and into an input folder; and a planted <output>.tmp symlink
 # is removed, not followed (picotron/output_file.cpp).
 set(RL ${CMAKE_CURRENT_BINARY_DIR}/reliability_links)

@@ -1,5 +1,5 @@
-// The planner (runtime/planner/plan.h): the Playbook cheatsheet's cases as searches, and
-// the cost model's pieces (plan_cost.h) one by one. Pure: nothing allocated, no ranks.
+// The planner (runtime/planner/layout_search.h): the Playbook cheatsheet's cases as searches, and
+// the cost model's pieces (layout_cost.h) one by one. Pure: nothing allocated, no ranks.
 //
 // Test: build/tests/unit_tests "[plan]"
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include "picotron/config.h"
 #include "runtime/cli/flags.h"
 #include "runtime/observe/holdings.h"
-#include "runtime/planner/plan.h"
+#include "runtime/planner/layout_search.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "tensor_parallel/tensor_parallel.h"
 
@@ -47,7 +47,7 @@ int axes_used(const RunConfig& c) { return (c.dp > 1) + (c.tp > 1) + (c.pp > 1) 
 
 TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]") {
   const RunConfig base = planning("llama3-8b", 8, 4096);
-  const PlanResult r = search_layouts(base, 8, shard_plan_for, 5);
+  const LayoutSearch r = search_layouts(base, 8, shard_plan_for, 5);
   REQUIRE(r.fit > 0);
   REQUIRE(!r.best.empty());
   CHECK(r.considered >= r.valid);
@@ -62,7 +62,7 @@ TEST_CASE("plan: a model under 10B on one node gets a single technique", "[plan]
 TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[plan]") {
   // TP in the node with PP or with ZeRO-3, or ZeRO-3 alone; no CP for a 4096-token sequence.
   const RunConfig base = planning("llama3-70b", 64, 4096);
-  const PlanResult r = search_layouts(base, 64, shard_plan_for, 5);
+  const LayoutSearch r = search_layouts(base, 64, shard_plan_for, 5);
   REQUIRE(!r.best.empty());
   const RunConfig& top = r.best[0].cfg;
   INFO(command_line(r.best[0]));
@@ -77,10 +77,10 @@ TEST_CASE("plan: 70B on 64 GPUs gets one of the cheatsheet's 10B+ answers", "[pl
 TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and accumulation", "[plan]") {
   RunConfig base = planning("llama3.2-1b", 1, 1024);  // at 2048 nothing fits in 24 GB without offloading
   base.planner.gpu_memory_gb = 24;
-  const PlanResult r = search_layouts(base, 1, shard_plan_for, 50);
+  const LayoutSearch r = search_layouts(base, 1, shard_plan_for, 50);
   REQUIRE(!r.best.empty());
   // The optimizer offloaded (ZeRO-1 at dp 1) and no recompute ranks first: its CPU step
-  // (2.7 s, plan_cost.h) costs less than a recomputed forward (7 s); test_plan_offload.cpp.
+  // (2.7 s, layout_cost.h) costs less than a recomputed forward (7 s); test_plan_offload.cpp.
   CHECK(r.best[0].cfg.zero_offload);
   // Without offloading, the cheatsheet's answer: full recompute and accumulation.
   const auto on_gpu =
@@ -96,7 +96,7 @@ TEST_CASE("plan: GPU-poor (one 24 GB GPU, a 1B model) gets full recompute and ac
 
 TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would", "[plan]") {
   const RunConfig base = planning("llama3-70b", 1, 4096);
-  const PlanResult r = search_layouts(base, 1, shard_plan_for, 5);
+  const LayoutSearch r = search_layouts(base, 1, shard_plan_for, 5);
   CHECK(r.fit == 0);
   CHECK(r.best.empty());
   CHECK(r.least_peak_bytes > 70e9 * 6);  // bf16 weights and fp32 gradients alone (the optimizer offloaded)
@@ -107,7 +107,7 @@ TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would",
   // The smallest: half of it does not fit.
   CHECK(search_layouts(base, w.gpus / 2, shard_plan_for, 1).fit == 0);
   CHECK(search_layouts(base, w.gpus, shard_plan_for, 1).fit > 0);
-  const std::string text = plan_text(base, shard_plan_for);
+  const std::string text = layout_search_text(base, shard_plan_for);
   CHECK_THAT(text, Catch::Contains("nothing fits") && Catch::Contains("more GPUs: --gpus " + std::to_string(w.gpus)) &&
                        Catch::Contains("more memory: a GPU of"));
 }
@@ -115,7 +115,7 @@ TEST_CASE("plan: when nothing fits (70B on one GPU) the answer says what would",
 TEST_CASE("plan: every layout returned passes check_flag_rules() and reaches the batch", "[plan]") {
   for (auto [model, gpus] : {std::pair{"llama3-8b", 8}, {"llama3-8b", 16}, {"smollm-360m", 4}}) {
     const RunConfig base = planning(model, gpus, 2048);
-    const PlanResult r = search_layouts(base, gpus, shard_plan_for, 10);
+    const LayoutSearch r = search_layouts(base, gpus, shard_plan_for, 10);
     REQUIRE(!r.best.empty());
     for (const Candidate& c : r.best) {
       INFO(command_line(c));
@@ -216,7 +216,7 @@ TEST_CASE("plan cost: data parallelism's all-reduce hides behind the last backwa
 
 TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs it", "[plan]") {
   const RunConfig base = planning("llama3-8b", 8, 4096);
-  const PlanResult r = search_layouts(base, 8, shard_plan_for, 5);
+  const LayoutSearch r = search_layouts(base, 8, shard_plan_for, 5);
   REQUIRE(!r.best.empty());
   for (const Candidate& found : r.best) {
     INFO(command_line(found));
@@ -234,7 +234,7 @@ TEST_CASE("plan: one given layout (--plan-layout) is costed as the search costs 
   CHECK(p.peak_bytes == p.stage_peak_bytes[p.worst_stage]);
   for (double stage : p.stage_peak_bytes) CHECK(stage <= p.peak_bytes);
   c.planner.layout_only = true;
-  CHECK_THAT(plan_text(c, shard_plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
+  CHECK_THAT(layout_search_text(c, shard_plan_for), Catch::StartsWith("plan-layout: llama3-8b") &&
                                          Catch::Contains("memory of stage 3 at its peak: ") &&
                                          Catch::Contains(" tokens/s per GPU | MFU "));
 }
@@ -268,7 +268,7 @@ TEST_CASE("plan: a mixture of experts is planned with --ep too", "[plan]") {
   // tiny-moe on 8 GPUs: every layout fits; the list (each layout once) holds ep 2 and 4.
   RunConfig base = planning("tiny-moe", 8, 1024);
   base.planner.global_batch_tokens = 1 << 16;
-  const PlanResult r = search_layouts(base, 8, shard_plan_for, 1000);
+  const LayoutSearch r = search_layouts(base, 8, shard_plan_for, 1000);
   std::set<int> eps;
   for (const Candidate& c : r.best) {
     INFO(command_line(c));

@@ -1,12 +1,12 @@
-// The planner (runtime/planner/plan.h) with what --kernels fused and --zero-offload save:
+// The planner (runtime/planner/layout_search.h) with what --kernels fused and --zero-offload save:
 // the GPU-poor case that nothing else fits, a case that fits without them, and the cost of
-// offloading (plan_cost.h). Pure: nothing allocated, no ranks.
+// offloading (layout_cost.h). Pure: nothing allocated, no ranks.
 //
 // Test: build/tests/unit_tests "[plan]"
 #include <catch2/catch.hpp>
 
 #include "picotron/config.h"
-#include "runtime/planner/plan.h"
+#include "runtime/planner/layout_search.h"
 
 using namespace picotron;
 
@@ -36,10 +36,10 @@ TEST_CASE("plan: GPU-poor at seq 4096 (a 1.2B model, 24 GB) fits with the fused 
   // With ATen's ops and the optimizer on the GPU nothing fits: 28.9 GB at least (the state's
   // 18 bytes a parameter, 22.2 GB, and the [T, V] logits' log-softmax and gradients).
   base.kernels = "aten";
-  const PlanResult aten = search_layouts(base, 1, whole, 5);
+  const LayoutSearch aten = search_layouts(base, 1, whole, 5);
   for (const Candidate& c : aten.best) CHECK(c.cfg.zero_offload);
   base.kernels = "auto";
-  const PlanResult r = search_layouts(base, 1, whole, 5);
+  const LayoutSearch r = search_layouts(base, 1, whole, 5);
   REQUIRE(!r.best.empty());
   const Candidate& top = r.best[0];
   const std::string command = command_line(top);
@@ -58,7 +58,7 @@ TEST_CASE("plan: a layout that fits on the GPU does not offload", "[plan]") {
   // The same model on an 80 GB GPU: the optimizer fits beside the activations, and
   // offloading it only adds its copies and the CPU step.
   const RunConfig base = one_gpu("llama3.2-1b", 4096, 80);
-  const PlanResult r = search_layouts(base, 1, whole, 5);
+  const LayoutSearch r = search_layouts(base, 1, whole, 5);
   REQUIRE(!r.best.empty());
   INFO(command_line(r.best[0]));
   CHECK_FALSE(r.best[0].cfg.zero_offload);

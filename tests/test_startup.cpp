@@ -1,9 +1,9 @@
-// Unit tests of runtime/cli/startup.h that need no second rank: the out-of-memory line, --fp8
+// Unit tests of runtime/preflight/startup.h that need no second rank: the out-of-memory line, --fp8
 // on a GPU without fp8 units.
 // (The checks against real files, memory and ranks: ctest -L reliability.)
 #include <catch2/catch.hpp>
 
-#include "runtime/cli/startup.h"
+#include "runtime/preflight/startup.h"
 
 using namespace picotron;
 

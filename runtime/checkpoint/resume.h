@@ -128,4 +128,10 @@ void load_state(CheckpointReader& reader, Optimizer& optimizer);
 int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Comm& world,
                    Distributed& dist);
 
+// The start of a run's checkpoints: rank 0 locks --save-dir (lock_save_dir), then
+// --resume loads the checkpoint (resume_run). Returns the step to start at: 0 without
+// --resume.
+int64_t start_checkpoints(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler,
+                          Comm& world, Distributed& dist);
+
 }  // namespace picotron

@@ -227,4 +227,10 @@ int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimize
   return counters.step;
 }
 
+int64_t start_checkpoints(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler,
+                          Comm& world, Distributed& dist) {
+  if (!cfg.save_dir.empty() && world.rank() == 0) lock_save_dir(cfg.save_dir);  // one run per --save-dir at a time
+  return cfg.resume.empty() ? 0 : resume_run(cfg, end_step, optimizer, scaler, world, dist);
+}
+
 }  // namespace picotron

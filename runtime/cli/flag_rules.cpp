@@ -14,7 +14,7 @@ namespace picotron {
 std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {
   std::vector<std::string> errors = flag_problems(c);  // each flag's own value (flags.cpp)
   // need(ok, pieces...): a rule and its message, the pieces joined only when it fails (the
-  // planner, plan.h, asks about some 10^5 layouts, which pass nearly every rule).
+  // planner, layout_search.h, asks about some 10^5 layouts, which pass nearly every rule).
   auto need = [&](bool ok, const auto&... pieces) {
     if (!ok) errors.push_back((std::string() + ... + pieces));
   };

@@ -88,7 +88,7 @@ Field<T> of(T TrainConfig::*member) { return [member](RunConfig& c) -> T& { retu
 template <typename T>
 Field<T> of(T LlamaConfig::*member) { return [member](RunConfig& c) -> T& { return c.llama.*member; }; }
 template <typename T>
-Field<T> of(T PlanSettings::*member) { return [member](RunConfig& c) -> T& { return c.planner.*member; }; }
+Field<T> of(T LayoutSearchSettings::*member) { return [member](RunConfig& c) -> T& { return c.planner.*member; }; }
 template <typename T>
 T value_of(const Field<T>& field, const RunConfig& c) {
   // A Field hands out a mutable reference (the same accessor sets the value); reading
@@ -171,23 +171,23 @@ Flag preset_override(Flag f) {  // a model-shape flag: its default is the preset
   return f;
 }
 
-// The planner's group (--plan: runtime/planner/plan.h). The defaults describe one H100
+// The planner's group (--plan: runtime/planner/layout_search.h). The defaults describe one H100
 // SXM node: NVLink 4 moves 450 GB/s per direction per GPU (NCCL's bus bandwidth on a node
 // comes close to it), InfiniBand NDR one 400 Gb/s = 50 GB/s port per GPU.
 void add_planner_flags(std::vector<Flag>& t) {
   const std::string g = "Planner";
-  t.push_back(on_off("plan", g, "search the layouts (dp, tp, pp, cp, sp, ZeRO, recompute, schedule, micro-batch) for --gpus GPUs: print how many were considered and fit, the best --plan-top by predicted tokens/s per GPU with their command lines, and exit (nothing launched or allocated)", of(&PlanSettings::search)));
-  t.push_back(integer("gpus", g, "GPUs to plan for", of(&PlanSettings::gpus), {">=", 1, double(1 << 16)}));
-  t.push_back(integer("gpus-per-node", g, "GPUs per node (joined by the intra-node links)", of(&PlanSettings::gpus_per_node), {">=", 1, double(1 << 10)}));
-  t.push_back(real("gpu-memory", g, "memory per GPU in GB (10^9 bytes); leave room for the CUDA context and NCCL (an H100 has 85.5 GB)", of(&PlanSettings::gpu_memory_gb), {">", 0, 1e6}));
-  t.push_back(integer("global-batch-tokens", g, "tokens per optimizer step to reach: micro-batch x grad-acc x dp x seq-len (the smallest not below)", of(&PlanSettings::global_batch_tokens), {">", 0, double(int64_t(1) << 40)}));
-  t.push_back(real("intra-node-gbps", g, "GB/s per GPU per direction inside a node (H100 NVLink 4: 450)", of(&PlanSettings::intra_node_gbps), {">", 0, 1e6}));
-  t.push_back(real("inter-node-gbps", g, "GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s: 50)", of(&PlanSettings::inter_node_gbps), {">", 0, 1e6}));
-  t.push_back(real("peak-tflops", g, "dense peak TFLOP/s of one GPU in the compute dtype (H100 SXM bf16: 989)", of(&PlanSettings::peak_tflops), {">", 0, 1e6}));
-  t.push_back(integer("plan-top", g, "layouts --plan prints, best first", of(&PlanSettings::top), {">=", 1, 1000}));
+  t.push_back(on_off("plan", g, "search the layouts (dp, tp, pp, cp, sp, ZeRO, recompute, schedule, micro-batch) for --gpus GPUs: print how many were considered and fit, the best --plan-top by predicted tokens/s per GPU with their command lines, and exit (nothing launched or allocated)", of(&LayoutSearchSettings::search)));
+  t.push_back(integer("gpus", g, "GPUs to plan for", of(&LayoutSearchSettings::gpus), {">=", 1, double(1 << 16)}));
+  t.push_back(integer("gpus-per-node", g, "GPUs per node (joined by the intra-node links)", of(&LayoutSearchSettings::gpus_per_node), {">=", 1, double(1 << 10)}));
+  t.push_back(real("gpu-memory", g, "memory per GPU in GB (10^9 bytes); leave room for the CUDA context and NCCL (an H100 has 85.5 GB)", of(&LayoutSearchSettings::gpu_memory_gb), {">", 0, 1e6}));
+  t.push_back(integer("global-batch-tokens", g, "tokens per optimizer step to reach: micro-batch x grad-acc x dp x seq-len (the smallest not below)", of(&LayoutSearchSettings::global_batch_tokens), {">", 0, double(int64_t(1) << 40)}));
+  t.push_back(real("intra-node-gbps", g, "GB/s per GPU per direction inside a node (H100 NVLink 4: 450)", of(&LayoutSearchSettings::intra_node_gbps), {">", 0, 1e6}));
+  t.push_back(real("inter-node-gbps", g, "GB/s per GPU per direction between nodes (InfiniBand NDR 400 Gb/s: 50)", of(&LayoutSearchSettings::inter_node_gbps), {">", 0, 1e6}));
+  t.push_back(real("peak-tflops", g, "dense peak TFLOP/s of one GPU in the compute dtype (H100 SXM bf16: 989)", of(&LayoutSearchSettings::peak_tflops), {">", 0, 1e6}));
+  t.push_back(integer("plan-top", g, "layouts --plan prints, best first", of(&LayoutSearchSettings::top), {">=", 1, 1000}));
   // The run's own layout instead of a search: the flags are checked as the run's, so launch
   // it as the run (mpirun -np dp x tp x pp x cp); nothing is allocated or sent.
-  Flag layout = on_off("plan-layout", g, "print --plan's prediction for this run's own layout (--dp, --tp, --pp, --cp, --sp, --zero, --recompute, --pp-schedule, --micro-batch-size, --grad-acc-steps): each pipeline stage's peak memory and the step time split, and exit (launch it as the run: the mesh is checked against the ranks)", of(&PlanSettings::layout_only));
+  Flag layout = on_off("plan-layout", g, "print --plan's prediction for this run's own layout (--dp, --tp, --pp, --cp, --sp, --zero, --recompute, --pp-schedule, --micro-batch-size, --grad-acc-steps): each pipeline stage's peak memory and the step time split, and exit (launch it as the run: the mesh is checked against the ranks)", of(&LayoutSearchSettings::layout_only));
   layout.set = [](RunConfig& c, const std::string& t) {
     c.planner.layout_only = to_bool("plan-layout", t);
     c.planner.search = c.planner.search || c.planner.layout_only;

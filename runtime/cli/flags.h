@@ -24,7 +24,7 @@ namespace picotron {
 std::string value_text(bool v);
 std::string value_text(double v);
 // Integers without a stream: check_flag_rules() spells its numbers into every message it
-// might print, and the planner (plan.h) asks it about some 10^5 layouts.
+// might print, and the planner (layout_search.h) asks it about some 10^5 layouts.
 inline std::string value_text(int v) { return std::to_string(v); }
 inline std::string value_text(int64_t v) { return std::to_string(v); }
 template <typename T>
@@ -43,7 +43,7 @@ struct ParsedArgs {
 ParsedArgs parse_args(int argc, const char* const* argv);
 
 // Every setting as ("--flag", value text), in the table's order: the ranks of a job
-// compare them at start (runtime/cli/startup.h), so that a rank given other flags is
+// compare them at start (runtime/preflight/startup.h), so that a rank given other flags is
 // named, not obeyed.
 std::vector<std::pair<std::string, std::string>> config_fields(const RunConfig& c);
 

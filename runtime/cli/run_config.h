@@ -2,7 +2,7 @@
 // (picotron/config.h; the step itself reads only its learning-rate fields, lr_at in
 // picotron/optim.h, and the techniques get small settings structs built from it in
 // train.cpp) and the runtime's own settings, which nothing below the runtime sees. Today
-// that is the planner's machine (--plan, runtime/planner/plan.h).
+// that is the planner's machine (--plan, runtime/planner/layout_search.h).
 //
 // The flags (runtime/cli/flags.cpp) fill a RunConfig; train.cpp hands the TrainConfig part to
 // the step and the techniques, and the whole to the planner.
@@ -15,7 +15,7 @@
 namespace picotron {
 
 // --plan's settings: the machine and the batch it plans for (nothing is launched or allocated).
-struct PlanSettings {
+struct LayoutSearchSettings {
   bool search = false;                 // --plan: search the layouts for --gpus GPUs, print the best --plan-top, exit
   bool layout_only = false;            // --plan-layout: predict only this run's own layout (--dp, --tp, ...)
   int gpus = 8;                        // GPUs to plan for (N = dp x tp x pp x cp)
@@ -29,7 +29,7 @@ struct PlanSettings {
 };
 
 struct RunConfig : TrainConfig {
-  PlanSettings planner;
+  LayoutSearchSettings planner;
 };
 
 }  // namespace picotron

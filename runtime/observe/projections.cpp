@@ -1,6 +1,10 @@
 // runtime/observe/projections.cpp — see projections.h.
 #include "runtime/observe/projections.h"
 
+#include <stdexcept>
+
+#include "picotron/utils.h"
+
 #include <sstream>
 
 namespace picotron {
@@ -61,6 +65,12 @@ std::string projections_text(const std::vector<ProjectionKind>& kinds) {
   for (const auto& k : kinds)
     if (k.layer == kinds.front().layer) o << "\n  " << k.slot << ": " << k.module << ", " << k.split;
   return o.str();
+}
+
+void check_projections(LlamaForCausalLMImpl& model, const ShardPlan& plan, bool fp8, bool explain, int rank) {
+  const std::vector<ProjectionKind> kinds = projection_kinds(model, plan);
+  if (const std::string p = projections_problem(kinds, fp8); !p.empty()) throw std::runtime_error(p);
+  if (explain) print0(rank, projections_text(kinds));
 }
 
 }  // namespace picotron

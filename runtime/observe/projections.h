@@ -35,4 +35,9 @@ std::string projections_problem(const std::vector<ProjectionKind>& kinds, bool f
 // The --explain lines: this rank's first layer, one projection per entry.
 std::string projections_text(const std::vector<ProjectionKind>& kinds);
 
+// Every run, once its model is built: what each projection became, read from the final
+// model. A technique that replaced another's slot is an error (thrown: the run stops with
+// the line), never a silent change; --explain prints the kinds (rank 0).
+void check_projections(LlamaForCausalLMImpl& model, const ShardPlan& plan, bool fp8, bool explain, int rank);
+
 }  // namespace picotron

@@ -1,13 +1,17 @@
 // runtime/observe/step_watch.cpp — one call per phase, three outputs (step_watch.h).
 #include "runtime/observe/step_watch.h"
 
+#include <stdexcept>
+
 #include "picotron/utils.h"
 
 namespace picotron {
 
 StepWatch::StepWatch(const TrainConfig& cfg, torch::Device device, Explainer& explain, StepProfiler& profile,
                      RunLog& log, int64_t first_step)
-    : cfg_(cfg), device_(device), explain_(explain), profile_(profile), log_(log), first_step_(first_step) {}
+    : cfg_(cfg), device_(device), explain_(explain), profile_(profile), log_(log), first_step_(first_step) {
+  if (const std::string p = profile.range_problem(first_step); !p.empty()) throw std::runtime_error(p);
+}
 
 void StepWatch::begin(int64_t step) {
   step_ = step;

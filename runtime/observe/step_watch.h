@@ -28,7 +28,8 @@ enum class StepPhase { kForward, kBackward, kPipeline, kGradSync, kOptimizer, kL
 
 class StepWatch {
  public:
-  // `first_step`: the step --explain narrates (a resumed run's first); 0-based.
+  // `first_step`: the step --explain narrates (a resumed run's first); 0-based. Throws the
+  // line that refuses a --profile-steps range the run has already passed (a resumed run).
   StepWatch(const TrainConfig& cfg, torch::Device device, Explainer& explain, StepProfiler& profile, RunLog& log,
             int64_t first_step);
   void begin(int64_t step);                           // 0-based; the peak memory reset, "start"

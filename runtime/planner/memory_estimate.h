@@ -47,7 +47,7 @@ struct MemoryEstimate {
 // What the rank's parameters come to under ZeRO's layout, in elements: all the estimate
 // reads of the shard plan. It follows from the plan, the ZeRO stage, the cp x dp group, --ep
 // and the bucket size only, not from the micro-batch, the recompute mode or the schedule:
-// the planner (plan.cpp) works it out once per shape and reuses it for every micro-batch.
+// the planner (layout_search.cpp) works it out once per shape and reuses it for every micro-batch.
 // (Walking the plan's names is most of an estimate's cost: hundreds of string lookups.)
 struct ParameterCounts {
   bool has_embed = false, has_head = false, tied_here = false;  // which ends of the model the rank holds

@@ -2,6 +2,7 @@
 #include "runtime/text/generate.h"
 
 #include "runtime/text/tokenizer.h"
+#include "expert_parallel/moe.h"
 
 #include <fstream>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include <iostream>
 
 #include "picotron/data.h"
+#include "picotron/utils.h"
 
 namespace picotron {
 
@@ -192,6 +194,22 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
         for (int64_t k = 0; k < v; ++k) out["logits"][size_t(i)][size_t(t)][size_t(k)] = p[(i * s + t) * v + k];
     write_file("--eval-logits", logits_path, out.dump() + "\n");
   }
+}
+
+void use_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+                     const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader) {
+  if (!prints_samples(cfg) && cfg.eval.empty() && cfg.prompt_ids.empty() && cfg.prompt.empty()) return;
+  const auto dtype = scalar_type(cfg.dtype);
+  const auto full = gather_full_tensors(optimizer.weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
+  if (world.rank() != 0) return;
+  const auto opts = torch::TensorOptions().device(device).dtype(dtype);
+  LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), opts);
+  add_experts(*whole, replicated_plan(cfg.llama), opts);  // a mixture of experts' blocks (none otherwise)
+  load_parameters(*whole, full);
+  if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
+  if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
+  else if (!cfg.prompt.empty()) print_text_continuation(whole, cfg.tokenizer, cfg.prompt, cfg.generate);
+  else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
 }
 
 }  // namespace picotron

@@ -15,6 +15,8 @@
 
 #include "picotron/data.h"
 #include "picotron/model.h"
+#include "picotron/optim.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 namespace picotron {
 
@@ -55,5 +57,11 @@ void print_text_continuation(LlamaForCausalLM& model, const std::string& tokeniz
 // own next tokens: mean over B x (S-1)), printed; with `logits_path`, {"loss", "logits"
 // [B][S][V]} written there as JSON.
 void print_eval(LlamaForCausalLM& model, const std::string& path, const std::string& logits_path);
+
+// The end of a run: samples, --eval, --prompt / --prompt-ids from a whole model on rank
+// 0 (its weights gathered from every rank's shards, whatever the mesh trained). Collective
+// over `world` when any of them is asked for; a no-op otherwise.
+void use_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+                     const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader);
 
 }  // namespace picotron

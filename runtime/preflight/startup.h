@@ -1,4 +1,4 @@
-// runtime/cli/startup.h — the checks every rank makes before the first step, so that a run
+// runtime/preflight/startup.h — the checks every rank makes before the first step, so that a run
 // which cannot succeed stops at once with one line naming the flag, instead of after
 // hours (an output path that cannot be written) or with a crash (ranks given different
 // flags, a model too big for the machine).

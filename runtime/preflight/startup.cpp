@@ -1,5 +1,5 @@
-// runtime/cli/startup.cpp — see startup.h.
-#include "runtime/cli/startup.h"
+// runtime/preflight/startup.cpp — see startup.h.
+#include "runtime/preflight/startup.h"
 
 #include "runtime/cli/flags.h"
 #include "runtime/checkpoint/hf.h"

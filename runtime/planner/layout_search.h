@@ -1,4 +1,4 @@
-// runtime/planner/plan.h — `build/train --plan`: the Ultra-Scale Playbook's cheatsheet as
+// runtime/planner/layout_search.h — `build/train --plan`: the Ultra-Scale Playbook's cheatsheet as
 // a search. For --gpus N it enumerates every layout
 //
 //   dp x tp x pp x cp = N, --sp (with tp), --zero 0-3 (with cp x dp > 1), --zero-offload
@@ -6,7 +6,7 @@
 //   --kernels aten | fused (both unless --kernels names one; what fused keeps:
 //   memory_per_token.h), the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1),
 //   for a mixture of experts --ep (each divisor of dp that divides E; the all-to-alls in
-//   plan_cost.h), with cp > 1 the fastest --cp-mode by the cost model (ring, ulysses, hybrid
+//   layout_cost.h), with cp > 1 the fastest --cp-mode by the cost model (ring, ulysses, hybrid
 //   with each --cp-ulysses the heads allow: the same memory), the micro-batch (1, 2, 4, ...) and the grad-acc that reaches
 //   --global-batch-tokens (the smallest not below; interleaved needs m % P == 0, zb-h1
 //   m >= P: rounded up)
@@ -15,7 +15,7 @@
 // held to), predicts each one's peak memory with estimate_memory() for every pipeline
 // stage (the stages are the distinct roles: tp, cp and dp ranks of a stage hold equal
 // shares) and keeps those whose worst stage fits --gpu-memory, predicts their step time
-// (runtime/planner/plan_cost.h) and ranks them by tokens/s per GPU (within kTieBand of
+// (runtime/planner/layout_cost.h) and ranks them by tokens/s per GPU (within kTieBand of
 // each other, the simpler first).
 //
 // The cheatsheet it reproduces (Playbook, "A cheatsheet"): (1) fit the model: small models
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "runtime/cli/run_config.h"
-#include "runtime/planner/plan_cost.h"
+#include "runtime/planner/layout_cost.h"
 #include "picotron/shard.h"
 
 namespace picotron {
@@ -55,7 +55,7 @@ struct Candidate {
 };
 
 // Layouts whose predictions differ by less than this fraction are a tie for the cost
-// model (plan_cost.h: its constants are not that accurate): the simpler one ranks first.
+// model (layout_cost.h: its constants are not that accurate): the simpler one ranks first.
 constexpr double kTieBand = 0.05;
 // The simplicity order within a band, the cheatsheet's: fewer parallel axes (DP and TP
 // before PP and CP, which are for big models and long sequences), a lower ZeRO stage, less
@@ -70,7 +70,7 @@ std::vector<int> expert_parallel_sizes(const LlamaConfig& m, int dp);
 // hybrid with every all-to-all group 1 < U < cp dividing cp (check_flag_rules() judges the heads).
 std::vector<std::pair<std::string, int>> cp_modes(int cp);
 
-struct PlanResult {
+struct LayoutSearch {
   int gpus = 0;
   int64_t considered = 0;  // layouts enumerated
   int64_t valid = 0;       // accepted by check_flag_rules()
@@ -85,7 +85,7 @@ struct PlanResult {
 };
 
 // The search for `gpus` GPUs, model and sequence of `base`, hardware of hardware_of(base.planner).
-PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top);
+LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top);
 
 // One given layout, as the search costs it (--plan-layout): the layout of `c` as it stands
 // (mesh, sp, ZeRO, recompute, schedule, micro-batch, grad-acc, dtype, device), every
@@ -99,7 +99,7 @@ struct WhatWouldFit {
   double memory_bytes = 0;  // a GPU this big fits the best layout at --gpus
   int64_t seq_len = 0;      // 0: no shorter sequence fits either
 };
-WhatWouldFit what_would_fit(const RunConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for);
+WhatWouldFit what_would_fit(const RunConfig& base, const LayoutSearch& at_n, const ShardPlanFor& shard_plan_for);
 
 // The cheatsheet rule a layout follows, e.g. "TP within the node, PP across nodes".
 std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
@@ -107,6 +107,6 @@ std::string cheatsheet_rule(const Candidate& c, const Hardware& hw);
 std::string command_line(const Candidate& c);
 // The --plan text: the search's counts, the top layouts, or what would fit; under
 // --plan-layout the prediction of the given layout alone (evaluate_layout).
-std::string plan_text(const RunConfig& base, const ShardPlanFor& shard_plan_for);
+std::string layout_search_text(const RunConfig& base, const ShardPlanFor& shard_plan_for);
 
 }  // namespace picotron

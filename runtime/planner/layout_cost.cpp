@@ -1,5 +1,5 @@
-// runtime/planner/plan_cost.cpp — see plan_cost.h (the formulas and where they come from).
-#include "runtime/planner/plan_cost.h"
+// runtime/planner/layout_cost.cpp — see layout_cost.h (the formulas and where they come from).
+#include "runtime/planner/layout_cost.h"
 
 #include <algorithm>
 #include <numeric>
@@ -10,7 +10,7 @@
 
 namespace picotron {
 
-Hardware hardware_of(const PlanSettings& s) {
+Hardware hardware_of(const LayoutSearchSettings& s) {
   Hardware hw;
   hw.gpus_per_node = s.gpus_per_node;
   hw.memory_bytes = s.gpu_memory_gb * 1e9;

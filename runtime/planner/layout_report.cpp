@@ -1,4 +1,4 @@
-// runtime/planner/plan_report.cpp — what `build/train --plan` prints (plan.h): the search's
+// runtime/planner/layout_report.cpp — what `build/train --plan` prints (layout_search.h): the search's
 // counts, the best layouts with their memory, step time split, MFU, the cheatsheet rule
 // each follows and the command line that runs it; or, when nothing fits, what would; or,
 // under --plan-layout, the prediction of the layout given.
@@ -7,7 +7,7 @@
 
 #include "runtime/cli/flags.h"
 #include "runtime/planner/memory_per_token.h"
-#include "runtime/planner/plan.h"
+#include "runtime/planner/layout_search.h"
 #include "picotron/utils.h"
 
 namespace picotron {
@@ -70,7 +70,7 @@ std::string layout_prediction_text(const RunConfig& given, const ShardPlanFor& s
 
 }  // namespace
 
-// Why this cp mode: each mode's exposed cp time on this layout (plan_cost.h), e.g.
+// Why this cp mode: each mode's exposed cp time on this layout (layout_cost.h), e.g.
 // "hybrid 2: cp communication exposed 9.54 ms (ring 43.08, ulysses 16.70, hybrid 4 14.32 ms)".
 static std::string cp_mode_reason(const RunConfig& c, const Hardware& hw) {
   std::string others;
@@ -147,7 +147,7 @@ std::string command_line(const Candidate& cand) {
   return o.str();
 }
 
-std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for) {
+std::string layout_search_text(const RunConfig& given, const ShardPlanFor& shard_plan_for) {
   if (given.planner.layout_only) return layout_prediction_text(given, shard_plan_for);
   RunConfig base = given;
   if (!base.dtype_given) base.dtype = Precision::kBF16;  // the GPU default
@@ -165,7 +165,7 @@ std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for
     << "% efficiency; links " << fixed(base.planner.intra_node_gbps, 0) << " GB/s in a node, " << fixed(base.planner.inter_node_gbps, 0)
     << " GB/s between nodes; offload: PCIe " << fixed(kPcieBytesPerS / 1e9, 0) << " GB/s, CPU AdamW "
     << general(kCpuAdamWElementsPerS / 1e9) << " G elements/s (docs/planner.md)\n";
-  const PlanResult r = search_layouts(base, base.planner.gpus, shard_plan_for, base.planner.top);
+  const LayoutSearch r = search_layouts(base, base.planner.gpus, shard_plan_for, base.planner.top);
   o << "  considered " << with_commas(r.considered) << " layouts: " << with_commas(r.valid) << " pass the flag rules, "
     << with_commas(r.fit) << " fit in " << fixed(base.planner.gpu_memory_gb, 0) << " GB"
     << (r.larger_batch ? "; " + with_commas(r.larger_batch) + " of those that pass need a larger batch than asked "
@@ -203,7 +203,7 @@ std::string plan_text(const RunConfig& given, const ShardPlanFor& shard_plan_for
     if (w.gpus > 0) {
       RunConfig more = base;
       more.planner.gpus = w.gpus;
-      const PlanResult at = search_layouts(more, w.gpus, shard_plan_for, 1);
+      const LayoutSearch at = search_layouts(more, w.gpus, shard_plan_for, 1);
       o << "  more GPUs: --gpus " << w.gpus << " (the smallest power of two x " << base.planner.gpus << "), best "
         << layout_text(at.best[0].cfg) << ", " << gb(at.best[0].peak_bytes) << "\n";
     } else {

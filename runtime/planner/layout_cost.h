@@ -1,4 +1,4 @@
-// runtime/planner/plan_cost.h — the planner's cost model: the time of one training step
+// runtime/planner/layout_cost.h — the planner's cost model: the time of one training step
 // of a layout, predicted from the shapes, the hardware and each technique's communication
 // formula (the one its README states). Pure arithmetic: nothing is allocated, nothing sent.
 //
@@ -89,7 +89,7 @@ struct Hardware {
   double inter_bytes_per_s = 50e9;   // per GPU per direction (InfiniBand)
   double peak_flops = 989e12;
 };
-Hardware hardware_of(const PlanSettings& s);  // from --gpus-per-node, --gpu-memory, ...
+Hardware hardware_of(const LayoutSearchSettings& s);  // from --gpus-per-node, --gpu-memory, ...
 
 // Whether the groups along an axis span more than one node (rank order [dp][pp][cp][tp]).
 bool tp_crosses_nodes(const TrainConfig& c, const Hardware& hw);

@@ -1,7 +1,7 @@
-// runtime/planner/plan.cpp — the search of plan.h: enumerate, check_flag_rules(), estimate_memory()
+// runtime/planner/layout_search.cpp — the search of layout_search.h: enumerate, check_flag_rules(), estimate_memory()
 // for every pipeline stage, predict_step(), rank. The text, the rules and the command lines:
-// plan_report.cpp.
-#include "runtime/planner/plan.h"
+// layout_report.cpp.
+#include "runtime/planner/layout_search.h"
 
 #include <algorithm>
 #include <chrono>
@@ -87,7 +87,7 @@ class StageShapes {
   std::map<std::tuple<int, int, int, bool, int, int>, Shape> shapes_;
 };
 
-// The busiest pipeline rank's sends in a step (plan_cost.h), by (schedule, P, m, v): the
+// The busiest pipeline rank's sends in a step (layout_cost.h), by (schedule, P, m, v): the
 // step time of every layout that fits needs them, and counting them walks each rank's
 // schedule, while a search meets only a few dozen such keys.
 class PipelineSends {
@@ -104,7 +104,7 @@ class PipelineSends {
 };
 
 // Same layout but for the micro-batch, --sp (whose saving the estimate does not model), the
-// kernels (the same time: plan_cost.h) and how the cp x dp group is split (CP's ring hides
+// kernels (the same time: layout_cost.h) and how the cp x dp group is split (CP's ring hides
 // behind attention: the model predicts the same for cp 4 x dp 2 as for dp 8): the top list
 // shows each once, its best (or simplest).
 auto layout_key(const RunConfig& c) {
@@ -113,7 +113,7 @@ auto layout_key(const RunConfig& c) {
 }
 
 // The variants of a layout that change its memory but cannot make it faster, plainest
-// first: the kernels --kernels auto picks on CUDA, then the other (the same time: plan_cost.h);
+// first: the kernels --kernels auto picks on CUDA, then the other (the same time: layout_cost.h);
 // then the optimizer offloaded (slower by its copies and CPU step), under ZeRO, or at cp x dp
 // = 1 under ZeRO-1 or -2 (whose slice is then the whole optimizer). --kernels aten|fused keeps
 // to the one named, --zero-offload to the offloaded.
@@ -135,7 +135,7 @@ std::vector<Variant> variants_of(const RunConfig& base, const RunConfig& c, bool
   return out;
 }
 
-// The cp mode a layout runs fastest with (plan_cost.h; the memory is the same: ulysses.h):
+// The cp mode a layout runs fastest with (layout_cost.h; the memory is the same: ulysses.h):
 // ring, ulysses, or the hybrid at each all-to-all group the heads allow, the ring on a tie.
 void choose_cp_mode(RunConfig& c, const Hardware& hw, double params_per_gpu, int64_t pipeline_sends) {
   double best = 0;
@@ -191,10 +191,10 @@ int complexity(const RunConfig& c) {
   return axes + c.zero + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
 }
 
-PlanResult search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
+LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
   const auto start = std::chrono::steady_clock::now();
   const Hardware hw = hardware_of(base.planner);
-  PlanResult result;
+  LayoutSearch result;
   result.gpus = gpus;
   StageShapes shapes(shard_plan_for);
   PipelineSends pipeline_sends;
@@ -307,7 +307,7 @@ Candidate evaluate_layout(const RunConfig& c, const ShardPlanFor& shard_plan_for
   return cand;
 }
 
-WhatWouldFit what_would_fit(const RunConfig& base, const PlanResult& at_n, const ShardPlanFor& shard_plan_for) {
+WhatWouldFit what_would_fit(const RunConfig& base, const LayoutSearch& at_n, const ShardPlanFor& shard_plan_for) {
   WhatWouldFit w;
   w.memory_bytes = at_n.least_peak_bytes;
   for (int64_t n = int64_t(at_n.gpus) * 2; n <= 4096; n *= 2)  // more GPUs: the same search at 2N, 4N, ...
