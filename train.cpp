@@ -46,6 +46,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_check.h"
 #include "runtime/observe/explain.h"
+#include "runtime/observe/flight_dump.h"
 #include "runtime/cli/flags.h"
 #include "runtime/text/generate.h"
 #include "runtime/checkpoint/hf.h"
@@ -320,6 +321,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   RendezvousDeadline setup(rank, "building the communicators (the world, then the mesh's groups)",
                            std::chrono::seconds(cfg.timeout_s));
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
+  FlightDump flight(cfg, world);  // every rank's last communications, written on a hang or error (--flight-recorder)
   const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
   Mesh mesh(world, shape);
   setup.disarm();
