@@ -60,6 +60,7 @@ void Work::progress() {
 
 void Work::wait() {
   if (!state_) return;
+  if (state_->flight) state_->flight->waiting(state_->mark);
   try {
     state_->wait();
   } catch (const CommError& e) {  // a timeout: the line also says where every rank's history is

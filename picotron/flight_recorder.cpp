@@ -8,7 +8,8 @@
 //    "entries": [{"id": 800, "group": 3, "op": "send", "seq": 5, "elements": 8192,
 //                 "dtype": "float32", "peer": 0, "peer_world": 0, "batch": 799, "async": false,
 //                 "site": "pipeline_parallel/pipeline_parallel.cpp:230", "function": "exchange",
-//                 "note": "...", "state": "issued", "issued_s": 3.2, "completed_s": null}, ...]}
+//                 "note": "...", "state": "waiting", "issued_s": 3.2, "waiting_s": 3.2,
+//                 "completed_s": null}, ...]}    (state: issued, waiting (the host in Work::wait), completed)
 //
 // entries: oldest first. Written with plain open/write/rename: it runs on a dying process
 // (a signal, the watchdog), where nothing may throw and nothing may wait for a peer.
@@ -68,8 +69,8 @@ bool make_dirs(const std::string& dir) {  // mkdir -p
 }
 }  // namespace
 
-FlightRecorder::FlightRecorder(int world_rank, int world_size, int64_t capacity)
-    : world_rank_(world_rank), world_size_(world_size), start_(Clock::now()),
+FlightRecorder::FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s)
+    : world_rank_(world_rank), world_size_(world_size), timeout_s_(timeout_s), start_(Clock::now()),
       start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()),
       ring_(size_t(std::max<int64_t>(capacity, 1))) {}
 
@@ -127,19 +128,22 @@ int64_t FlightRecorder::issue(int group, const CommEvent& e, int64_t batch, bool
   if (last) g.note.clear();
   slot.state = FlightEntry::kIssued;
   slot.issued_s = now_s();
-  slot.completed_s = 0;
+  slot.waiting_s = slot.completed_s = 0;
   return id;
 }
 
-void FlightRecorder::completed(FlightMark mark) {
+void FlightRecorder::waiting(FlightMark mark) { set_state(mark, FlightEntry::kWaiting); }
+void FlightRecorder::completed(FlightMark mark) { set_state(mark, FlightEntry::kCompleted); }
+
+void FlightRecorder::set_state(FlightMark mark, FlightEntry::State state) {
   if (mark.first < 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
   const double t = now_s();
   for (int64_t id = mark.first; id < mark.first + mark.count; ++id) {
     FlightEntry& slot = ring_[size_t(id % int64_t(ring_.size()))];
     if (slot.id != id) continue;  // overwritten since
-    slot.state = FlightEntry::kCompleted;
-    slot.completed_s = t;
+    slot.state = state;
+    (state == FlightEntry::kWaiting ? slot.waiting_s : slot.completed_s) = t;
   }
 }
 
@@ -155,7 +159,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   out << std::fixed;
   out << "{\"rank\": " << world_rank_ << ", \"world_size\": " << world_size_ << ", \"reason\": " << json_string(reason)
       << ", \"dumped_at_s\": " << now_s() << ", \"start_unix_s\": " << start_unix_s_ << ", \"capacity\": " << ring_.size()
-      << ", \"recorded\": " << next_id_ << ",\n \"groups\": [";
+      << ", \"recorded\": " << next_id_ << ", \"timeout_s\": " << timeout_s_ << ",\n \"groups\": [";
   for (size_t i = 0; i < groups_.size(); ++i) {
     const Group& g = groups_[i];
     out << (i ? ",\n  " : "\n  ") << "{\"id\": " << i << ", \"name\": " << json_string(g.name) << ", \"ranks\": [";
@@ -175,8 +179,12 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
         << ", \"peer_world\": " << peer_world << ", \"batch\": " << e.batch
         << ", \"async\": " << (e.async ? "true" : "false") << ", \"site\": " << json_string(site_of(e.at))
         << ", \"function\": " << json_string(e.at.function) << ", \"note\": " << json_string(e.note)
-        << ", \"state\": \"" << (e.state == FlightEntry::kCompleted ? "completed" : "issued")
-        << "\", \"issued_s\": " << e.issued_s << ", \"completed_s\": ";
+        << ", \"state\": \""
+        << (e.state == FlightEntry::kCompleted ? "completed" : e.state == FlightEntry::kWaiting ? "waiting" : "issued")
+        << "\", \"issued_s\": " << e.issued_s << ", \"waiting_s\": ";
+    if (e.state != FlightEntry::kIssued) out << e.waiting_s;
+    else out << "null";
+    out << ", \"completed_s\": ";
     if (e.state == FlightEntry::kCompleted) out << e.completed_s;
     else out << "null";
     out << "}";

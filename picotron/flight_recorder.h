@@ -13,7 +13,8 @@
 //   id 812  group "pp" (world ranks 0,1)  send #5 to group rank 1 (world 1)
 //           8192 float32  pipeline_parallel/pipeline_parallel.cpp:230 exchange
 //           note "[pipeline] send activation a2 of micro-batch 2 ..."   batch 811
-//           issued at 3.201 s, completed at 3.209 s   (or still "issued")
+//           issued at 3.201 s, completed at 3.209 s   (or "issued": posted; "waiting": the
+//           host waits in it, Work::wait)
 //
 // Numbering. seq counts what must match across ranks: for a collective, the group's
 // collectives so far (every rank of the group issues the same seq-th collective); for a
@@ -46,7 +47,7 @@
 namespace picotron {
 
 struct FlightEntry {
-  enum State : uint8_t { kIssued, kCompleted };
+  enum State : uint8_t { kIssued, kWaiting, kCompleted };  // posted; the host waits in it; done
   int64_t id = -1;             // this rank's record number, 0, 1, ...: the slot is id % capacity
   int group = -1;              // index into the recorder's groups
   const char* op = "";         // "all_reduce", ..., "send", "recv" (static strings, as in the ledger)
@@ -60,13 +61,14 @@ struct FlightEntry {
   CallSite at;
   std::string note;            // what it carries (Comm::note), "" when nobody said
   State state = kIssued;
-  double issued_s = 0, completed_s = 0;  // seconds since the recorder started
+  double issued_s = 0, waiting_s = 0, completed_s = 0;  // seconds since the recorder started
 };
 
 class FlightRecorder {
  public:
-  // capacity: how many entries are kept (the oldest are overwritten).
-  FlightRecorder(int world_rank, int world_size, int64_t capacity);
+  // capacity: how many entries are kept (the oldest are overwritten). timeout_s: the Comms'
+  // (in the file: a rank that waited longer without timing out itself was not running).
+  FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s);
 
   // Where dump() writes: dir/comms-rank<R>.json (created with its parents). Empty: nowhere.
   void set_dump_dir(std::string dir);
@@ -83,6 +85,7 @@ class FlightRecorder {
   // One entry per collective; a batch's sends and receives share `batch` (the first's id,
   // -1 for the first itself). `last`: the call's last entry (the note is used up).
   int64_t issue(int group, const CommEvent& e, int64_t batch = -1, bool last = true);
+  void waiting(FlightMark mark);    // the host starts waiting for them (Work::wait)
   void completed(FlightMark mark);
 
   // Writes the file (tmp + rename). Returns its path, or "" (no dir, or it failed: then
@@ -103,7 +106,9 @@ class FlightRecorder {
   };
   double now_s() const;
 
+  void set_state(FlightMark mark, FlightEntry::State state);
   int world_rank_, world_size_;
+  int64_t timeout_s_;
   std::string dir_;
   std::chrono::steady_clock::time_point start_;
   double start_unix_s_;             // the same moment on the wall clock (to line ranks up)

@@ -78,14 +78,30 @@ class Rank:
             e["key"] = self.groups[e["group"]]
             if e["peer_world"] < 0:
                 e["peer_world"] = e["peer"]
-        self.pending = [e for e in self.entries if e["state"] == "issued"]
-        last = max([e["completed_s"] or e["issued_s"] for e in self.entries] or [0.0])
-        self.idle_s = d["dumped_at_s"] - last  # how long before its dump it did nothing with Comm
+        self.pending = [e for e in self.entries if e["state"] != "completed"]  # issued or waiting
+        last = max([max(e["issued_s"], e["waiting_s"] or 0, e["completed_s"] or 0) for e in self.entries] or [0.0])
+        self.idle_s = d["dumped_at_s"] - last  # how long before its file it did nothing with Comm
+        self.timeout_s = d.get("timeout_s", 0)
 
     def waits_in(self):
-        """The call the host waits in: the newest pending synchronous one, else the oldest pending."""
-        sync = [e for e in self.pending if not e["async"]]
-        return sync[-1] if sync else (self.pending[0] if self.pending else None)
+        """The call its host waits in (Work::wait), if any: the newest one marked waiting."""
+        waiting = [e for e in self.pending if e["state"] == "waiting"]
+        return waiting[-1] if waiting else None
+
+    def stalled(self):
+        """Why this rank looks stopped, or "": ended by a signal, and either it waited longer than
+        --timeout-s without timing out itself, or it did nothing with Comm for half of it."""
+        if not self.d["reason"].startswith("signal") or not self.timeout_s:
+            return ""
+        w = self.waits_in()
+        if w and self.d["dumped_at_s"] - w["waiting_s"] > self.timeout_s + 0.5:
+            return ("it waited in %s %s for %.1f s, longer than --timeout-s %d, without timing out itself: it was not "
+                    "running (stopped: SIGSTOP, a debugger, a swapped-out machine)"
+                    % (w["key"][0], describe(w, with_site=False), self.d["dumped_at_s"] - w["waiting_s"], self.timeout_s))
+        if not w and self.idle_s > max(1.0, self.timeout_s / 2):
+            return ("it did nothing with Comm for the last %.1f s before the launcher ended it (--timeout-s %d): it "
+                    "was stopped (SIGSTOP, a debugger) or stuck computing" % (self.idle_s, self.timeout_s))
+        return ""
 
     def collectives(self, key):
         return {e["seq"]: e for e in self.entries if e["key"] == key and e["op"] not in P2P}
@@ -96,7 +112,7 @@ class Rank:
     def where(self):
         w = self.waits_in()
         if w:
-            return "waits in %s %s" % (w["key"][0], describe(w))
+            return "waits in %s %s, for %.1f s" % (w["key"][0], describe(w), self.d["dumped_at_s"] - w["waiting_s"])
         return ("is in no communication (its last one ended %.1f s before its file was written): "
                 "computing, stopped (SIGSTOP, a debugger) or stuck outside Comm" % self.idle_s)
 
@@ -233,12 +249,19 @@ def main(argv):
                          "it could write one; the others waited for it." % r])
     findings += collective_findings(ranks, keys)
     findings += p2p_findings(ranks, keys, missing)
+    for r in sorted(ranks):
+        why = ranks[r].stalled()
+        if why:
+            findings.append(["rank %d stopped answering: %s." % (r, why),
+                             "  The others waited for it until --timeout-s; rank %d's last communications:" % r]
+                            + ["    " + describe(e) + " [" + e["state"] + "]" for e in ranks[r].entries[-2:]])
     if not findings or missing:
         findings += behind_findings(ranks, keys, missing)
     if not findings and any(R.pending for R in ranks.values()):
         for r in sorted(ranks):
             if ranks[r].pending:
-                findings.append(["rank %d %s (no other rank's file explains it)" % (r, ranks[r].where())])
+                findings.append(["rank %d %s; its oldest unfinished call: %s [%s] (no other rank's file explains it)"
+                                 % (r, ranks[r].where(), describe(ranks[r].pending[0]), ranks[r].pending[0]["state"])])
     print()
     if not findings:
         counts = ", ".join("%s #%d" % (k[0], max(max(ranks[r].collectives(k) or [0]) for r in k[1] if r in ranks))
@@ -264,7 +287,8 @@ def main(argv):
             w = [e for e in ranks[r].pending if e["key"] == key]
             done = [e for e in ranks[r].entries if e["key"] == key and e["state"] == "completed"]
             if w:
-                cells.append("rank %d: in %s" % (r, describe(w[0], with_site=False).split(" — ")[0]))
+                cells.append("rank %d: %s %s" % (r, "waits in" if w[-1]["state"] == "waiting" else "posted",
+                                                 describe(w[-1], with_site=False).split(" — ")[0]))
             elif done:
                 cells.append("rank %d: done up to %s" % (r, describe(done[-1], with_site=False).split(" — ")[0]))
         if cells:

@@ -11,6 +11,8 @@
 //   flight_cases skip DIR         three steps of "gradients, then loss" all-reduces over
 //                                 dp; rank 1 skips the gradients' all-reduce of step 1
 //   flight_cases clean DIR        the same three steps on both ranks, nothing wrong
+//   flight_cases cost DIR         (one rank) what one entry costs: issue + waiting +
+//                                 completed, 10^6 times, in ns
 //
 // Like train.cpp: the recorder comes from FlightDump (runtime/observe/flight_dump.h), a
 // CommError unwinds to main, which prints one line and aborts the job (dist.abort_job).
@@ -28,6 +30,7 @@
 #include "picotron/comm.h"
 #include "picotron/config.h"
 #include "picotron/distributed.h"
+#include "picotron/flight_recorder.h"
 #include "pipeline_parallel/p2p_program.h"
 #include "runtime/observe/flight_dump.h"
 
@@ -71,9 +74,30 @@ void dp_step(Comm& dp, int step, bool skip_gradients) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 2 ? argv[1] : "";
-  if (mode != "pipeline_m" && mode != "sends_first" && mode != "skip" && mode != "clean") {
-    std::fprintf(stderr, "usage: flight_cases pipeline_m|sends_first|skip|clean DIR [--timeout-s 2]\n");
+  if (mode != "pipeline_m" && mode != "sends_first" && mode != "skip" && mode != "clean" && mode != "cost") {
+    std::fprintf(stderr, "usage: flight_cases pipeline_m|sends_first|skip|clean|cost DIR [--timeout-s 2]\n");
     return 2;
+  }
+  if (mode == "cost") {  // the recorder alone, as Comm drives it for one synchronous call
+    FlightRecorder recorder(0, 1, 4096, 2);
+    const int group = recorder.add_group("dp", {0, 1}, 0);
+    auto grads = torch::ones({4096});
+    CommEvent e;
+    e.kind = "all_reduce";
+    e.reduce = "sum";
+    e.in_shape = grads.sizes();
+    e.elements = grads.numel();
+    e.at = CallSite::here();
+    const int n = 1000000;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      const FlightMark mark{recorder.issue(group, e), 1};
+      recorder.waiting(mark);
+      recorder.completed(mark);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / n;
+    std::printf("flight recorder: %.0f ns per entry (issue + waiting + completed, %d entries, ring of 4096)\n", ns, n);
+    return 0;
   }
   TrainConfig cfg;
   cfg.flight_recorder = argv[2];

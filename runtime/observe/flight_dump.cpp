@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 
 #include "picotron/flight_recorder.h"
@@ -36,8 +37,10 @@ std::string flight_dir(const TrainConfig& cfg) {
 FlightDump::FlightDump(const TrainConfig& cfg, Comm& world) : rank_(world.rank()), at_end_(cfg.flight_dump_at_end) {
   const std::string dir = flight_dir(cfg);
   if (dir.empty()) return;
-  recorder_ = std::make_shared<FlightRecorder>(world.rank(), world.size(), cfg.flight_entries);
-  recorder_->set_dump_dir(dir);
+  recorder_ = std::make_shared<FlightRecorder>(world.rank(), world.size(), cfg.flight_entries, cfg.timeout_s);
+  std::error_code ignored;  // absolute: the timeout line's path works from any directory
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, ignored);
+  recorder_->set_dump_dir(absolute.empty() ? dir : absolute.lexically_normal().string());
   world.set_flight_recorder(recorder_);
   if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no signal watch; errors and the end still write
   g_signal_pipe = pipe_[1];
