@@ -85,6 +85,10 @@ Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::sec
     c.owns_mpi_ = true;
     // Return error codes (our checks turn them into CommError) instead of aborting.
     PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_set_errhandler(c.mpi_, MPI_ERRORS_RETURN));
+    // Open MPI raises a failed request's error (MPI_Testall: a collective whose ranks disagree
+    // on the count, MPI_ERR_TRUNCATE) on MPI_COMM_WORLD's handler: return those too, so that
+    // the rank throws, writes its flight recorder and says why, instead of dying inside MPI.
+    PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   } else if (!device.is_cuda()) {
     throw CommError("[rank " + std::to_string(c.world_rank_) + "] --device cpu with " + std::to_string(c.size_) +
                     " ranks: CPU runs need mpirun (or srun): torchrun provides no MPI");

@@ -175,6 +175,19 @@ def p2p_findings(ranks, keys, missing):
                                 "the send and the receive together (one batch_p2p: ncclGroupStart/End). Rule: "
                                 + RULE_P2P + "."])
                     continue
+                # One side sends a message the other never receives (it posted fewer receives).
+                for (x, y, stuck, y_got) in ((a, b, a_stuck, b_from_a), (b, a, b_stuck, a_from_b)):
+                    if not stuck or y in missing:
+                        continue
+                    e, Y, got = stuck[0], ranks[y], max(y_got or [0])
+                    last = y_got[got] if got else None
+                    out.append(["group %s: rank %d sends message #%d to rank %d, but rank %d posted only %d receives "
+                                "from rank %d%s." % (group_name(key), x, e["seq"], y, y, got, x,
+                                                     (' (the last: "' + last["note"] + '")') if last and last["note"] else ""),
+                                "  rank %d: %s" % (x, describe(e)),
+                                "  rank %d %s" % (y, Y.where()),
+                                "  The two ranks' programs disagree on the messages between them (the number of "
+                                "micro-batches, --grad-acc-steps, or the schedule). Rule: " + RULE_P2P + "."])
                 for (x, y, y_sent, x_waits) in ((a, b, b_to_a, A), (b, a, a_to_b, B)):
                     waiting = [e for e in x_waits.pending if e["key"] == key and e["op"] == "recv"
                                and e["peer_world"] == y and e["seq"] > max(y_sent or [0])]
@@ -221,6 +234,28 @@ def behind_findings(ranks, keys, missing):
     return out
 
 
+def stuck_together_findings(ranks, keys):
+    """Every rank of a group is in the same collective, and it did not complete: one of them
+    stopped making progress (MPI moves a collective only while every rank polls it). The likely
+    one: the rank that wrote its file last, on the wall clock (it noticed the time last)."""
+    out = []
+    for key in keys:
+        members = [r for r in key[1] if r in ranks]
+        if len(members) < len(key[1]):
+            continue
+        first = {r: ranks[r].pending[0] for r in members if ranks[r].pending and ranks[r].pending[0]["key"] == key}
+        if len(first) != len(members) or len({(e["op"], e["seq"]) for e in first.values()}) != 1:
+            continue
+        wall = {r: ranks[r].d["start_unix_s"] + ranks[r].d["dumped_at_s"] for r in members}
+        last = max(members, key=lambda r: wall[r])
+        e = first[last]
+        out.append(["group %s: every rank is in %s, and it did not complete within --timeout-s: one rank stopped "
+                    "answering inside it. rank %d most likely stopped answering (SIGSTOP, a debugger, a swapped-out "
+                    "machine): it wrote its file last, %.1f s after the first." % (group_name(key), describe(e), last,
+                                                                                   wall[last] - min(wall.values()))])
+    return out
+
+
 def main(argv):
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip().split("\n\n")[0])
@@ -257,6 +292,8 @@ def main(argv):
                             + ["    " + describe(e) + " [" + e["state"] + "]" for e in ranks[r].entries[-2:]])
     if not findings or missing:
         findings += behind_findings(ranks, keys, missing)
+    if not findings:
+        findings += stuck_together_findings(ranks, keys)
     if not findings and any(R.pending for R in ranks.values()):
         for r in sorted(ranks):
             if ranks[r].pending:
