@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {  // train.cpp's main does the same
     std::string msg = e.what();
+    if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
     std::cerr << "[rank " << dist.rank() << "] error: " << msg.substr(0, msg.find('\n')) << std::endl;
     dist.abort_job(1);
   }
