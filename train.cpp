@@ -46,6 +46,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_check.h"
 #include "runtime/observe/explain.h"
+#include "runtime/observe/flight_dump.h"
 #include "runtime/cli/flags.h"
 #include "runtime/text/generate.h"
 #include "runtime/checkpoint/hf.h"
@@ -320,6 +321,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   // Building the communicators (MPI_Comm_dup/split, NCCL init) has no timeout of its own: bounded here.
   RendezvousDeadline setup(rank, "building the communicators (the world, then the mesh's groups)", std::chrono::seconds(cfg.timeout_s));
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
+  FlightDump flight(cfg, world);  // every rank's last communications, written on a hang or error (--flight-recorder)
   Mesh mesh(world, MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp});
   setup.disarm();
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
@@ -328,11 +330,10 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
 
   // ---- model on the mesh; optimizer: AdamW, its gradients all-reduced by data parallelism, or ZeRO
   ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
-  ExpertParallel* experts = on_mesh.experts.get();  // --ep: the MoE layers' tokens to their experts and back
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, on_mesh.model, on_mesh.plan, mesh, experts, on_mesh.fused);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, on_mesh.model, on_mesh.plan, mesh, on_mesh.experts.get(), on_mesh.fused);
   if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
   const std::unique_ptr<Pipeline> pipeline = make_pipeline(cfg, on_mesh.model, mesh, on_mesh.my_tokens, device);
-  add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), experts);
+  add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), on_mesh.experts.get());
   check_projections(*on_mesh.model, on_mesh.plan, cfg.fp8, cfg.explain, rank);  // runtime/observe/projections.h
   LossScaler scaler(cfg.dtype == Precision::kFP16);
   const Batches data = make_batches(cfg, sources, mesh, on_mesh.my_tokens);
@@ -365,7 +366,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   log.finish();
 
   // ---- the end: reports, and the whole model where something needs it ----------------
-  report_end(trainer, data, experts, start_step < end_step, world);
+  report_end(trainer, data, on_mesh.experts.get(), start_step < end_step, world);
   save_whole_model(cfg, *optimizer, mesh.shape(), shard_plan_of, world);  // --save-params, --export-hf (runtime/checkpoint/whole_model.h)
   use_whole_model(cfg, *optimizer, mesh.shape(), shard_plan_of, device, world, data.train);  // samples, --eval, --prompt (runtime/text/generate.h)
   return 0;

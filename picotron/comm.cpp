@@ -28,10 +28,12 @@
 #include "picotron/comm.h"
 
 #include <exception>
+#include <numeric>
 #include <utility>
 
 #include "picotron/comm_internal.h"
 #include "picotron/distributed.h"
+#include "picotron/flight_recorder.h"
 
 namespace picotron {
 
@@ -58,7 +60,14 @@ void Work::progress() {
 
 void Work::wait() {
   if (!state_) return;
-  state_->wait();
+  if (state_->flight) state_->flight->waiting(state_->mark);
+  try {
+    state_->wait();
+  } catch (const CommError& e) {  // a timeout: the line also says where every rank's history is
+    if (state_->flight) throw CommError(e.what() + state_->flight->hint());
+    throw;
+  }
+  if (state_->flight) state_->flight->completed(state_->mark);
   state_.reset();  // a second wait() is a no-op
 }
 
@@ -76,6 +85,10 @@ Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::sec
     c.owns_mpi_ = true;
     // Return error codes (our checks turn them into CommError) instead of aborting.
     PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_set_errhandler(c.mpi_, MPI_ERRORS_RETURN));
+    // Open MPI raises a failed request's error (MPI_Testall: a collective whose ranks disagree
+    // on the count, MPI_ERR_TRUNCATE) on MPI_COMM_WORLD's handler: return those too, so that
+    // the rank throws, writes its flight recorder and says why, instead of dying inside MPI.
+    PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   } else if (!device.is_cuda()) {
     throw CommError("[rank " + std::to_string(c.world_rank_) + "] --device cpu with " + std::to_string(c.size_) +
                     " ranks: CPU runs need mpirun (or srun): torchrun provides no MPI");
@@ -99,6 +112,7 @@ Comm Comm::split(int color, int key, std::string name) {
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_size(sub.mpi_, &sub.size_));
   }
   if (nccl_) nccl_split(sub, color, key);  // ncclCommSplit (sets rank/size when there is no MPI)
+  if (flight_) sub.set_flight_recorder(flight_);
   return sub;
 }
 
@@ -115,6 +129,9 @@ Comm& Comm::operator=(Comm&& other) noexcept {
   name_ = std::move(other.name_);
   ledger_ = std::move(other.ledger_);
   observer_ = std::move(other.observer_);
+  flight_ = std::move(other.flight_);
+  flight_group_ = other.flight_group_;
+  issuing_ = other.issuing_;
   mpi_ = std::exchange(other.mpi_, MPI_COMM_NULL);
   owns_mpi_ = std::exchange(other.owns_mpi_, false);
   nccl_ = std::move(other.nccl_);
@@ -142,11 +159,50 @@ void Comm::abort() {
 
 // ---- the ledger ------------------------------------------------------------------
 
-void Comm::record(CommEvent event) {
+int64_t Comm::record(CommEvent event, int64_t batch, bool last) {
   CommCount& count = ledger_[event.kind];
   count.calls += 1;
   count.elements += event.elements;
   if (observer_) observer_(*this, event);  // --explain
+  if (!flight_) return -1;
+  const int64_t id = flight_->issue(flight_group_, event, batch, last);  // the flight recorder
+  issuing_ = batch < 0 ? FlightMark{id, 1} : FlightMark{issuing_.first, issuing_.count + 1};
+  return id;
+}
+
+Work Comm::completes_in(Work w) {
+  if (flight_ && w.state_) {
+    w.state_->flight = flight_;
+    w.state_->mark = issuing_;
+  }
+  return w;
+}
+
+void Comm::note(const std::string& what, CallSite at) const {
+  if (observer_) observer_(*this, CommEvent{"note", "", {}, {}, torch::kFloat, 0, -1, false, at, what.c_str()});
+  if (flight_) flight_->note(flight_group_, what);
+}
+
+// ---- the flight recorder ---------------------------------------------------------------
+
+void Comm::set_flight_recorder(std::shared_ptr<FlightRecorder> recorder) {
+  flight_ = std::move(recorder);
+  if (!flight_) return;
+  // The group's world ranks, so that every rank's file names the same group the same way.
+  // MPI knows them without a message (MPI_Group_translate_ranks); NCCL alone (torchrun) does not.
+  std::vector<int> world_ranks;
+  if (mpi_ != MPI_COMM_NULL) {
+    MPI_Group mine, world;
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_group(mpi_, &mine));
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_group(MPI_COMM_WORLD, &world));
+    std::vector<int> ranks(size_t(size_), 0);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    world_ranks.resize(size_t(size_));
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks.data()));
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+  }
+  flight_group_ = flight_->add_group(name_, world_ranks, rank_);
 }
 
 namespace {
@@ -181,7 +237,7 @@ void Comm::all_reduce(torch::Tensor& t, ReduceOp op, CallSite at) {
   if (size_ == 1) return;  // the sum, max or average of one tensor is itself
   record(event("all_reduce", t, t.numel(), false, at, nullptr, op, true));
   if (t.is_cuda()) nccl_all_reduce(t, op, /*async=*/false);  // ncclAllReduce
-  else mpi_all_reduce(t, op).wait();                          // MPI_Iallreduce + bounded wait
+  else completes_in(mpi_all_reduce(t, op)).wait();            // MPI_Iallreduce + bounded wait
 }
 
 void all_reduce_together(const std::vector<torch::Tensor>& tensors, Comm& group, ReduceOp op, CallSite at) {
@@ -202,7 +258,7 @@ Work Comm::all_reduce_async(torch::Tensor& t, ReduceOp op, CallSite at) {
   check_reduce(t, op, "all_reduce");
   if (size_ == 1) return Work();
   record(event("all_reduce", t, t.numel(), true, at, nullptr, op, true));
-  return t.is_cuda() ? nccl_all_reduce(t, op, /*async=*/true) : mpi_all_reduce(t, op);
+  return completes_in(t.is_cuda() ? nccl_all_reduce(t, op, /*async=*/true) : mpi_all_reduce(t, op));
 }
 
 void Comm::all_gather(torch::Tensor& out, const torch::Tensor& in, CallSite at) {  // [n] -> [size*n]
@@ -210,7 +266,7 @@ void Comm::all_gather(torch::Tensor& out, const torch::Tensor& in, CallSite at) 
   if (size_ == 1) return copy_unless_same(out, in);
   record(event("all_gather", in, out.numel(), false, at, &out));
   if (in.is_cuda()) nccl_all_gather(out, in, /*async=*/false);  // ncclAllGather
-  else mpi_all_gather(out, in).wait();                           // MPI_Iallgather + bounded wait
+  else completes_in(mpi_all_gather(out, in)).wait();             // MPI_Iallgather + bounded wait
 }
 
 Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in, CallSite at) {
@@ -220,7 +276,7 @@ Work Comm::all_gather_async(torch::Tensor& out, const torch::Tensor& in, CallSit
     return Work();
   }
   record(event("all_gather", in, out.numel(), true, at, &out));
-  return in.is_cuda() ? nccl_all_gather(out, in, /*async=*/true) : mpi_all_gather(out, in);
+  return completes_in(in.is_cuda() ? nccl_all_gather(out, in, /*async=*/true) : mpi_all_gather(out, in));
 }
 
 void Comm::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, CallSite at) {  // [size*n] -> [n]
@@ -228,7 +284,7 @@ void Comm::reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp 
   if (size_ == 1) return copy_unless_same(out, in);
   record(event("reduce_scatter", in, in.numel(), false, at, &out, op, true));
   if (in.is_cuda()) nccl_reduce_scatter(out, in, op, /*async=*/false);  // ncclReduceScatter
-  else mpi_reduce_scatter(out, in, op).wait();                           // MPI_Ireduce_scatter_block
+  else completes_in(mpi_reduce_scatter(out, in, op)).wait();             // MPI_Ireduce_scatter_block
 }
 
 Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, CallSite at) {
@@ -238,7 +294,8 @@ Work Comm::reduce_scatter_async(torch::Tensor& out, const torch::Tensor& in, Red
     return Work();
   }
   record(event("reduce_scatter", in, in.numel(), true, at, &out, op, true));
-  return in.is_cuda() ? nccl_reduce_scatter(out, in, op, /*async=*/true) : mpi_reduce_scatter(out, in, op);
+  return completes_in(in.is_cuda() ? nccl_reduce_scatter(out, in, op, /*async=*/true)
+                                   : mpi_reduce_scatter(out, in, op));
 }
 
 void Comm::broadcast(torch::Tensor& t, int root, CallSite at) {
@@ -250,7 +307,7 @@ void Comm::broadcast(torch::Tensor& t, int root, CallSite at) {
   e.peer = root;
   record(std::move(e));
   if (t.is_cuda()) nccl_broadcast(t, root);  // ncclBroadcast
-  else mpi_broadcast(t, root).wait();         // MPI_Ibcast + bounded wait
+  else completes_in(mpi_broadcast(t, root)).wait();  // MPI_Ibcast + bounded wait
 }
 
 void Comm::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& send_rows,
@@ -279,7 +336,7 @@ void Comm::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::ve
     }
     if (!ops.empty()) nccl_batch_p2p(ops, /*async=*/false);
   } else {
-    mpi_all_to_all(out, in, send_rows, recv_rows).wait();  // MPI_Ialltoallv + bounded wait
+    completes_in(mpi_all_to_all(out, in, send_rows, recv_rows)).wait();  // MPI_Ialltoallv + bounded wait
   }
 }
 
@@ -296,27 +353,36 @@ CommEvent p2p_event(const P2POp& p, bool async, CallSite at) {
 }
 }  // namespace
 
+// One ledger entry per operation; for the flight recorder, the batch's ops share the first's id.
+void Comm::record_batch(const std::vector<P2POp>& ops, bool async, CallSite at) {
+  int64_t first = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const int64_t id = record(p2p_event(ops[i], async, at), first, /*last=*/i + 1 == ops.size());
+    if (i == 0) first = id;
+  }
+}
+
 void Comm::batch_p2p(const std::vector<P2POp>& ops, CallSite at) {
   check_p2p(ops);
   if (ops.empty()) return;
-  for (const P2POp& p : ops) record(p2p_event(p, false, at));
+  record_batch(ops, /*async=*/false, at);
   if (ops.front().tensor.is_cuda()) nccl_batch_p2p(ops, /*async=*/false);  // ncclSend/ncclRecv in a group
-  else mpi_batch_p2p(ops).wait();                                           // MPI_Isend/MPI_Irecv
+  else completes_in(mpi_batch_p2p(ops)).wait();                             // MPI_Isend/MPI_Irecv
 }
 
 Work Comm::batch_p2p_async(const std::vector<P2POp>& ops, CallSite at) {
   check_p2p(ops);
   if (ops.empty()) return Work();
-  for (const P2POp& p : ops) record(p2p_event(p, true, at));
-  return ops.front().tensor.is_cuda() ? nccl_batch_p2p(ops, /*async=*/true) : mpi_batch_p2p(ops);
+  record_batch(ops, /*async=*/true, at);
+  return completes_in(ops.front().tensor.is_cuda() ? nccl_batch_p2p(ops, /*async=*/true) : mpi_batch_p2p(ops));
 }
 
 void Comm::barrier(CallSite at) {
   record(CommEvent{"barrier", "", {}, {}, torch::kFloat, 0, -1, false, at});
-  if (mpi_ != MPI_COMM_NULL) return mpi_barrier().wait();  // MPI_Ibarrier + bounded wait
+  if (mpi_ != MPI_COMM_NULL) return completes_in(mpi_barrier()).wait();  // MPI_Ibarrier + bounded wait
   // torchrun (NCCL only): a one-element all-reduce on the side stream, waited by the host.
   torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));
-  nccl_all_reduce(one, ReduceOp::kSum, /*async=*/true).wait();
+  completes_in(nccl_all_reduce(one, ReduceOp::kSum, /*async=*/true)).wait();
 }
 
 size_t Comm::pending_sync_ops() const { return nccl_ ? nccl_pending_sync_ops() : 0; }

@@ -78,6 +78,7 @@
 namespace picotron {
 
 class Distributed;
+class FlightRecorder;  // picotron/flight_recorder.h
 namespace detail {
 struct NcclComm;  // comm_nccl.cpp
 }
@@ -110,6 +111,7 @@ class Work {
   explicit Work(std::unique_ptr<State> s);
 
  private:
+  friend class Comm;  // hands the flight recorder's entries to the state (Comm::completes_in)
   std::unique_ptr<State> state_;
 };
 
@@ -160,6 +162,13 @@ struct CommEvent {
   CallSite at;
   const char* note = "";          // kind "note" (Comm::note): what the next communications carry
 };
+// The flight recorder's entries of one call: ids first .. first + count - 1 (a batch_p2p
+// has one per operation).
+struct FlightMark {
+  int64_t first = -1;
+  int count = 0;
+};
+
 class Comm;
 using CommObserver = std::function<void(const Comm&, const CommEvent&)>;
 
@@ -194,10 +203,16 @@ class Comm {
   // What the next communications carry ("layer 0 attention: f, the q/k/v input's
   // gradient"), for the observer only: kind "note", nothing moves, the ledger ignores it.
   // Build the text only when observed(): without --explain a note costs nothing.
+  // (The flight recorder keeps the notes it is given with the next call's entries.)
   bool observed() const { return bool(observer_); }
-  void note(const std::string& what, CallSite at = CallSite::here()) const {
-    if (observer_) observer_(*this, CommEvent{"note", "", {}, {}, torch::kFloat, 0, -1, false, at, what.c_str()});
-  }
+  void note(const std::string& what, CallSite at = CallSite::here()) const;
+
+  // ---- the flight recorder (picotron/flight_recorder.h): this group's calls, issued and ----
+  // ---- completed, kept in a ring that is written out when the job hangs or fails ----------
+  // Given to the world before the mesh is split: every group split from it later records
+  // too. Registers this group (its name and world ranks) with the recorder.
+  void set_flight_recorder(std::shared_ptr<FlightRecorder> recorder);
+  bool recording() const { return bool(flight_); }
 
   // Synchronous NCCL operations enqueued but not yet seen complete by the watchdog
   // (comm_nccl.cpp); 0 for a CPU Comm. For tests: it drains once the GPU has run them.
@@ -246,8 +261,13 @@ class Comm {
   void check_all_gather(const torch::Tensor& out, const torch::Tensor& in) const;
   void check_reduce_scatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op) const;
   void check_p2p(const std::vector<P2POp>& ops) const;
-  // One more call of `kind` moving `elements` elements, in the ledger; the observer sees it.
-  void record(CommEvent event);
+  // One more call of `kind` moving `elements` elements, in the ledger; the observer sees it;
+  // the flight recorder keeps it (one entry; a batch: `batch` = the first op's id, -1 for
+  // the first) and issuing_ says which entries the call has, until it completes.
+  int64_t record(CommEvent event, int64_t batch = -1, bool last = true);
+  void record_batch(const std::vector<P2POp>& ops, bool async, CallSite at);  // record() per op
+  // The flight recorder marks the call's entries (issuing_) completed when `w` is waited for.
+  Work completes_in(Work w);
 
   // The CPU path, one function per MPI call (comm_mpi.cpp). Each posts the non-blocking
   // MPI call and returns a Work whose wait() is bounded by the timeout. Arguments are
@@ -282,6 +302,9 @@ class Comm {
   std::string name_;                        // "world", "tp", ...
   std::map<std::string, CommCount> ledger_;  // kind -> calls, elements
   CommObserver observer_;                    // --explain (empty: none)
+  std::shared_ptr<FlightRecorder> flight_;   // the flight recorder (empty: none)
+  int flight_group_ = -1;                    //   this group's index in it
+  FlightMark issuing_;                       //   the entries of the call being issued (record())
   torch::Device device_{torch::kCPU};
   MPI_Comm mpi_ = MPI_COMM_NULL;  // CPU path (null when torchrun launched several processes)
   bool owns_mpi_ = false;         // mpi_ is ours to MPI_Comm_free

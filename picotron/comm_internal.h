@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include <c10/util/StringUtil.h>
@@ -53,6 +54,9 @@ struct picotron::Work::State {
   virtual void wait() = 0;
   // Lets the library advance the operation without blocking (see Work::progress).
   virtual void progress() {}
+  // The flight recorder's entries of this operation, marked completed when wait() returns.
+  std::shared_ptr<FlightRecorder> flight;
+  FlightMark mark;
   // False while a library may still write into buffers this state keeps alive: the
   // Work's destructor then leaks the state on purpose rather than free them under MPI.
   virtual bool safe_to_destroy() = 0;

@@ -109,6 +109,10 @@ struct TrainConfig {
   DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
   double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job
+  std::string flight_recorder;         // DIR for every rank's last communications, comms-rank<R>.json, written on a
+                                       //   timeout, signal or error ("": <--save-dir>/flight, else flight/; "off": none)
+  int64_t flight_entries = 4096;       // how many communications each rank's flight recorder keeps
+  bool flight_dump_at_end = false;     // write the flight recorder's files at the end of a run that went well too
   // --- output ---
   std::string metrics_file;            // one JSON object per step (empty: none)
   std::string memory_trace;            // one JSON object per phase of each step: tensor memory (empty: none)

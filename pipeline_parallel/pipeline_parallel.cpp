@@ -212,7 +212,8 @@ void Pipeline::backward(const PipelineAction& a) {
 // message between two ranks carries tag 0, and the program's order is what matches them.
 void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
   const double start = now_us();
-  if (mesh_.pp().observed()) {  // --explain: what each message of the round is, named as --dry-run's program names it
+  if (mesh_.pp().observed() || mesh_.pp().recording()) {  // --explain, the flight recorder: what each message of
+                                                         // the round is, named as --dry-run's program names it
     std::string what = "[pipeline]";
     for (const auto& op : group) {
       const bool activation = op.t.kind == Transfer::kActivation;

@@ -1,0 +1,234 @@
+// picotron/flight_recorder.cpp — the ring of a rank's last communications, and its file.
+//
+// The file, DIR/comms-rank<R>.json (scripts/hang_report.py reads it):
+//
+//   {"rank": 1, "world_size": 2, "reason": "...", "dumped_at_s": 12.5, "start_unix_s": ...,
+//    "capacity": 4096, "recorded": 812,
+//    "groups":  [{"id": 0, "name": "world", "ranks": [0, 1], "rank": 1}, ...],
+//    "entries": [{"id": 800, "group": 3, "op": "send", "seq": 5, "elements": 8192,
+//                 "dtype": "float32", "peer": 0, "peer_world": 0, "batch": 799, "async": false,
+//                 "site": "pipeline_parallel/pipeline_parallel.cpp:230", "function": "exchange",
+//                 "note": "...", "state": "waiting", "issued_s": 3.2, "waiting_s": 3.2,
+//                 "completed_s": null}, ...]}    (state: issued, waiting (the host in Work::wait), completed)
+//
+// entries: oldest first. Written with plain open/write/rename: it runs on a dying process
+// (a signal, the watchdog), where nothing may throw and nothing may wait for a peer.
+//
+// Test: ctest -L flight   (tests/flight_tests.cmake)
+#include "picotron/flight_recorder.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "picotron/comm_internal.h"
+
+namespace picotron {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) out += ' ';
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// The project's files as the report names them: "picotron/comm.cpp", not "/work/x/picotron/comm.cpp".
+std::string site_of(const CallSite& at) {
+  std::string file = at.file;
+  for (const char* top : {"/picotron/", "/pipeline_parallel/", "/tensor_parallel/", "/data_parallel/",
+                          "/context_parallel/", "/zero/", "/expert_parallel/", "/kernels/", "/runtime/", "/tests/"}) {
+    const auto at_top = file.rfind(top);
+    if (at_top != std::string::npos) {
+      file = file.substr(at_top + 1);
+      break;
+    }
+  }
+  if (file.find('/') != std::string::npos && file.rfind("train.cpp") == file.size() - 9) file = "train.cpp";
+  return file + ":" + std::to_string(at.line);
+}
+
+bool make_dirs(const std::string& dir) {  // mkdir -p
+  for (size_t i = 1; i <= dir.size(); ++i)
+    if (i == dir.size() || dir[i] == '/') {
+      const std::string part = dir.substr(0, i);
+      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    }
+  return true;
+}
+}  // namespace
+
+FlightRecorder::FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s)
+    : world_rank_(world_rank), world_size_(world_size), timeout_s_(timeout_s), start_(Clock::now()),
+      start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()),
+      ring_(size_t(std::max<int64_t>(capacity, 1))) {}
+
+void FlightRecorder::set_dump_dir(std::string dir) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  dir_ = std::move(dir);
+}
+
+std::string FlightRecorder::hint() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (dir_.empty()) return "";
+  return ". Flight recorder: every rank's last communications are in " + dir_ +
+         "/comms-rank*.json; read them with: scripts/hang_report.py " + dir_;
+}
+
+int FlightRecorder::add_group(const std::string& name, std::vector<int> world_ranks, int my_rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Group g;
+  g.name = name;
+  g.rank = my_rank;
+  g.sent.assign(world_ranks.empty() ? size_t(world_size_) : world_ranks.size(), 0);
+  g.received = g.sent;
+  g.world_ranks = std::move(world_ranks);
+  groups_.push_back(std::move(g));
+  return int(groups_.size()) - 1;
+}
+
+double FlightRecorder::now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+void FlightRecorder::note(int group, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  groups_[size_t(group)].note = what;
+}
+
+int64_t FlightRecorder::issue(int group, const CommEvent& e, int64_t batch, bool last) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Group& g = groups_[size_t(group)];
+  const int64_t id = next_id_++;
+  FlightEntry& slot = ring_[size_t(id % int64_t(ring_.size()))];
+  const bool is_send = std::strcmp(e.kind, "send") == 0, is_recv = std::strcmp(e.kind, "recv") == 0;
+  const bool peer_ok = e.peer >= 0 && size_t(e.peer) < g.sent.size();
+  slot.id = id;
+  slot.group = group;
+  slot.op = e.kind;
+  slot.reduce = e.reduce;
+  slot.seq = is_send && peer_ok ? ++g.sent[size_t(e.peer)] : is_recv && peer_ok ? ++g.received[size_t(e.peer)]
+                                                                               : ++g.collectives;
+  slot.elements = e.elements;
+  slot.dtype = e.dtype;
+  slot.peer = e.peer;
+  slot.batch = batch;
+  slot.async = e.async;
+  slot.at = e.at;
+  slot.note = g.note;  // (assigning into a slot's old string reuses its capacity)
+  if (last) g.note.clear();
+  slot.state = FlightEntry::kIssued;
+  slot.issued_s = now_s();
+  slot.waiting_s = slot.completed_s = 0;
+  return id;
+}
+
+void FlightRecorder::waiting(FlightMark mark) { set_state(mark, FlightEntry::kWaiting); }
+void FlightRecorder::completed(FlightMark mark) { set_state(mark, FlightEntry::kCompleted); }
+
+void FlightRecorder::set_state(FlightMark mark, FlightEntry::State state) {
+  if (mark.first < 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double t = now_s();
+  for (int64_t id = mark.first; id < mark.first + mark.count; ++id) {
+    FlightEntry& slot = ring_[size_t(id % int64_t(ring_.size()))];
+    if (slot.id != id) continue;  // overwritten since
+    slot.state = state;
+    (state == FlightEntry::kWaiting ? slot.waiting_s : slot.completed_s) = t;
+  }
+}
+
+int64_t FlightRecorder::recorded() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_id_;
+}
+
+std::string FlightRecorder::to_json(const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream out;
+  out.precision(6);
+  out << std::fixed;
+  out << "{\"rank\": " << world_rank_ << ", \"world_size\": " << world_size_ << ", \"reason\": " << json_string(reason)
+      << ", \"dumped_at_s\": " << now_s() << ", \"start_unix_s\": " << start_unix_s_ << ", \"capacity\": " << ring_.size()
+      << ", \"recorded\": " << next_id_ << ", \"timeout_s\": " << timeout_s_ << ",\n \"groups\": [";
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const Group& g = groups_[i];
+    out << (i ? ",\n  " : "\n  ") << "{\"id\": " << i << ", \"name\": " << json_string(g.name) << ", \"ranks\": [";
+    for (size_t r = 0; r < g.world_ranks.size(); ++r) out << (r ? ", " : "") << g.world_ranks[r];
+    out << "], \"rank\": " << g.rank << ", \"size\": " << g.sent.size() << "}";
+  }
+  out << "],\n \"entries\": [";
+  const int64_t capacity = int64_t(ring_.size());
+  bool first = true;
+  for (int64_t id = std::max<int64_t>(0, next_id_ - capacity); id < next_id_; ++id) {  // oldest first
+    const FlightEntry& e = ring_[size_t(id % capacity)];
+    const Group& g = groups_[size_t(e.group)];
+    const int peer_world = e.peer >= 0 && size_t(e.peer) < g.world_ranks.size() ? g.world_ranks[size_t(e.peer)] : -1;
+    out << (first ? "\n  " : ",\n  ") << "{\"id\": " << e.id << ", \"group\": " << e.group << ", \"op\": \"" << e.op
+        << "\", \"reduce\": \"" << e.reduce << "\", \"seq\": " << e.seq << ", \"elements\": " << e.elements
+        << ", \"dtype\": \"" << detail::dtype_name(e.dtype) << "\", \"peer\": " << e.peer
+        << ", \"peer_world\": " << peer_world << ", \"batch\": " << e.batch
+        << ", \"async\": " << (e.async ? "true" : "false") << ", \"site\": " << json_string(site_of(e.at))
+        << ", \"function\": " << json_string(e.at.function) << ", \"note\": " << json_string(e.note)
+        << ", \"state\": \""
+        << (e.state == FlightEntry::kCompleted ? "completed" : e.state == FlightEntry::kWaiting ? "waiting" : "issued")
+        << "\", \"issued_s\": " << e.issued_s << ", \"waiting_s\": ";
+    if (e.state != FlightEntry::kIssued) out << e.waiting_s;
+    else out << "null";
+    out << ", \"completed_s\": ";
+    if (e.state == FlightEntry::kCompleted) out << e.completed_s;
+    else out << "null";
+    out << "}";
+    first = false;
+  }
+  out << "]}\n";
+  return out.str();
+}
+
+std::string FlightRecorder::dump(const std::string& reason) const {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dir = dir_;
+  }
+  if (dir.empty()) return "";
+  std::lock_guard<std::mutex> one_at_a_time(dump_mutex_);
+  try {
+    const std::string text = to_json(reason);
+    const std::string path = dir + "/comms-rank" + std::to_string(world_rank_) + ".json";
+    const std::string tmp = path + ".tmp";
+    const auto fail = [&](const char* what) {
+      std::cerr << "[rank " << world_rank_ << "] flight recorder: could not write " << path << ": " << what << ": "
+                << std::strerror(errno) << std::endl;
+      return std::string();
+    };
+    if (!make_dirs(dir)) return fail("mkdir");
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return fail("open");
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) {
+        ::close(fd);
+        return fail("write");
+      }
+      done += size_t(n);
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");  // atomic: never half a file
+    return path;
+  } catch (const std::exception& e) {  // (out of memory while formatting)
+    std::cerr << "[rank " << world_rank_ << "] flight recorder: " << e.what() << std::endl;
+    return "";
+  }
+}
+
+}  // namespace picotron

@@ -1,0 +1,86 @@
+// runtime/observe/flight_dump.cpp — the flight recorder's files: on an error, a signal, or
+// at the end (see the header).
+#include "runtime/observe/flight_dump.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+
+#include "picotron/flight_recorder.h"
+
+namespace picotron {
+
+namespace {
+// The one global: a signal handler reaches nothing else. The write end of the pipe.
+volatile std::sig_atomic_t g_signal_pipe = -1;
+
+extern "C" void on_signal(int sig) {  // async-signal-safe: one write(2)
+  const unsigned char number = static_cast<unsigned char>(sig);
+  if (g_signal_pipe >= 0) {
+    const ssize_t written = ::write(g_signal_pipe, &number, 1);
+    (void)written;
+  }
+}
+}  // namespace
+
+std::string flight_dir(const TrainConfig& cfg) {
+  if (cfg.flight_recorder == "off") return "";
+  if (!cfg.flight_recorder.empty()) return cfg.flight_recorder;
+  return cfg.save_dir.empty() ? "flight" : cfg.save_dir + "/flight";
+}
+
+FlightDump::FlightDump(const TrainConfig& cfg, Comm& world) : rank_(world.rank()), at_end_(cfg.flight_dump_at_end) {
+  const std::string dir = flight_dir(cfg);
+  if (dir.empty()) return;
+  recorder_ = std::make_shared<FlightRecorder>(world.rank(), world.size(), cfg.flight_entries, cfg.timeout_s);
+  std::error_code ignored;  // absolute: the timeout line's path works from any directory
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, ignored);
+  recorder_->set_dump_dir(absolute.empty() ? dir : absolute.lexically_normal().string());
+  world.set_flight_recorder(recorder_);
+  if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no signal watch; errors and the end still write
+  g_signal_pipe = pipe_[1];
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, &old_term_);
+  sigaction(SIGINT, &action, &old_int_);
+  signal_thread_ = std::thread([this] {
+    unsigned char sig = 0;
+    while (::read(pipe_[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    if (sig == 0) return;  // the destructor: the run is over
+    const std::string path = recorder_->dump(std::string("signal ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                             ": the launcher or a user ended this rank");
+    if (!path.empty()) std::cerr << "[rank " << rank_ << "] flight recorder: wrote " << path << std::endl;
+    std::signal(sig, SIG_DFL);  // and end as the signal would have
+    std::raise(sig);
+  });
+}
+
+FlightDump::~FlightDump() {
+  if (!recorder_) return;
+  std::string path;
+  if (std::uncaught_exceptions() > 0)  // run() is unwinding an error (a timeout is one): its line follows
+    path = recorder_->dump("error: the run ended with an error (this rank's error line says which)");
+  else if (at_end_)
+    path = recorder_->dump("end of the run (--flight-dump-at-end)");
+  if (!path.empty()) std::cerr << "[rank " << rank_ << "] flight recorder: wrote " << path << std::endl;
+  if (signal_thread_.joinable()) {  // stop watching: the old actions back, the thread woken and joined
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+    g_signal_pipe = -1;
+    const unsigned char stop = 0;
+    const ssize_t written = ::write(pipe_[1], &stop, 1);
+    (void)written;
+    signal_thread_.join();
+  }
+  for (int fd : pipe_)
+    if (fd >= 0) ::close(fd);
+}
+
+}  // namespace picotron

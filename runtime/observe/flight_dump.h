@@ -1,0 +1,58 @@
+// runtime/observe/flight_dump.h — when a run writes its flight recorder's files
+// (picotron/flight_recorder.h: every rank's last communications), and where.
+//
+//   a Comm's timeout (MPI)     the CommError unwinds run(): this object's destructor writes
+//   the NCCL watchdog          it writes them itself, then ends the process (nccl_watchdog.h)
+//   any other error            the same unwinding
+//   SIGTERM / SIGINT           (mpirun sends SIGTERM to every rank when one fails) a thread
+//                              of this object writes them, then the signal ends the process
+//   the end of the run         with --flight-dump-at-end
+//
+// Each rank writes DIR/comms-rank<R>.json alone (tmp + rename), without a message to
+// anyone: it works when every other rank is dead. DIR is --flight-recorder, by default
+// <--save-dir>/flight, else flight/ in the working directory; "off" records nothing.
+// Then: scripts/hang_report.py DIR.
+//
+// Why a thread for the signals? A signal handler may only call async-signal-safe
+// functions (write(2), not malloc or a mutex), and the ring is behind a mutex. So the
+// handler writes the signal's number into a pipe (the self-pipe trick) and returns; the
+// thread reading the pipe writes the file with ordinary code, then restores the default
+// action and raises the signal again, so the process ends as the launcher expects.
+//
+// Test: ctest -L flight   (tests/flight_tests.cmake)
+#pragma once
+
+#include <csignal>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "picotron/comm.h"
+#include "picotron/config.h"
+
+namespace picotron {
+
+class FlightRecorder;
+
+// --flight-recorder as a directory ("" when off).
+std::string flight_dir(const TrainConfig& cfg);
+
+class FlightDump {
+ public:
+  // Gives `world` a recorder (the groups split from it later record too) and starts
+  // watching for SIGTERM / SIGINT. Off: does nothing.
+  FlightDump(const TrainConfig& cfg, Comm& world);
+  FlightDump(const FlightDump&) = delete;
+  FlightDump& operator=(const FlightDump&) = delete;
+  ~FlightDump();  // unwinding an error, or --flight-dump-at-end: writes the file
+
+ private:
+  std::shared_ptr<FlightRecorder> recorder_;
+  int rank_ = 0;
+  bool at_end_ = false;
+  int pipe_[2] = {-1, -1};           // the signal handler writes the signal's number into [1]
+  std::thread signal_thread_;         // reads [0]: writes the file, then ends the process
+  struct sigaction old_term_ {}, old_int_ {};
+};
+
+}  // namespace picotron

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# tests/flight_case.sh — one flight recorder case: run a job that goes wrong (or not), then
+# scripts/hang_report.py on the files its ranks wrote, and check what the report says.
+#
+#   flight_case.sh DIR REGEX [stop|kill DELAY_S] -- mpirun ... COMMAND...
+#
+# stop / kill: rank 1 is stopped (SIGSTOP) or killed (SIGKILL) DELAY_S seconds after it
+# starts. Passes ("flight ok") when the report's output matches REGEX (grep -E); prints
+# FAILED otherwise. The job itself is bounded (timeout -s KILL 60).
+set -u
+dir=$1 regex=$2; shift 2
+signal="" delay=0
+if [ "$1" = stop ] || [ "$1" = kill ]; then signal=$1 delay=$2; shift 2; fi
+[ "$1" = "--" ] && shift
+rm -rf "$dir"; mkdir -p "$(dirname "$dir")"
+wrap=()
+if [ -n "$signal" ]; then
+  wrap=("$dir.rank1.sh")
+  cat > "$dir.rank1.sh" <<WRAP
+#!/bin/sh
+# One rank of the job: rank 1 gets SIG$( [ "$signal" = stop ] && echo STOP || echo KILL ) after $delay s.
+"\$@" &
+pid=\$!
+if [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then sleep $delay; kill -$( [ "$signal" = stop ] && echo STOP || echo KILL ) \$pid; fi
+wait \$pid
+WRAP
+  chmod +x "$dir.rank1.sh"
+fi
+# Split "mpirun ... -np 2" from the command: the wrapper goes in front of the command.
+mpirun=(); while [ $# -gt 0 ] && [ "$1" != "--" ]; do mpirun+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+start=$(date +%s)
+timeout -s KILL 60 "${mpirun[@]}" "${wrap[@]}" "$@" > "$dir.out" 2>&1
+rc=$?
+echo "job: exit $rc after $(( $(date +%s) - start )) s; its error lines:"
+grep -a "error:\|flight recorder" "$dir.out" | head -6
+echo "---- scripts/hang_report.py $dir"
+report=$(python3 "$(dirname "$0")/../scripts/hang_report.py" "$dir" 2>&1)
+echo "$report"
+echo "----"
+if ! grep -Eq -- "$regex" <<<"$report"; then echo "FAILED: the report does not match /$regex/"; exit 1; fi
+echo "flight ok: the report matches /$regex/"

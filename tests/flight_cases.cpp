@@ -1,0 +1,135 @@
+// tests/flight_cases.cpp — the mistakes a student makes, on two ranks, each recorded by the
+// flight recorder and written out, for scripts/hang_report.py to explain (no model: only
+// the communications, through the real Comm, recorder and dump wiring of build/train).
+//
+//   flight_cases pipeline_m DIR   two pipeline stages run the real 1F1B programs
+//                                 (pipeline_parallel/p2p_program.h) for different numbers
+//                                 of micro-batches: stage 0 for 4, stage 1 for 2; then
+//                                 both all-reduce a "gradient norm" over the world
+//   flight_cases sends_first DIR  both stages send their [B, S, H] to the other, then
+//                                 receive: each send waits for a receive never posted
+//   flight_cases skip DIR         three steps of "gradients, then loss" all-reduces over
+//                                 dp; rank 1 skips the gradients' all-reduce of step 1
+//   flight_cases clean DIR        the same three steps on both ranks, nothing wrong
+//   flight_cases cost DIR         (one rank) what one entry costs: issue + waiting +
+//                                 completed, 10^6 times, in ns
+//
+// Like train.cpp: the recorder comes from FlightDump (runtime/observe/flight_dump.h), a
+// CommError unwinds to main, which prints one line and aborts the job (dist.abort_job).
+//
+// Run:  mpirun -np 2 build/tests/flight_cases pipeline_m /tmp/f --timeout-s 2;
+//       scripts/hang_report.py /tmp/f
+// Test: ctest -L flight   (tests/flight_tests.cmake)
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "picotron/comm.h"
+#include "picotron/config.h"
+#include "picotron/distributed.h"
+#include "picotron/flight_recorder.h"
+#include "pipeline_parallel/p2p_program.h"
+#include "runtime/observe/flight_dump.h"
+
+using namespace picotron;
+
+namespace {
+
+// A stage's program for m micro-batches, each exchange through Comm::batch_p2p with the
+// note the pipeline executor gives it (pipeline_parallel.cpp, Pipeline::exchange).
+void run_pipeline(Comm& pp, int m, int64_t elements) {
+  const auto program = pipeline_programs(PipelineSchedule::k1F1B, /*P=*/2, m, /*v=*/1)[size_t(pp.rank())];
+  for (const PipelineStep& step : program) {
+    if (step.exchange.empty()) continue;
+    std::string what = "[pipeline]";
+    std::vector<P2POp> ops;
+    for (const auto& op : step.exchange) {
+      const bool activation = op.t.kind == Transfer::kActivation;
+      what += std::string(op.send ? " send" : " receive") + (activation ? " activation a" : " gradient g") +
+              std::to_string(op.t.micro) + " of micro-batch " + std::to_string(op.t.micro) + ";";
+      ops.push_back({op.send ? P2POp::kSend : P2POp::kRecv, torch::zeros({elements}), op.t.peer, /*tag=*/0});
+    }
+    what.pop_back();
+    pp.note(what);
+    pp.batch_p2p(ops);
+  }
+}
+
+// One "step" of data parallelism: the gradients' all-reduce, then the loss's.
+void dp_step(Comm& dp, int step, bool skip_gradients) {
+  auto grads = torch::ones({4096});                       // [4096] float32
+  auto loss = torch::ones({1}, torch::kFloat64);          // [1] float64
+  if (!skip_gradients) {
+    dp.note("gradients of step " + std::to_string(step));
+    dp.all_reduce(grads);
+  }
+  dp.note("loss of step " + std::to_string(step));
+  dp.all_reduce(loss, ReduceOp::kAvg);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 2 ? argv[1] : "";
+  if (mode != "pipeline_m" && mode != "sends_first" && mode != "skip" && mode != "clean" && mode != "cost") {
+    std::fprintf(stderr, "usage: flight_cases pipeline_m|sends_first|skip|clean|cost DIR [--timeout-s 2]\n");
+    return 2;
+  }
+  if (mode == "cost") {  // the recorder alone, as Comm drives it for one synchronous call
+    FlightRecorder recorder(0, 1, 4096, 2);
+    const int group = recorder.add_group("dp", {0, 1}, 0);
+    auto grads = torch::ones({4096});
+    CommEvent e;
+    e.kind = "all_reduce";
+    e.reduce = "sum";
+    e.in_shape = grads.sizes();
+    e.elements = grads.numel();
+    e.at = CallSite::here();
+    const int n = 1000000;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      const FlightMark mark{recorder.issue(group, e), 1};
+      recorder.waiting(mark);
+      recorder.completed(mark);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / n;
+    std::printf("flight recorder: %.0f ns per entry (issue + waiting + completed, %d entries, ring of 4096)\n", ns, n);
+    return 0;
+  }
+  TrainConfig cfg;
+  cfg.flight_recorder = argv[2];
+  cfg.flight_dump_at_end = mode == "clean";
+  cfg.timeout_s = argc > 4 && !std::strcmp(argv[3], "--timeout-s") ? std::atoi(argv[4]) : 2;
+  Distributed dist(detect_launch(process_environment()));
+  try {
+    torch::set_num_threads(1);
+    Comm world = Comm::world(dist, torch::kCPU, std::chrono::seconds(cfg.timeout_s));
+    FlightDump flight(cfg, world);  // as train.cpp: before the groups are split
+    Comm pp = world.split(/*color=*/0, /*key=*/world.rank(), "pp");
+    Comm dp = world.split(/*color=*/0, /*key=*/world.rank(), "dp");
+    const int64_t activation = 2 * 64 * 128;  // [B, S, H] = [2, 64, 128]: 64 KiB, past MPI's eager limit
+    if (mode == "pipeline_m") {
+      run_pipeline(pp, /*m=*/pp.rank() == 0 ? 4 : 2, activation);
+      auto norm = torch::ones({1}, torch::kFloat64);  // [1]
+      world.note("gradient norm");
+      world.all_reduce(norm);
+    } else if (mode == "sends_first") {
+      auto mine = torch::zeros({activation}), theirs = torch::zeros({activation});
+      pp.note("[pipeline] send activation a0 of micro-batch 0 (on its own, before the receive)");
+      pp.send(mine, 1 - pp.rank());
+      pp.recv(theirs, 1 - pp.rank());
+    } else {
+      for (int step = 0; step < 3; ++step) dp_step(dp, step, mode == "skip" && dp.rank() == 1 && step == 1);
+      world.barrier();
+    }
+  } catch (const std::exception& e) {  // train.cpp's main does the same
+    std::string msg = e.what();
+    if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
+    std::cerr << "[rank " << dist.rank() << "] error: " << msg.substr(0, msg.find('\n')) << std::endl;
+    dist.abort_job(1);
+  }
+  return 0;
+}

@@ -1,0 +1,40 @@
+# The flight recorder (picotron/flight_recorder.h, runtime/observe/flight_dump.h) and the
+# hang report (scripts/hang_report.py), label flight. Each case runs a two-rank job that
+# goes wrong in one way, lets every rank write DIR/comms-rank<R>.json, and checks the line
+# the report puts first (tests/flight_case.sh). --timeout-s 2 keeps each case ~5 s.
+#   flight.pipeline_m      two pipeline stages run 1F1B for 4 and for 2 micro-batches
+#   flight.sends_first     both stages send before they receive (tests/flight_cases.cpp)
+#   flight.skipped         rank 1 skips one all-reduce
+#   flight.rank_stopped    build/train --dp 2: rank 1 is stopped (SIGSTOP) mid-run
+#   flight.rank_killed     build/train --dp 2: rank 1 is killed (SIGKILL): no file
+#   flight.clean           build/train --pp 2 --flight-dump-at-end: nothing wrong
+add_executable(flight_cases flight_cases.cpp)
+target_link_libraries(flight_cases PRIVATE picotron_core)
+target_link_options(flight_cases PRIVATE ${PICOTRON_LINK_FLAGS})
+target_compile_options(flight_cases PRIVATE ${PICOTRON_WARNINGS})
+target_precompile_headers(flight_cases REUSE_FROM picotron_step)
+
+set(FLIGHT_DIR ${CMAKE_CURRENT_BINARY_DIR}/flight)
+set(FLIGHT_TRAIN $<TARGET_FILE:train> --device cpu --model tiny --seq-len 32 --micro-batch-size 1 --generate 0
+  --threads 1 --timeout-s 2)
+# flight_test(<name> <regex the report must match> [stop|kill DELAY] -- <command>...)
+function(flight_test name regex)
+  add_test(NAME flight.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/flight_case.sh ${FLIGHT_DIR}/${name} "${regex}"
+    ${ARGN})
+  set_tests_properties(flight.${name} PROPERTIES LABELS "flight;mpi;reliability" TIMEOUT 90 PROCESSORS 2
+    ENVIRONMENT "${PICOTRON_TEST_ENV}" PASS_REGULAR_EXPRESSION "flight ok" FAIL_REGULAR_EXPRESSION "FAILED")
+endfunction()
+
+flight_test(pipeline_m "rank 0 (waits for|sends) message #[0-9]+ (from|to) rank 1, but rank 1 (sent it|posted) only [0-9]+"
+  -- ${PICOTRON_MPIRUN} -np 2 $<TARGET_FILE:flight_cases> pipeline_m ${FLIGHT_DIR}/pipeline_m --timeout-s 2)
+flight_test(sends_first "ranks 0 and 1 both send first, and neither receives"
+  -- ${PICOTRON_MPIRUN} -np 2 $<TARGET_FILE:flight_cases> sends_first ${FLIGHT_DIR}/sends_first --timeout-s 2)
+flight_test(skipped "the ranks disagree at collective #3"
+  -- ${PICOTRON_MPIRUN} -np 2 $<TARGET_FILE:flight_cases> skip ${FLIGHT_DIR}/skipped --timeout-s 2)
+flight_test(rank_stopped "rank 1 (most likely )?stopped answering"
+  stop 3 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_stopped)
+flight_test(rank_killed "rank 1 left no file: it died"
+  kill 3 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_killed)
+flight_test(clean "^No problem found"
+  -- ${PICOTRON_MPIRUN} -np 2 ${FLIGHT_TRAIN} --pp 2 --grad-acc-steps 2 --steps 3 --flight-recorder ${FLIGHT_DIR}/clean
+  --flight-dump-at-end)
