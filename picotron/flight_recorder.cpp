@@ -72,7 +72,34 @@ bool make_dirs(const std::string& dir) {  // mkdir -p
 FlightRecorder::FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s)
     : world_rank_(world_rank), world_size_(world_size), timeout_s_(timeout_s), start_(Clock::now()),
       start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()),
-      ring_(size_t(std::max<int64_t>(capacity, 1))) {}
+      ring_(size_t(std::max<int64_t>(capacity, 1))), beat_([this] { watch_pauses(); }) {}
+
+FlightRecorder::~FlightRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(beat_mutex_);
+    stopping_ = true;
+  }
+  beat_stop_.notify_all();
+  beat_.join();
+}
+
+void FlightRecorder::watch_pauses() {
+  std::unique_lock<std::mutex> lock(beat_mutex_);
+  last_beat_s_.store(now_s());
+  while (!beat_stop_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+    const double t = now_s(), gap = t - last_beat_s_.load();
+    if (gap > longest_pause_s_.load()) {
+      int64_t issued;
+      {
+        std::lock_guard<std::mutex> ring_lock(mutex_);
+        issued = next_id_ - 1;
+      }
+      longest_pause_s_.store(gap);
+      paused_after_.store(issued);
+    }
+    last_beat_s_.store(t);
+  }
+}
 
 void FlightRecorder::set_dump_dir(std::string dir) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -159,7 +186,12 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   out << std::fixed;
   out << "{\"rank\": " << world_rank_ << ", \"world_size\": " << world_size_ << ", \"reason\": " << json_string(reason)
       << ", \"dumped_at_s\": " << now_s() << ", \"start_unix_s\": " << start_unix_s_ << ", \"capacity\": " << ring_.size()
-      << ", \"recorded\": " << next_id_ << ", \"timeout_s\": " << timeout_s_ << ",\n \"groups\": [";
+      << ", \"recorded\": " << next_id_ << ", \"timeout_s\": " << timeout_s_;
+  // The longest pause, or the one going on now (the watch has not woken since it began).
+  const double now = now_s(), since_beat = now - last_beat_s_.load();
+  const bool pausing = since_beat > longest_pause_s_.load();
+  out << ", \"paused_s\": " << (pausing ? since_beat : longest_pause_s_.load())
+      << ", \"paused_after\": " << (pausing ? next_id_ - 1 : paused_after_.load()) << ",\n \"groups\": [";
   for (size_t i = 0; i < groups_.size(); ++i) {
     const Group& g = groups_[i];
     out << (i ? ",\n  " : "\n  ") << "{\"id\": " << i << ", \"name\": " << json_string(g.name) << ", \"ranks\": [";

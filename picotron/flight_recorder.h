@@ -26,6 +26,12 @@
 // (the NCCL watchdog and the dump thread also touch the ring); the note is copied into
 // a string that keeps its capacity. docs/reliability.md has the measured step times.
 //
+// Pauses. A thread of the recorder wakes every 100 ms; a gap of seconds between two of its
+// wake-ups is time the whole process did not run: SIGSTOP, a debugger holding it, a
+// swapped-out machine. The file keeps the longest ("paused_s", and the last entry issued
+// before it), including a pause still going on when the file is written. This is how the
+// report tells the rank that stopped from the ranks that waited for it.
+//
 // Threads. Entries are issued by the thread issuing communications, completed by it or
 // by the NCCL watchdog thread, and dumped by any thread (a signal's, the watchdog's):
 // every access takes the mutex. dump() never throws and never communicates, so it works
@@ -34,10 +40,13 @@
 // Test: ctest -L flight   (tests/flight_tests.cmake)
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/types.h>
@@ -69,6 +78,9 @@ class FlightRecorder {
   // capacity: how many entries are kept (the oldest are overwritten). timeout_s: the Comms'
   // (in the file: a rank that waited longer without timing out itself was not running).
   FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s);
+  ~FlightRecorder();  // stops the pause watch
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   // Where dump() writes: dir/comms-rank<R>.json (created with its parents). Empty: nowhere.
   void set_dump_dir(std::string dir);
@@ -117,6 +129,15 @@ class FlightRecorder {
   std::vector<Group> groups_;
   std::vector<FlightEntry> ring_;   // [capacity]
   int64_t next_id_ = 0;
+  // The pause watch (see the header): its thread's last wake-up, the longest gap so far and
+  // the last entry issued before it.
+  void watch_pauses();
+  std::atomic<double> last_beat_s_{0}, longest_pause_s_{0};
+  std::atomic<int64_t> paused_after_{-1};
+  std::mutex beat_mutex_;
+  std::condition_variable beat_stop_;
+  bool stopping_ = false;           // (beat_mutex_)
+  std::thread beat_;
 };
 
 }  // namespace picotron

@@ -15,6 +15,9 @@ note and state (issued / completed). This script lines the ranks up and says:
     to b meets the k-th receive b posts from a (pipeline_parallel/p2p_program.h);
   - who is behind: ranks the others wait for, and whether they wait elsewhere or are
     in no communication at all (computing, stopped, or stuck outside Comm).
+  - which rank stopped running: a thread of each rank's recorder wakes every 100 ms, and
+    a gap of seconds between two wake-ups is a process that was stopped (SIGSTOP, a
+    debugger holding it, a swapped-out machine).
 
 Then, per group, where each rank is.  Exit code: 0 no problem found, 1 a problem, 2 no files.
 
@@ -89,8 +92,17 @@ class Rank:
         return waiting[-1] if waiting else None
 
     def stalled(self):
-        """Why this rank looks stopped, or "": ended by a signal, and either it waited longer than
-        --timeout-s without timing out itself, or it did nothing with Comm for half of it."""
+        """Why this rank looks stopped, or "". Measured: its recorder's thread, which wakes every
+        100 ms, saw a gap of seconds (paused_s: picotron/flight_recorder.h, "Pauses"). Else
+        inferred: ended by a signal, and either it waited longer than --timeout-s
+        without timing out itself, or it did nothing with Comm for half of it."""
+        paused = self.d.get("paused_s") or 0
+        if self.timeout_s and paused >= max(1.0, self.timeout_s / 2):
+            e = next((x for x in self.entries if x["id"] == self.d.get("paused_after")), None)
+            after = " (its last call before it: %s %s)" % (e["key"][0], describe(e, with_site=False)) if e else ""
+            return ("the whole process did not run for %.1f s%s: a thread of its recorder wakes every 100 ms, so "
+                    "a gap of seconds is a process that was stopped (SIGSTOP, a debugger holding it, a swapped-out "
+                    "machine)" % (paused, after))
         if not self.d["reason"].startswith("signal") or not self.timeout_s:
             return ""
         w = self.waits_in()
@@ -235,9 +247,9 @@ def behind_findings(ranks, keys, missing):
 
 
 def stuck_together_findings(ranks, keys):
-    """Every rank of a group is in the same collective, and it did not complete: one of them
-    stopped making progress (MPI moves a collective only while every rank polls it). The likely
-    one: the rank that wrote its file last, on the wall clock (it noticed the time last)."""
+    """Every rank of a group is in the same collective, and it did not complete, and no rank's
+    recorder measured a pause (Rank.stalled): the collective itself did not progress. Which
+    rank is to blame cannot be read off the files; say what each was doing."""
     out = []
     for key in keys:
         members = [r for r in key[1] if r in ranks]
@@ -246,13 +258,10 @@ def stuck_together_findings(ranks, keys):
         first = {r: ranks[r].pending[0] for r in members if ranks[r].pending and ranks[r].pending[0]["key"] == key}
         if len(first) != len(members) or len({(e["op"], e["seq"]) for e in first.values()}) != 1:
             continue
-        wall = {r: ranks[r].d["start_unix_s"] + ranks[r].d["dumped_at_s"] for r in members}
-        last = max(members, key=lambda r: wall[r])
-        e = first[last]
-        out.append(["group %s: every rank is in %s, and it did not complete within --timeout-s: one rank stopped "
-                    "answering inside it. rank %d most likely stopped answering (SIGSTOP, a debugger, a swapped-out "
-                    "machine): it wrote its file last, %.1f s after the first." % (group_name(key), describe(e), last,
-                                                                                   wall[last] - min(wall.values()))])
+        e = first[members[0]]
+        out.append(["group %s: every rank is in %s, and it did not complete within --timeout-s, though every rank "
+                    "ran (no recorder measured a pause): the library did not move it (a network or driver problem, "
+                    "or a rank stuck inside it without polling)." % (group_name(key), describe(e))])
     return out
 
 
