@@ -8,6 +8,7 @@
 #   flight.rank_stopped    build/train --dp 2: rank 1 is stopped (SIGSTOP) mid-run
 #   flight.rank_killed     build/train --dp 2: rank 1 is killed (SIGKILL): no file
 #   flight.clean           build/train --pp 2 --flight-dump-at-end: nothing wrong
+#   flight.grade_verdict   scripts/assignment grade shows the report's verdict for a hung fill
 add_executable(flight_cases flight_cases.cpp)
 target_link_libraries(flight_cases PRIVATE picotron_core)
 target_link_options(flight_cases PRIVATE ${PICOTRON_LINK_FLAGS})
@@ -38,3 +39,9 @@ flight_test(rank_killed "rank 1 left no file: it died"
 flight_test(clean "^No problem found"
   -- ${PICOTRON_MPIRUN} -np 2 ${FLIGHT_TRAIN} --pp 2 --grad-acc-steps 2 --steps 3 --flight-recorder ${FLIGHT_DIR}/clean
   --flight-dump-at-end)
+
+# scripts/assignment grade shows the report's verdict when a fill hangs (on flight.sends_first's files).
+add_test(NAME flight.grade_verdict COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/flight_grade_check.py ${FLIGHT_DIR}/sends_first)
+set_tests_properties(flight.sends_first PROPERTIES FIXTURES_SETUP flight_sends_first)
+set_tests_properties(flight.grade_verdict PROPERTIES LABELS "flight;reliability" TIMEOUT 30
+  FIXTURES_REQUIRED flight_sends_first PASS_REGULAR_EXPRESSION "grade verdict ok")
