@@ -89,7 +89,10 @@ class Verdicts:
     def key(self, cmd, stubbed):
         compiler = Path(cmd[0]) if os.path.isabs(cmd[0]) else Path(shutil.which(cmd[0]) or cmd[0])
         st = compiler.resolve().stat()
-        return sha1("\0".join([self.portable(" ".join(cmd)), Path(stubbed).read_text(),
+        # g++ -MD does not list what the precompiled header holds (<torch/torch.h>, from the
+        # LibTorch folder the command names with its version): its text goes in the key.
+        pch = [Path(w).read_text() for k, w in zip(cmd, cmd[1:]) if k == "-include" and Path(w).is_file()]
+        return sha1("\0".join([self.portable(" ".join(cmd)), Path(stubbed).read_text(), *pch,
                                 f"{compiler.resolve()} {st.st_size} {st.st_mtime_ns}"]).encode())
 
     def fingerprint(self, path):
