@@ -11,11 +11,21 @@ the flags that BUILD_DIR's compile_commands.json gives its target (its precompil
 included). A file that does not compile fails the test with g++'s first error. About a
 minute on 2 cores. (That each file includes what the stub needs itself, precompiled header
 or not, is scripts/assignment check's rule: STUB_INCLUDES.)
+
+A file that compiled alone once is not compiled again while nothing it reads changed, as
+ccache would (issue 53: 80 s of every run): its verdict is kept in
+~/.cache/picotron/stubs_compile/ (XDG_CACHE_HOME) under a key of its stubbed text and its
+command (the checkout's and the build's folders written as <root> and <build>, so a fresh
+clone elsewhere finds it), beside the list of every file g++ read for it (-MD): the
+checkout's and the build's files by their content, the compiler's and LibTorch's by size
+and time. Only a success is kept; a failure is compiled again every time.
 """
+import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +68,67 @@ def alone(words):
     return out + ["-fsyntax-only"]
 
 
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "picotron" / "stubs_compile"
+
+
+def sha1(data):
+    return hashlib.sha1(data).hexdigest()
+
+
+class Verdicts:
+    """Successes kept by what the compile read (see the module's docstring)."""
+
+    def __init__(self, build, tmp):
+        self.places = [(str(ROOT), "<root>"), (str(build), "<build>"), (tmp, "<tmp>")]
+
+    def portable(self, text):
+        for path, name in self.places:
+            text = text.replace(path, name)
+        return text
+
+    def key(self, cmd, stubbed):
+        compiler = Path(cmd[0]) if os.path.isabs(cmd[0]) else Path(shutil.which(cmd[0]) or cmd[0])
+        st = compiler.resolve().stat()
+        # g++ -MD does not list what the precompiled header holds (<torch/torch.h>, from the
+        # LibTorch folder the command names with its version): its text goes in the key.
+        pch = [Path(w).read_text() for k, w in zip(cmd, cmd[1:]) if k == "-include" and Path(w).is_file()]
+        return sha1("\0".join([self.portable(" ".join(cmd)), Path(stubbed).read_text(), *pch,
+                                f"{compiler.resolve()} {st.st_size} {st.st_mtime_ns}"]).encode())
+
+    def fingerprint(self, path):
+        p = Path(path)
+        if p.suffix == ".gch":
+            return "pch"  # made from cmake_pch.hxx and the headers listed beside it
+        try:
+            if self.portable(str(p)) != str(p):  # the checkout's, the build's, the stub's own
+                return sha1(p.read_bytes())
+            st = p.stat()
+            return f"{st.st_size} {st.st_mtime_ns}"
+        except OSError:
+            return "missing"
+
+    def known(self, key):
+        try:
+            deps = json.loads((CACHE / f"{key}.json").read_text())
+        except (OSError, ValueError):
+            return False
+        places = {name: path for path, name in self.places}
+        def real(p):
+            for name, path in places.items():
+                if p.startswith(name):
+                    return path + p[len(name):]
+            return p
+        return all(self.fingerprint(real(p)) == f for p, f in deps.items())
+
+    def remember(self, key, depfile):
+        words = Path(depfile).read_text().replace("\\\n", " ").split(":", 1)[1].split()
+        deps = {self.portable(str(Path(w))): self.fingerprint(w) for w in words}
+        CACHE.mkdir(parents=True, exist_ok=True)
+        part = CACHE / f"{key}.json.{os.getpid()}"
+        part.write_text(json.dumps(deps, indent=0))
+        part.replace(CACHE / f"{key}.json")
+
+
 def main():
     if len(sys.argv) != 2 or not (Path(sys.argv[1]) / "compile_commands.json").is_file():
         sys.exit("usage: tests/assignment_stubs_compile.py BUILD_DIR (a configured build with compile_commands.json)")
@@ -81,15 +152,25 @@ def main():
             words, directory = commands[(ROOT / rel).resolve()]
             jobs.append((rel, alone(words) + [str(stubbed)], directory))
 
+        verdicts = Verdicts(build, tmp)
+
         def compile_one(job):
             rel, cmd, directory = job
-            proc = subprocess.run(cmd, cwd=directory, capture_output=True, text=True)
-            return rel, proc.returncode, proc.stderr
+            key = verdicts.key(cmd, cmd[-1])
+            if verdicts.known(key):
+                return rel, 0, "", True
+            depfile = f"{cmd[-1]}.d"
+            proc = subprocess.run(cmd[:-1] + ["-MD", "-MF", depfile, cmd[-1]], cwd=directory,
+                                  capture_output=True, text=True)
+            if proc.returncode == 0:
+                verdicts.remember(key, depfile)
+            return rel, proc.returncode, proc.stderr, False
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            for rel, rc, err in pool.map(compile_one, jobs):
+            for rel, rc, err, kept in pool.map(compile_one, jobs):
                 if rc == 0:
-                    print(f"compiles alone, stubbed: {rel}")
+                    print(f"compiles alone, stubbed: {rel}" +
+                          (" (as before: the same text, command and includes)" if kept else ""))
                 else:
                     first = next((l for l in err.splitlines() if "error" in l), err.strip()[-300:])
                     problems.append(f"{rel}: does not compile alone once stubbed: {first.replace(tmp + '/', '')}")

@@ -8,13 +8,28 @@
 # C's per-step losses and grad norms (steps K+1..) and final parameters must match A's:
 # RTOL "exact" compares the bits (the same layout: the same arithmetic), a number is the
 # equivalence tolerance (another layout adds in another order). Prints EQUIVALENT/FAILED.
+#
+# Batched as tests/equivalence.sh is (its header): under ctest, A and B of every case run in
+# one launch per rank count, then every C (tests/equivalence_batch.sh, kinds shared and
+# resume); a run whose files a batch made for exactly its command (its KEY: the command,
+# the size and time of the binaries) is not run again here. --plan prints the three runs
+# ("KIND<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS...") and runs nothing.
 set -euo pipefail
+plan=0; [ "$1" = "--plan" ] && { plan=1; shift; }
 work=$1 rtol=$2 save_np=$3 save_flags=$4 load_np=$5 load_flags=$6; shift 6; [ "$1" = "--" ] && shift
 train=$1; shift
 compare=$(dirname "$train")/tests/compare_runs
+batch=$(dirname "$train")/tests/train_batch
 steps=$(echo "$@" | sed -n 's/.*--steps \([0-9]*\).*/\1/p')
 k=$((steps / 2))
-rm -rf "$work" && mkdir -p "$work"
+key_of() {  # NP WORDS...: the command's key, with the trainer's and the batch driver's size and time
+  { stat -L -c '%s %Y' "$train"; [ -f "$batch" ] && stat -L -c '%s %Y' "$batch"; printf '%s\n' "$@"; } |
+    sha1sum | cut -c1-16
+}
+plan_line() {  # KIND NP LOG MARKER KEY ARGS...
+  (IFS=$'\t'; echo "$*")
+}
+if [ $plan = 0 ]; then mkdir -p "$work"; find "$work" -mindepth 1 -maxdepth 1 ! -name 'C.*' -exec rm -rf {} +; fi
 run() {  # run NAME NP FLAGS...
   local name=$1 np=$2; shift 2
   if ! ${MPIEXEC:-mpirun} --oversubscribe --bind-to none -np "$np" "$train" "$@" > "$work/$name.log" 2>&1; then
@@ -28,11 +43,16 @@ run() {  # run NAME NP FLAGS...
 shared() {  # shared NAME NP FLAGS... (@DIR@ in them: its output folder): run once; sets $dir
   local name=$1 np=$2; shift 2
   local key
-  key=$( { stat -L -c '%s %Y' "$train"; printf '%s\n' "$np" "$@"; } | sha1sum | cut -c1-16)
+  key=$(key_of "$np" "$@")
   dir=$(dirname "$work")/shared_runs/$key
   [ "${CHECKPOINT_NO_RUN_CACHE:-0}" = 1 ] && dir=$work/$name
-  mkdir -p "$dir"
   local args=("${@//@DIR@/$dir}")
+  if [ $plan = 1 ]; then
+    [ -e "$dir/done" ] || [ "${CHECKPOINT_NO_RUN_CACHE:-0}" = 1 ] ||
+      { mkdir -p "$dir"; plan_line shared "$np" "$dir/run.log" "$dir/done" "$key" "${args[@]}"; }
+    return
+  fi
+  mkdir -p "$dir"
   (
     flock 9
     if [ ! -e "$dir/done" ]; then
@@ -44,9 +64,22 @@ shared() {  # shared NAME NP FLAGS... (@DIR@ in them: its output folder): run on
 shared A "$load_np" "$@" $load_flags --metrics-file @DIR@/A.jsonl --save-params @DIR@/A.params; A=$dir
 # shellcheck disable=SC2086
 shared B "$save_np" "$@" $save_flags --stop-at-step "$k" --save-dir @DIR@/ckpt; B=$dir
-cp "$A/A.jsonl" "$A/A.params" "$work/"
 # shellcheck disable=SC2086
-run C "$load_np" "$@" $load_flags --resume "$B/ckpt" --metrics-file "$work/C.jsonl" --save-params "$work/C.params"
+c_cmd=("$@" $load_flags --resume "$B/ckpt")
+c_key=$(key_of "$load_np" "${c_cmd[@]}")
+if [ $plan = 1 ]; then
+  [ "${CHECKPOINT_NO_RUN_CACHE:-0}" = 1 ] ||
+    { mkdir -p "$work"; plan_line resume "$load_np" "$work/C.log" "$work/C.key" "$c_key" "${c_cmd[@]}" \
+        --metrics-file "$work/C.jsonl" --save-params "$work/C.params"; }
+  exit 0
+fi
+cp "$A/A.jsonl" "$A/A.params" "$work/"
+if [ "$(cat "$work/C.key" 2>/dev/null)" = "$c_key" ] && [ -s "$work/C.params" ]; then
+  echo "(run C ran in a batch, tests/equivalence_batch.sh: $work/C.log)"
+else
+  rm -f "$work"/C.*
+  run C "$load_np" "${c_cmd[@]}" --metrics-file "$work/C.jsonl" --save-params "$work/C.params"
+fi
 grep -h "resumed from" "$work/C.log"
 tail -n +$((k + 1)) "$work/A.jsonl" > "$work/A_after.jsonl"
 if [ "$rtol" = exact ]; then

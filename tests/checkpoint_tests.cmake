@@ -14,7 +14,11 @@ function(picotron_checkpoint name rtol save_np save_flags load_np load_flags)
     ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/${name} ${rtol} ${save_np} "${save_flags}" ${load_np} "${load_flags}"
     -- $<TARGET_FILE:train> ${CHECKPOINT_FLAGS} ${ARGN})
   set_tests_properties(checkpoint.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
-    LABELS "checkpoint;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+    LABELS "checkpoint;mpi" PROCESSORS 1 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+  set_property(GLOBAL APPEND PROPERTY PICOTRON_CHECKPOINT_CASES checkpoint.${name})  # (after the batches: it compares)
+  picotron_batch_case(checkpoint "${save_np};${load_np}" whole ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_resume.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/${name} ${rtol} ${save_np} "${save_flags}" ${load_np} "${load_flags}"
+    -- ${CHECKPOINT_FLAGS} ${ARGN})
 endfunction()
 
 # Bit-exact resume on the same layout: 1 rank and dp 2, fp32 and bf16 (and fp16: the loss
@@ -195,3 +199,14 @@ PICOTRON_FAULT_SLOW_SAVE_MS=300 ${PICOTRON_MPIRUN_LINE} -np 2 -x PICOTRON_FAULT_
 for s in 1 2 3 4; do for r in 0 1; do f=step-00000$s/rank-0000$r.safetensors; cmp ${ASYNC}/sync/$f ${ASYNC}/async/$f || exit 1; done; done && echo 'async bytes equal'")
 set_tests_properties(checkpoint.async_same_bytes PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "async bytes equal")
+
+# The cases' runs in a few launches (tests/equivalence_batch.sh, as the equivalence cases'):
+# the uninterrupted and the saving runs of every case, one mpirun per rank count
+# (checkpoint.batch.saves_npN), then the resumed ones (checkpoint.batch.resumes_npN); each
+# case then compares its own files, or runs what the batches did not make.
+picotron_batches(checkpoint ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/cases.tsv KINDS shared NAMES saves_np)
+get_property(saves GLOBAL PROPERTY PICOTRON_BATCH_TESTS_checkpoint_shared)
+picotron_batches(checkpoint ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/cases.tsv KINDS resume NAMES resumes_np AFTER ${saves})
+get_property(resumes GLOBAL PROPERTY PICOTRON_BATCH_TESTS_checkpoint_resume)
+get_property(cases GLOBAL PROPERTY PICOTRON_CHECKPOINT_CASES)
+set_tests_properties(${cases} PROPERTIES DEPENDS "${saves};${resumes}")

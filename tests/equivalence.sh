@@ -10,8 +10,17 @@
 # Environment: REF_MICRO_BATCHES=same (the reference runs the parallel run's micro-batches
 # one after another instead of one big one: a mixture of experts needs it); MPIEXEC (default mpirun); TRAIN_WRAPPER, a command that each parallel rank
 # runs TRAIN through (scripts/gpu_check.sh gives each rank its own NCCL_HOSTID with it).
+#
+# Batched (issue 53): the suite runs the references and the parallel runs of many cases in
+# a few launches (tests/equivalence_batch.sh, tests/train_batch.cpp); a case whose files a
+# batch made for exactly its command (the KEY below: the command, and the size and time of
+# the binaries and data files it names) only compares them; without them it runs its own,
+# as here. `equivalence.sh --plan ...` prints the case's two runs for the batch, and runs
+# nothing: "ref<TAB>1<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS..." (only while the reference is
+# not made yet) and "par<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS...".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+plan=0; [ "$1" = "--plan" ] && { plan=1; shift; }
 work=$1 rtol=$2 np=$3; shift 3; [ "$1" = "--" ] && shift
 train=$1; shift
 compare=$(dirname "$train")/tests/compare_runs
@@ -50,26 +59,45 @@ fi
 # time: the trainer, a data file), so a case
 # whose reference ran already only runs the parallel side. A lock makes a concurrent case
 # wait for the one computing it. EQUIVALENCE_NO_REF_CACHE=1 runs it in WORKDIR every time.
+# The batch driver (tests/train_batch.cpp) compiles train.cpp too: a key names both binaries.
+batch=$(dirname "$train")/tests/train_batch
+key_of() {  # WORDS...: a key of the command and the size and time of the files it names
+  { for a in "$@" "$batch"; do [ -f "$a" ] && stat -L -c '%n %s %Y' "$a"; done  # the trainer, data files
+    printf '%s\n' "$@" "${TRAIN_WRAPPER:-}"; } | sha1sum | cut -c1-16
+}
+par_cmd=("$train" "${par_args[@]}" --micro-batch-size "$micro" --grad-acc-steps "$acc")
+par_key=$(key_of "$np" "${par_cmd[@]}")
 if [ "${EQUIVALENCE_NO_REF_CACHE:-0}" = 1 ]; then
   ref=$work/ref
-  run "$ref.log" "${ref_cmd[@]}" --metrics-file "$ref.jsonl" --save-params "$ref.params"
+  [ $plan = 1 ] || run "$ref.log" "${ref_cmd[@]}" --metrics-file "$ref.jsonl" --save-params "$ref.params"
 else
   cache=$(dirname "$work")/references; mkdir -p "$cache"
-  key=$( { for a in "${ref_cmd[@]}"; do [ -f "$a" ] && stat -L -c '%n %s %Y' "$a"; done  # the trainer, data files
-           printf '%s\n' "${ref_cmd[@]}" "${TRAIN_WRAPPER:-}"; } | sha1sum | cut -c1-16)
+  key=$(key_of "${ref_cmd[@]}")
   ref=$cache/$key
-  (
-    flock 9
-    if [ ! -e "$ref.done" ]; then
-      run "$ref.log" "${ref_cmd[@]}" --metrics-file "$ref.jsonl" --save-params "$ref.params"
-      touch "$ref.done"
-    else
-      echo "(the reference ran already for another case: $ref.log)"; grep -E "^step" "$ref.log" || true
-    fi
-  ) 9>"$ref.lock"
+  if [ $plan = 1 ]; then
+    [ -e "$ref.done" ] || (IFS=$'\t'; echo "ref	1	$ref.log	$ref.done	$key	${ref_cmd[*]:1}	--metrics-file	$ref.jsonl	--save-params	$ref.params")
+  else
+    (
+      flock 9
+      if [ ! -e "$ref.done" ]; then
+        run "$ref.log" "${ref_cmd[@]}" --metrics-file "$ref.jsonl" --save-params "$ref.params"
+        touch "$ref.done"
+      else
+        echo "(the reference ran already, for another case or in a batch: $ref.log)"; grep -E "^step" "$ref.log" || true
+      fi
+    ) 9>"$ref.lock"
+  fi
+fi
+if [ $plan = 1 ]; then
+  (IFS=$'\t'; echo "par	$np	$work/run.log	$work/run.key	$par_key	${par_cmd[*]:1}	--metrics-file	$work/run.jsonl	--save-params	$work/run.params")
+  exit 0
 fi
 echo "== parallel: $np processes, --micro-batch-size $micro --grad-acc-steps $acc ${par_args[*]}"
-run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" ${TRAIN_WRAPPER:-} "$train" "${par_args[@]}" \
-  --micro-batch-size "$micro" --grad-acc-steps "$acc" \
-  --metrics-file "$work/run.jsonl" --save-params "$work/run.params"
+if [ -z "${TRAIN_WRAPPER:-}" ] && [ "$(cat "$work/run.key" 2>/dev/null)" = "$par_key" ] && [ -s "$work/run.params" ]; then
+  echo "(ran in a batch, tests/equivalence_batch.sh: $work/run.log)"; grep -E "^step|^mesh" "$work/run.log" || true
+else
+  rm -f "$work/run.key"
+  run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" ${TRAIN_WRAPPER:-} "${par_cmd[@]}" \
+    --metrics-file "$work/run.jsonl" --save-params "$work/run.params"
+fi
 "$compare" "$ref.jsonl" "$work/run.jsonl" "$ref.params" "$work/run.params" "$rtol"

@@ -31,12 +31,68 @@ function(picotron_equivalence name)
     COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP}
             -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype ${E_DTYPE} ${E_ARGS})
   set(env ${PICOTRON_TEST_ENV})
+  set(same whole)
   if(E_SAME_MICRO_BATCHES)  # the reference runs the same micro-batches (a mixture of experts)
+    set(same same)
     list(APPEND env REF_MICRO_BATCHES=same)
   endif()
+  # After the batches that make its runs (tests/equivalence_batch.sh), it only compares:
+  # one processor. A case whose runs they did not make (a batch stopped at a failing run;
+  # ctest -R picked the case without its batches) runs them itself, as before.
   set_tests_properties(equivalence.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}"
-    LABELS "equivalence;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+    LABELS "equivalence;mpi" PROCESSORS 1 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED"
+    DEPENDS "equivalence.batch.references;equivalence.batch.np${E_NP}")
+  picotron_batch_case(equivalence ${E_NP} ${same} ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP} -- ${EQUIVALENCE_FLAGS} --dtype ${E_DTYPE} ${E_ARGS})
 endfunction()
+
+# A case for the batches (tests/equivalence_batch.sh; the equivalence ones at the end of this
+# file): a line NPS REF_MICRO_BATCHES SCRIPT ARGS... -- FLAGS..., tab-separated, in the list
+# named GROUP (NPS: the rank counts its runs use, comma-separated).
+function(picotron_batch_case group nps same)
+  list(JOIN ARGN "\t" line)
+  list(JOIN nps "," np_list)
+  set_property(GLOBAL APPEND_STRING PROPERTY PICOTRON_BATCH_CASES_${group} "${np_list}\t${same}\t${line}\n")
+  set_property(GLOBAL APPEND PROPERTY PICOTRON_BATCH_NPS_${group} ${nps})
+endfunction()
+# The batches of GROUP: one ctest entry per KIND (named NAME followed by the rank count; the
+# references: NAME alone), each after the tests AFTER.
+function(picotron_batches group cases)
+  get_property(lines GLOBAL PROPERTY PICOTRON_BATCH_CASES_${group})
+  file(WRITE ${cases} "${lines}")
+  get_property(nps GLOBAL PROPERTY PICOTRON_BATCH_NPS_${group})
+  list(REMOVE_DUPLICATES nps)
+  list(SORT nps COMPARE NATURAL)
+  cmake_parse_arguments(B "" "" "KINDS;NAMES;AFTER" ${ARGN})
+  foreach(kind name IN ZIP_LISTS B_KINDS B_NAMES)
+    set(these ${nps})
+    if(kind STREQUAL "ref")
+      set(these 1)
+    endif()
+    foreach(np ${these})
+      set(test ${group}.batch.${name}${np})
+      if(kind STREQUAL "ref")
+        set(test ${group}.batch.references)
+      endif()
+      add_test(NAME ${test} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence_batch.sh ${cases} $<TARGET_FILE:train> ${kind} ${np})
+      set(procs 2)
+      if(np EQUAL 1)
+        set(procs 1)
+      endif()
+      set_tests_properties(${test} PROPERTIES TIMEOUT 900 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+        LABELS "${group};mpi" PROCESSORS ${procs} PASS_REGULAR_EXPRESSION "BATCH OK" FAIL_REGULAR_EXPRESSION "FAILED"
+        DEPENDS "${B_AFTER}")
+      set_property(GLOBAL APPEND PROPERTY PICOTRON_BATCH_TESTS_${group}_${kind} ${test})
+    endforeach()
+  endforeach()
+endfunction()
+
+# The batch driver: train.cpp's own main run for many argument sets in one launch
+# (tests/train_batch.cpp), so that a case does not pay for starting processes and LibTorch.
+add_executable(train_batch train_batch.cpp)
+target_link_libraries(train_batch PRIVATE picotron_core)
+target_link_options(train_batch PRIVATE ${PICOTRON_LINK_FLAGS})
+target_precompile_headers(train_batch REUSE_FROM picotron_comm)
 
 # Gradient accumulation alone: 1 rank, 4 micro-batches of 1 against one micro-batch of 4.
 picotron_equivalence(grad_acc_1rank NP 1 ARGS --grad-acc-steps 4 --micro-batch-size 1)
@@ -338,7 +394,10 @@ function(picotron_recompute name np mode)
   add_test(NAME recompute.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/recompute_vs_none.sh
     ${CMAKE_CURRENT_BINARY_DIR}/recompute/${name} ${np} ${mode} -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype fp64 ${ARGN})
   set_tests_properties(recompute.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
-    LABELS "equivalence;mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
+    LABELS "equivalence;mpi" PROCESSORS 1 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED"
+    DEPENDS equivalence.batch.np${np})
+  picotron_batch_case(equivalence ${np} whole ${CMAKE_CURRENT_SOURCE_DIR}/recompute_vs_none.sh
+    ${CMAKE_CURRENT_BINARY_DIR}/recompute/${name} ${np} ${mode} -- ${EQUIVALENCE_FLAGS} --dtype fp64 ${ARGN})
 endfunction()
 foreach(mode selective full)
   picotron_recompute(${mode}_1rank 1 ${mode})
@@ -387,3 +446,10 @@ picotron_equivalence(fp8_tp2_sp NP 2 SAME_MICRO_BATCHES ARGS --fp8 --tp 2 --sp)
 picotron_equivalence(fp8_cp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --cp 2)
 picotron_equivalence(fp8_zero3_dp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --zero 3 --dp 2)
 picotron_equivalence(fp8_pp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --pp 2 --grad-acc-steps 2)
+
+# The batches (tests/equivalence_batch.sh): every reference in one process, and the
+# parallel runs of each rank count in one mpirun; each case above then compares its own
+# runs (DEPENDS orders them; it does not add the batches to a ctest -R selection). Before
+# the batches, the 165 cases took 463 s of one fresh-clone run of scripts/test.sh
+# (docs/testing.md): about 3 s each, most of it starting processes and LibTorch.
+picotron_batches(equivalence ${CMAKE_CURRENT_BINARY_DIR}/equivalence/cases.tsv KINDS ref par NAMES references np)
