@@ -92,7 +92,7 @@ endfunction()
 add_executable(train_batch train_batch.cpp)
 target_link_libraries(train_batch PRIVATE picotron_core)
 target_link_options(train_batch PRIVATE ${PICOTRON_LINK_FLAGS})
-target_precompile_headers(train_batch REUSE_FROM picotron_comm)
+target_precompile_headers(train_batch REUSE_FROM picotron_step)
 
 # Gradient accumulation alone: 1 rank, 4 micro-batches of 1 against one micro-batch of 4.
 picotron_equivalence(grad_acc_1rank NP 1 ARGS --grad-acc-steps 4 --micro-batch-size 1)
