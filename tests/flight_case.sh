@@ -4,24 +4,36 @@
 #
 #   flight_case.sh DIR REGEX [stop|kill DELAY_S] -- mpirun ... COMMAND...
 #
-# stop / kill: rank 1 is stopped (SIGSTOP) or killed (SIGKILL) DELAY_S seconds after it
-# starts. Passes ("flight ok") when the report's output matches REGEX (grep -E); prints
-# FAILED otherwise. The job itself is bounded (timeout -s KILL 60).
+# stop / kill: rank 1 is stopped (SIGSTOP) or killed (SIGKILL) DELAY_S seconds after the job's
+# first step (rank 0's "step 1" line: loading LibTorch alone can take seconds on a loaded
+# machine, and a rank killed before the others set up their recorder leaves nothing to read).
+# A killed rank's wrapper then stays (at most 20 s), as a node whose process died would: the
+# other ranks find out through their own watchdog (--timeout-s), not because mpirun ends them.
+# Passes ("flight ok") when the report's output matches REGEX (grep -E); prints FAILED
+# otherwise. The job itself is bounded (timeout -s KILL 60).
 set -u
 dir=$1 regex=$2; shift 2
 signal="" delay=0
 if [ "$1" = stop ] || [ "$1" = kill ]; then signal=$1 delay=$2; shift 2; fi
 [ "$1" = "--" ] && shift
-rm -rf "$dir"; mkdir -p "$(dirname "$dir")"
+rm -rf "$dir" "$dir".rank*.log; mkdir -p "$(dirname "$dir")"
 wrap=()
 if [ -n "$signal" ]; then
+  sig=$( [ "$signal" = stop ] && echo STOP || echo KILL )
   wrap=("$dir.rank1.sh")
   cat > "$dir.rank1.sh" <<WRAP
 #!/bin/sh
-# One rank of the job: rank 1 gets SIG$( [ "$signal" = stop ] && echo STOP || echo KILL ) after $delay s.
-"\$@" &
+# One rank of the job, its output in $dir.rank<R>.log: rank 1 gets SIG$sig $delay s after
+# rank 0 printed its first step (waiting at most 45 s for it).
+r=\${OMPI_COMM_WORLD_RANK:-0}
+"\$@" > "$dir.rank\$r.log" 2>&1 &
 pid=\$!
-if [ "\${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then sleep $delay; kill -$( [ "$signal" = stop ] && echo STOP || echo KILL ) \$pid; fi
+if [ "\$r" = 1 ]; then
+  i=0
+  until grep -q "^step " "$dir.rank0.log" 2>/dev/null || [ \$i -ge 450 ]; do sleep 0.1; i=\$((i + 1)); done
+  sleep $delay; kill -$sig \$pid
+  [ $sig = KILL ] && sleep 20
+fi
 wait \$pid
 WRAP
   chmod +x "$dir.rank1.sh"
@@ -33,6 +45,7 @@ start=$(date +%s)
 timeout -s KILL 60 "${mpirun[@]}" "${wrap[@]}" "$@" > "$dir.out" 2>&1
 rc=$?
 echo "job: exit $rc after $(( $(date +%s) - start )) s; its error lines:"
+cat "$dir".rank*.log >> "$dir.out" 2>/dev/null
 grep -a "error:\|flight recorder" "$dir.out" | head -6
 echo "---- scripts/hang_report.py $dir"
 report=$(python3 "$(dirname "$0")/../scripts/hang_report.py" "$dir" 2>&1)

@@ -33,9 +33,9 @@ flight_test(sends_first "ranks 0 and 1 both send first, and neither receives"
 flight_test(skipped "the ranks disagree at collective #3"
   -- ${PICOTRON_MPIRUN} -np 2 $<TARGET_FILE:flight_cases> skip ${FLIGHT_DIR}/skipped --timeout-s 2)
 flight_test(rank_stopped "rank 1 (most likely )?stopped answering"
-  stop 3 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_stopped)
+  stop 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_stopped)
 flight_test(rank_killed "rank 1 left no file: it died"
-  kill 3 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_killed)
+  kill 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_killed)
 flight_test(clean "^No problem found"
   -- ${PICOTRON_MPIRUN} -np 2 ${FLIGHT_TRAIN} --pp 2 --grad-acc-steps 2 --steps 3 --flight-recorder ${FLIGHT_DIR}/clean
   --flight-dump-at-end)
