@@ -42,11 +42,12 @@
 #include <cuda_fp16.h>
 
 #include "kernels/kernels.h"
+#include "kernels/vec.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kChunkThreads = 512;
 constexpr int64_t kChunk = 65536;  // elements per block: 32 float4 steps per thread
 
 enum ParamKind : int32_t { kParamIsMaster = 0, kParamFp32 = 1, kParamBf16 = 2, kParamFp16 = 3 };
@@ -74,11 +75,6 @@ struct Hyper {              // the host's double math, rounded to fp32 once
   float decay_factor;       // 1 - lr wd
 };
 
-template <typename P> __device__ __forceinline__ P from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
 template <typename P>
 struct alignas(4 * sizeof(P)) Pack4 {  // 4 params: one 8-byte (bf16/fp16) or 16-byte (fp32) store
   P v[4];
@@ -94,7 +90,7 @@ __device__ __forceinline__ float adamw_element(float w, float grad, float& m, fl
 }
 
 // The block's chunk: n elements from `begin` of tensor s. P: the param dtype (P = float with
-// kParamIsMaster writes no param). Threads stride by kThreads float4 steps, then a scalar tail.
+// kParamIsMaster writes no param). Threads stride by kChunkThreads float4 steps, then a scalar tail.
 template <typename P>
 __device__ void update_chunk(const TensorSlot& s, int64_t begin, int64_t n, const Hyper& h) {
   P* param = s.kind == kParamIsMaster ? nullptr : static_cast<P*>(s.param) + begin;  // [n]
@@ -106,7 +102,7 @@ __device__ void update_chunk(const TensorSlot& s, int64_t begin, int64_t n, cons
   int64_t done = 0;  // elements the vector loop covers
   if (s.vec) {       // begin is a multiple of kChunk, so the chunk keeps the tensor's alignment
     const int64_t n4 = n / 4;
-    for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
+    for (int64_t i = threadIdx.x; i < n4; i += kChunkThreads) {
       float4 w4 = reinterpret_cast<const float4*>(w)[i];
       const float4 g4 = reinterpret_cast<const float4*>(g)[i];
       float4 m4 = reinterpret_cast<const float4*>(m)[i];
@@ -124,7 +120,7 @@ __device__ void update_chunk(const TensorSlot& s, int64_t begin, int64_t n, cons
     }
     done = n4 * 4;
   }
-  for (int64_t j = done + threadIdx.x; j < n; j += kThreads) {  // the tail, or all of a misaligned tensor
+  for (int64_t j = done + threadIdx.x; j < n; j += kChunkThreads) {  // the tail, or all of a misaligned tensor
     float mj = m[j], vj = v[j];
     const float wj = adamw_element(w[j], g[j], mj, vj, decay, h);
     w[j] = wj;
@@ -135,7 +131,7 @@ __device__ void update_chunk(const TensorSlot& s, int64_t begin, int64_t n, cons
 }
 
 // grid: one block per ChunkSlot. tensors [num tensors], chunks [gridDim.x]: the device table.
-__global__ void __launch_bounds__(kThreads) adamw_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, Hyper h) {
+__global__ void __launch_bounds__(kChunkThreads) adamw_kernel(const TensorSlot* tensors, const ChunkSlot* chunks, Hyper h) {
   const ChunkSlot c = chunks[blockIdx.x];
   const TensorSlot s = tensors[c.tensor];
   const int64_t begin = int64_t(c.chunk) * kChunk;
@@ -237,7 +233,7 @@ void adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Ten
   const auto* table_tensors = reinterpret_cast<const TensorSlot*>(table.const_data_ptr<uint8_t>());
   const auto* table_chunks = reinterpret_cast<const ChunkSlot*>(table.const_data_ptr<uint8_t>() + tensor_bytes);
 
-  adamw_kernel<<<static_cast<unsigned>(chunks.size()), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  adamw_kernel<<<static_cast<unsigned>(chunks.size()), kChunkThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       table_tensors, table_chunks, hyper);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

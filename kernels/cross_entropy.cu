@@ -32,20 +32,14 @@
 #include <cuda_fp16.h>
 
 #include "kernels/kernels.h"
+#include "kernels/vec.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 512;  // one block per row: 16 warps stride over the V logits
+constexpr int kRowThreads = 512;  // one block per row: 16 warps stride over the V logits
 constexpr int64_t kIgnoreIndex = -100;
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // 16 bytes of T (8 bf16/fp16 or 4 fp32): one vector load or store.
 template <typename T>
@@ -88,10 +82,10 @@ __device__ __forceinline__ void merge(Online& a, const Online& b) {
   a.d = a.d * expf(a.m - m) + b.d * expf(b.m - m);
   a.m = m;
 }
-// Merges the states of all kThreads threads; every thread gets the result. Full-warp shuffle
-// masks are right because every thread of the block calls this (kThreads is whole warps).
+// Merges the states of all kRowThreads threads; every thread gets the result. Full-warp shuffle
+// masks are right because every thread of the block calls this (kRowThreads is whole warps).
 __device__ Online block_merge(Online s) {
-  __shared__ Online warp_state[kThreads / 32];
+  __shared__ Online warp_state[kRowThreads / 32];
   __shared__ Online block_state;
   for (int offset = 16; offset > 0; offset /= 2)
     merge(s, Online{__shfl_xor_sync(0xffffffffu, s.m, offset), __shfl_xor_sync(0xffffffffu, s.d, offset)});
@@ -99,7 +93,7 @@ __device__ Online block_merge(Online s) {
   if (lane == 0) warp_state[warp] = s;
   __syncthreads();
   if (warp == 0) {
-    s = lane < kThreads / 32 ? warp_state[lane] : Online{-INFINITY, 0.0f};
+    s = lane < kRowThreads / 32 ? warp_state[lane] : Online{-INFINITY, 0.0f};
     for (int offset = 16; offset > 0; offset /= 2)
       merge(s, Online{__shfl_xor_sync(0xffffffffu, s.m, offset), __shfl_xor_sync(0xffffffffu, s.d, offset)});
     if (lane == 0) block_state = s;
@@ -112,7 +106,7 @@ __device__ Online block_merge(Online s) {
 // logits: in place); targets [N] int64; loss [N] fp32. dlogits_vec: dlogits has the same
 // address mod 16 as logits, so pass 2 can store the packs it loads.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kRowThreads)
     cross_entropy_kernel(const T* logits, const int64_t* targets, float* loss, T* dlogits, int64_t V,
                          float dlogits_scale, bool dlogits_vec) {
   const int64_t n = blockIdx.x;
@@ -127,9 +121,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < Pack<T>::kN; ++k) zeros.v[k] = zero;
     const RowSplit w = split_row(dz, V);
-    for (int64_t j = threadIdx.x; j < w.head; j += kThreads) dz[j] = zero;
-    for (int64_t i = threadIdx.x; i < w.nvec; i += kThreads) reinterpret_cast<Pack<T>*>(dz + w.head)[i] = zeros;
-    for (int64_t j = w.tail + threadIdx.x; j < V; j += kThreads) dz[j] = zero;
+    for (int64_t j = threadIdx.x; j < w.head; j += kRowThreads) dz[j] = zero;
+    for (int64_t i = threadIdx.x; i < w.nvec; i += kRowThreads) reinterpret_cast<Pack<T>*>(dz + w.head)[i] = zeros;
+    for (int64_t j = w.tail + threadIdx.x; j < V; j += kRowThreads) dz[j] = zero;
     return;
   }
   CUDA_KERNEL_ASSERT(t >= 0 && t < V);  // a bad target stops the run (cudaErrorAssert)
@@ -139,13 +133,13 @@ __global__ void __launch_bounds__(kThreads)
   const RowSplit r = split_row(z, V);
   const Pack<T>* z_packs = reinterpret_cast<const Pack<T>*>(z + r.head);  // [nvec] 16-byte aligned
   Online s{-INFINITY, 0.0f};
-  for (int64_t j = threadIdx.x; j < r.head; j += kThreads) add(s, to_float(z[j]));
-  for (int64_t i = threadIdx.x; i < r.nvec; i += kThreads) {
+  for (int64_t j = threadIdx.x; j < r.head; j += kRowThreads) add(s, to_float(z[j]));
+  for (int64_t i = threadIdx.x; i < r.nvec; i += kRowThreads) {
     const Pack<T> p = z_packs[i];
 #pragma unroll
     for (int k = 0; k < Pack<T>::kN; ++k) add(s, to_float(p.v[k]));
   }
-  for (int64_t j = r.tail + threadIdx.x; j < V; j += kThreads) add(s, to_float(z[j]));
+  for (int64_t j = r.tail + threadIdx.x; j < V; j += kRowThreads) add(s, to_float(z[j]));
   s = block_merge(s);  // (m, d) of the whole row, in every thread
   if (threadIdx.x == 0) loss[n] = logf(s.d) + s.m - z_t;
   if (dz == nullptr) return;
@@ -158,15 +152,15 @@ __global__ void __launch_bounds__(kThreads)
   };
   const RowSplit w = dlogits_vec ? r : RowSplit{0, 0, 0};  // else: every element scalar
   Pack<T>* dz_packs = reinterpret_cast<Pack<T>*>(dz + w.head);
-  for (int64_t j = threadIdx.x; j < w.head; j += kThreads) dz[j] = grad(j, to_float(z[j]));
-  for (int64_t i = threadIdx.x; i < w.nvec; i += kThreads) {
+  for (int64_t j = threadIdx.x; j < w.head; j += kRowThreads) dz[j] = grad(j, to_float(z[j]));
+  for (int64_t i = threadIdx.x; i < w.nvec; i += kRowThreads) {
     const Pack<T> p = z_packs[i];
     Pack<T> q;
 #pragma unroll
     for (int k = 0; k < Pack<T>::kN; ++k) q.v[k] = grad(w.head + i * Pack<T>::kN + k, to_float(p.v[k]));
     dz_packs[i] = q;
   }
-  for (int64_t j = w.tail + threadIdx.x; j < V; j += kThreads) dz[j] = grad(j, to_float(z[j]));
+  for (int64_t j = w.tail + threadIdx.x; j < V; j += kRowThreads) dz[j] = grad(j, to_float(z[j]));
 }
 
 template <typename T>
@@ -177,7 +171,7 @@ void launch(const at::Tensor& logits, const at::Tensor& targets, at::Tensor& los
   T* dz = dlogits.defined() ? static_cast<T*>(dlogits.data_ptr()) : nullptr;
   // Rows of logits and dlogits move by the same n * V * sizeof(T): one check covers all rows.
   const bool dlogits_vec = dz != nullptr && (reinterpret_cast<uintptr_t>(dz) - reinterpret_cast<uintptr_t>(z)) % 16 == 0;
-  cross_entropy_kernel<T><<<static_cast<unsigned>(N), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  cross_entropy_kernel<T><<<static_cast<unsigned>(N), kRowThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
       z, targets.const_data_ptr<int64_t>(), loss.data_ptr<float>(), dz, V, static_cast<float>(dlogits_scale),
       dlogits_vec);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/kernels.h"
+#include "kernels/vec.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -38,12 +39,6 @@ template <typename T, typename Layout> using FragB = wmma::fragment<wmma::matrix
 using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 using Row = wmma::row_major;
 using Col = wmma::col_major;
-
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float to_float(__half x) { return __half2float(x); }
-template <typename T> __device__ inline T from_float(float x);
-template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <> __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
 
 static_assert(kBr == kBc, "load_tile loads 64-row tiles of Q, K, V, dO alike");
 // Rows [row0, row0 + 64) of a [S, Hd] matrix -> shared tile [64][Hd + 8], 16 B per load;

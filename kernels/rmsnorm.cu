@@ -147,12 +147,10 @@ __global__ void column_sum_kernel(const float* __restrict__ dw_partial, T* __res
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 // Whole warps, one vector per thread, at most 512 threads per row.
 int threads_for(int64_t n_vec) { return int(std::min<int64_t>(512, (n_vec + 31) / 32 * 32)); }
 
-void check_input(const at::Tensor& t, const char* name, const at::Tensor& x) {
+void check_norm_input(const at::Tensor& t, const char* name, const at::Tensor& x) {
   TORCH_CHECK(t.is_cuda(), "rms_norm: ", name, " must be a CUDA tensor, got ", t.device());
   TORCH_CHECK(t.device() == x.device(), "rms_norm: ", name, " is on ", t.device(), ", x on ", x.device());
   TORCH_CHECK(t.is_contiguous(), "rms_norm: ", name, " must be contiguous, got strides ", t.strides());
@@ -179,8 +177,8 @@ int64_t checked_rows(const at::Tensor& x, const at::Tensor& w) {
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x, const at::Tensor& w, double eps) {
-  check_input(x, "x", x);
-  check_input(w, "w", x);
+  check_norm_input(x, "x", x);
+  check_norm_input(w, "w", x);
   check_dtype(w, "w", x);
   const int64_t N = checked_rows(x, w), H = x.size(-1);
   c10::cuda::CUDAGuard guard(x.device());
@@ -208,10 +206,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_forward(const at::Tensor& x, const a
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& w,
                                                      const at::Tensor& inv_rms) {
-  check_input(x, "x", x);
-  check_input(dy, "dy", x);
-  check_input(w, "w", x);
-  check_input(inv_rms, "inv_rms", x);
+  check_norm_input(x, "x", x);
+  check_norm_input(dy, "dy", x);
+  check_norm_input(w, "w", x);
+  check_norm_input(inv_rms, "inv_rms", x);
   check_dtype(dy, "dy", x);
   check_dtype(w, "w", x);
   const int64_t N = checked_rows(x, w), H = x.size(-1);

@@ -78,8 +78,6 @@ __global__ void rope_kernel(const T* __restrict__ q, const T* __restrict__ k, co
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 void check_input(const at::Tensor& t, const char* name, const at::Tensor& q, int64_t dim) {
   TORCH_CHECK(t.is_cuda(), "rope: ", name, " must be a CUDA tensor, got ", t.device());
   TORCH_CHECK(t.device() == q.device(), "rope: ", name, " is on ", t.device(), ", q on ", q.device());

@@ -93,16 +93,14 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ dy, const T* __rest
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-constexpr int kThreads = 256;
+constexpr int kBlockThreads = 256;
 // Enough blocks for one chunk per thread, capped: the grid-stride loop covers the rest
 // (4096 blocks of 256 = about 8 waves of resident threads on an H100).
 unsigned blocks_for(int64_t n_chunks) {
-  return unsigned(std::clamp<int64_t>((n_chunks + kThreads - 1) / kThreads, 1, 4096));
+  return unsigned(std::clamp<int64_t>((n_chunks + kBlockThreads - 1) / kBlockThreads, 1, 4096));
 }
 
-void check_input(const at::Tensor& t, const char* name, const at::Tensor& gate) {
+void check_swiglu_input(const at::Tensor& t, const char* name, const at::Tensor& gate) {
   TORCH_CHECK(t.is_cuda(), "swiglu: ", name, " must be a CUDA tensor, got ", t.device());
   TORCH_CHECK(t.device() == gate.device(), "swiglu: ", name, " is on ", t.device(), ", gate on ", gate.device());
   TORCH_CHECK(t.scalar_type() == gate.scalar_type(), "swiglu: ", name, " is ", t.scalar_type(), ", gate is ",
@@ -121,8 +119,8 @@ void check_dtype(const at::Tensor& gate) {
 
 at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
   check_dtype(gate);
-  check_input(gate, "gate", gate);
-  check_input(up, "up", gate);
+  check_swiglu_input(gate, "gate", gate);
+  check_swiglu_input(up, "up", gate);
   c10::cuda::CUDAGuard guard(gate.device());
   auto out = at::empty(gate.sizes(), gate.options());  // [..., I]
   const int64_t n = gate.numel();
@@ -136,9 +134,9 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
     auto* out_ptr = out.mutable_data_ptr<scalar_t>();
     if (aligned16(g_ptr) && aligned16(u_ptr) && aligned16(out_ptr))
       swiglu_forward_kernel<scalar_t, kVec>
-          <<<blocks_for(n / kVec), kThreads, 0, stream>>>(g_ptr, u_ptr, out_ptr, n);
+          <<<blocks_for(n / kVec), kBlockThreads, 0, stream>>>(g_ptr, u_ptr, out_ptr, n);
     else
-      swiglu_forward_kernel<scalar_t, 1><<<blocks_for(n), kThreads, 0, stream>>>(g_ptr, u_ptr, out_ptr, n);
+      swiglu_forward_kernel<scalar_t, 1><<<blocks_for(n), kBlockThreads, 0, stream>>>(g_ptr, u_ptr, out_ptr, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }), at::kFloat, at::kBFloat16, at::kHalf);
   return out;
@@ -147,9 +145,9 @@ at::Tensor swiglu_forward(const at::Tensor& gate, const at::Tensor& up) {
 std::tuple<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dy, const at::Tensor& gate,
                                                    const at::Tensor& up) {
   check_dtype(gate);
-  check_input(gate, "gate", gate);
-  check_input(up, "up", gate);
-  check_input(dy, "dy", gate);
+  check_swiglu_input(gate, "gate", gate);
+  check_swiglu_input(up, "up", gate);
+  check_swiglu_input(dy, "dy", gate);
   c10::cuda::CUDAGuard guard(gate.device());
   auto dgate = at::empty(gate.sizes(), gate.options());  // [..., I]
   auto dup = at::empty(up.sizes(), up.options());        // [..., I]
@@ -166,10 +164,10 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dy, const a
     auto* du_ptr = dup.mutable_data_ptr<scalar_t>();
     if (aligned16(dy_ptr) && aligned16(g_ptr) && aligned16(u_ptr) && aligned16(dg_ptr) && aligned16(du_ptr))
       swiglu_backward_kernel<scalar_t, kVec>
-          <<<blocks_for(n / kVec), kThreads, 0, stream>>>(dy_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n);
+          <<<blocks_for(n / kVec), kBlockThreads, 0, stream>>>(dy_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n);
     else
       swiglu_backward_kernel<scalar_t, 1>
-          <<<blocks_for(n), kThreads, 0, stream>>>(dy_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n);
+          <<<blocks_for(n), kBlockThreads, 0, stream>>>(dy_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }), at::kFloat, at::kBFloat16, at::kHalf);
   return {dgate, dup};
