@@ -1,24 +1,21 @@
 #!/usr/bin/env bash
-# scripts/build.sh [--debug] [--dir D] [--target T]... [extra cmake args] — set up (once) and build.
+# scripts/build.sh [--debug] [--target T]... [extra cmake args] — set up (once) and build.
 #
 #   scripts/build.sh                    everything (train, tests, benches) into build/
 #   scripts/build.sh --target train     only build/train (what scripts/quickstart.sh runs)
 #   scripts/build.sh --debug            a debug build into build-debug/ (symbols, no
 #                                       optimisation of the project's code; LibTorch stays
 #                                       as shipped), beside the release build/, for gdb
-#   scripts/build.sh --dir D           into D/ instead (scripts/test.sh's CUDA compile check)
 #   scripts/build.sh -DPICOTRON_CUDA=OFF   any other argument goes to cmake's configure
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build type=Release targets=() cmake_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --debug) [ -n "${dir_given:-}" ] || dir=build-debug; type=Debug ;;
-    --dir) [ $# -ge 2 ] || { echo "scripts/build.sh: --dir needs a folder" >&2; exit 2; }
-           dir=$2 dir_given=1; shift ;;
+    --debug) dir=build-debug type=Debug ;;
     --target) [ $# -ge 2 ] || { echo "scripts/build.sh: --target needs a target name (train, unit_tests, ...)" >&2; exit 2; }
               targets+=(--target "$2"); shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) cmake_args+=("$1") ;;
   esac
   shift
