@@ -4,7 +4,7 @@
 #
 # One build serves every test: build-debug/, the debug build (-O0 with symbols) that the
 # stepping tests walk through in gdb, built whole (train, tests, benches) as a unity build.
-# The other tests run its train too: a step of the tiny models takes ~25% longer than at -O1,
+# The other tests run its train too: a step of the tiny models takes ~28% longer than at -O1,
 # where a second build of every file took 7-8 minutes of a fresh clone's run.
 # The CUDA parts follow the machine. With a GPU they are built and the GPU tests run. Without
 # one they are left out of the programs (which then load LibTorch's CPU library alone, not
