@@ -5,7 +5,8 @@
 # One build serves every test: build-debug/, the debug build (-O0 with symbols) that the
 # stepping tests walk through in gdb, built whole (train, tests, benches) as a unity build.
 # The other tests run its train too: a step of the tiny models takes ~28% longer than at -O1,
-# where a second build of every file took 7-8 minutes of a fresh clone's run.
+# and one build replaces two (a release build of everything and a debug trainer: 904 s and
+# 473 s cold on 2 cores, against 432 s; docs/testing.md).
 # The CUDA parts follow the machine. With a GPU they are built and the GPU tests run. Without
 # one they are left out of the programs (which then load LibTorch's CPU library alone, not
 # cuBLAS and cuDNN: 0.4 s less for every process, 4-5 s for every gdb) and, where a CUDA
