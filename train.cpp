@@ -91,16 +91,18 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausal
   std::vector<std::pair<std::string, torch::Tensor>> named, dense, routed;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
   AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay, /*fused_step=*/{}};
-  const auto zero_over = [&](Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& these) {
+  // --zero-shard / --zero-hpz in ranks of the group (x cp; the experts' group holds 1 in ep).
+  const auto zero_over = [&](Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& these, int per_copy) {
     return make_zero_optimizer(cfg.zero, group, these, adam, plan, mesh.coords(), cfg.dp_bucket_mb, cfg.zero_offload,
-                               model);
+                               model, zero_block_ranks(cfg.zero_shard, cfg.cp, per_copy, group.size()),
+                               cfg.zero_hpz == 0 ? 0 : zero_block_ranks(cfg.zero_hpz, cfg.cp, per_copy, group.size()));
   };
   if (cfg.zero > 0 && experts) {
     for (auto& item : named) (plan.at(item.first).dp_stride > 1 ? routed : dense).push_back(item);
-    return std::make_unique<DenseAndExperts>(zero_over(mesh.cp_dp(), dense), zero_over(experts->replica_group(), routed),
-                                             cfg.ep);
+    return std::make_unique<DenseAndExperts>(zero_over(mesh.cp_dp(), dense, 1),
+                                             zero_over(experts->replica_group(), routed, cfg.ep), cfg.ep);
   }
-  if (cfg.zero > 0) return zero_over(mesh.cp_dp(), named);
+  if (cfg.zero > 0) return zero_over(mesh.cp_dp(), named, 1);
   if (fused_kernels) kernels::use_fused_adamw(adam);  // one multi-tensor launch (kernels/adamw.cu)
   auto adamw = std::make_unique<AdamW>(named, adam, plan);
   adamw->sync_gradients_with(std::make_unique<DataParallel>(mesh.cp_dp(), adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb));
@@ -303,10 +305,13 @@ void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool s
   if (data.val && !stepped)
     print0(world.rank(), validation_line(validation_loss(t.model, t.pipeline, t.mesh, *data.val, t.cfg.eval_batches,
                                                          t.cfg.grad_acc_steps, t.device), t.cfg));
-  if (t.cfg.comm_report)
-    print0(world.rank(), t.mesh.comm_report(t.cfg.steps, {t.pipeline ? &t.pipeline->embedding_group() : nullptr,
-                                                          experts ? &experts->ep_group() : nullptr,
-                                                          experts ? &experts->replica_group() : nullptr}));
+  if (t.cfg.comm_report) {
+    std::vector<const Comm*> extra = {t.pipeline ? &t.pipeline->embedding_group() : nullptr,
+                                      experts ? &experts->ep_group() : nullptr,
+                                      experts ? &experts->replica_group() : nullptr};
+    for (const Comm* c : t.optimizer.own_groups()) extra.push_back(c);  // HSDP's and hpZ's (zero/zero_groups.h)
+    print0(world.rank(), t.mesh.comm_report(t.cfg.steps, extra));
+  }
   if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps);
 }
 

@@ -191,6 +191,12 @@ std::string DenseAndExperts::summary() const {
          experts_->summary();
 }
 
+std::vector<const Comm*> DenseAndExperts::own_groups() const {
+  auto out = dense_->own_groups();
+  for (const Comm* c : experts_->own_groups()) out.push_back(c);
+  return out;
+}
+
 std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp, int loss_pp_rank) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(mesh.world().device());
   RouterLog* log = router_log_of(model);

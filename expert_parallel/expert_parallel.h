@@ -111,6 +111,7 @@ class DenseAndExperts : public Optimizer {
   std::map<std::string, torch::Tensor> weights_by_name() override;
   torch::ScalarType state_dtype() const override { return dense_->state_dtype(); }
   std::string summary() const override;
+  std::vector<const Comm*> own_groups() const override;  // both optimizers'
 
  private:
   std::unique_ptr<Optimizer> dense_, experts_;

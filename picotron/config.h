@@ -106,6 +106,9 @@ struct TrainConfig {
   int zero = 0;                        // ZeRO stage over cp x dp: 0 (plain data parallelism) | 1 (optimizer state
                                        //   sharded) | 2 (gradients too) | 3 (parameters too)
   bool zero_offload = false;           // ZeRO's master weights + moments in pinned CPU memory, AdamW on the CPU
+  int zero_shard = 0;                  // HSDP: ZeRO's slices over groups of this many consecutive dp ranks (x cp),
+                                       //   replicated across them (0: the whole cp x dp group; zero/zero_groups.h)
+  int zero_hpz = 0;                    // hpZ, --zero 3: after forward each unit kept over this many dp ranks (0: none)
   DpMode dp_mode = DpMode::kBucketed;  // naive (all-reduce after backward) | bucketed (overlapped)
   double dp_bucket_mb = 25.0;          // bucket size for bucketed data parallelism, in MiB
   int timeout_s = 300;                 // a collective waiting longer than this aborts the job

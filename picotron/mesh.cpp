@@ -236,19 +236,22 @@ std::string Mesh::comm_report(int64_t steps, const std::vector<const Comm*>& ext
   std::ostringstream rows;
   std::vector<const Comm*> groups = {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_};
   groups.insert(groups.end(), extra.begin(), extra.end());
+  int width = 8;  // the group column: as wide as the longest name ("cp_dp_replicas")
+  for (const Comm* c : groups)
+    if (c) width = std::max(width, int(c->name().size()) + 1);
   for (const Comm* c : groups) {
     if (!c) continue;
     for (const char* kind : kCommKinds) {
       auto it = c->ledger().find(kind);
       if (it == c->ledger().end() || it->second.calls == 0) continue;
       const CommCount& n = it->second;
-      rows << std::left << std::setw(8) << c->name() << std::right << std::setw(4) << c->size() << "  " << std::left
+      rows << std::left << std::setw(width) << c->name() << std::right << std::setw(4) << c->size() << "  " << std::left
            << std::setw(16) << kind << std::right << std::setw(8) << n.calls << std::setw(14) << n.elements
            << std::setw(12) << per_step(n.calls) << std::setw(15) << per_step(n.elements) << "\n";
     }
   }
   if (rows.str().empty()) return out.str() + "no communication: every ledger is empty\n";
-  out << std::left << std::setw(8) << "group" << std::right << std::setw(4) << "size" << "  " << std::left
+  out << std::left << std::setw(width) << "group" << std::right << std::setw(4) << "size" << "  " << std::left
       << std::setw(16) << "kind" << std::right << std::setw(8) << "calls" << std::setw(14) << "elements"
       << std::setw(12) << "calls/step" << std::setw(15) << "elements/step" << "\n";
   return out.str() + rows.str();

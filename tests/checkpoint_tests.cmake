@@ -45,6 +45,12 @@ picotron_checkpoint(zero1_dp2_to_1    1e-9 2 "${DP2} --zero 1"                  
 picotron_checkpoint(zero3_dp2_to_1    1e-9 2 "${DP2} --zero 3"                    1 "${ONE}" --dtype fp64)
 picotron_checkpoint(1_to_zero3_dp2    1e-9 1 "${ONE}"                             2 "${DP2} --zero 3" --dtype fp64)
 picotron_checkpoint(tp2_to_pp2        1e-9 2 "--tp 2 --micro-batch-size 4"        2 "--pp 2 --micro-batch-size 2 --grad-acc-steps 2" --dtype fp64)
+# HSDP (zero/zero_groups.h): only replica 0 of each slice writes it. Saved as shard 2 x
+# replicate 2, resumed as full ZeRO over 4 (and hpZ), on plain ZeRO-1 over 2, and back.
+set(DP4 "--dp 4 --micro-batch-size 1")
+picotron_checkpoint(hsdp_zero3_to_zero3_hpz 1e-9 4 "${DP4} --zero 3 --zero-shard 2" 4 "${DP4} --zero 3 --zero-hpz 2" --dtype fp64)
+picotron_checkpoint(hsdp_zero1_to_zero1_dp2 1e-9 4 "${DP4} --zero 1 --zero-shard 2" 2 "${DP2} --zero 1" --dtype fp64)
+picotron_checkpoint(zero2_dp2_to_hsdp_zero2 1e-9 2 "${DP2} --zero 2"                 4 "${DP4} --zero 2 --zero-shard 2" --dtype fp64)
 # The 4D mesh: saved on dp2 x tp2 x pp2 (sp, ZeRO-1; ZeRO-3), resumed on the same layout
 # (bit-exact), on tp2 x cp2 and on one rank (4 layers: a pipeline stage holds 2).
 set(MESH8 "--dp 2 --tp 2 --pp 2 --sp --micro-batch-size 1 --grad-acc-steps 2")

@@ -2,7 +2,7 @@
 # equivalence.sh WORKDIR RTOL NP -- TRAIN FLAGS...
 #
 # Runs TRAIN FLAGS on NP ranks under mpirun, and the single-process reference with the
-# same flags minus the mesh (--dp/--tp/--pp/--cp/--cp-layout/--cp-mode/--cp-ulysses/--sp/--dp-mode/--dp-bucket-mb/--zero/--pp-schedule/
+# same flags minus the mesh (--dp/--tp/--pp/--cp/--cp-layout/--cp-mode/--cp-ulysses/--sp/--dp-mode/--dp-bucket-mb/--zero/--zero-shard/--zero-hpz/--pp-schedule/
 # --pp-virtual-stages, --explain) and the
 # whole global batch (micro-batch x grad-acc x dp rows) as ONE micro-batch, so the
 # reference involves neither data parallelism nor gradient accumulation. Then
@@ -30,7 +30,7 @@ ref_args=() par_args=() dp=1 acc=1 micro=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --dp) dp=$2; par_args+=("$1" "$2"); shift 2 ;;
-    --tp|--ep|--pp|--cp|--cp-layout|--cp-mode|--cp-ulysses|--recompute|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero) par_args+=("$1" "$2"); shift 2 ;;
+    --tp|--ep|--pp|--cp|--cp-layout|--cp-mode|--cp-ulysses|--recompute|--dp-mode|--dp-bucket-mb|--pp-schedule|--pp-virtual-stages|--zero|--zero-shard|--zero-hpz) par_args+=("$1" "$2"); shift 2 ;;
     --sp|--explain) par_args+=("$1"); shift ;;
     --grad-acc-steps) acc=$2; shift 2 ;;
     --micro-batch-size) micro=$2; shift 2 ;;

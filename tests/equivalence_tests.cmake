@@ -243,6 +243,22 @@ picotron_equivalence(mesh8_dp2_cp2_pp2_zero3 ${MESH8} --dp 2 --cp 2 --pp 2 --zer
 picotron_equivalence(mesh8_dp2_tp2_pp2_sp_fp32 NP 8 RTOL 1e-5 DTYPE fp32 ARGS --num-hidden-layers 4 --grad-acc-steps 2
   --dp 2 --tp 2 --pp 2 --sp --zero 1 --adam-eps 1e-6)
 
+# HSDP (--zero-shard, zero/zero_groups.h): ZeRO's slices over 2 dp ranks, replicated over the
+# other 2, one all-reduce across the replicas per step; each stage, and with tp + sp, pp,
+# cp, ep, recompute and gradient accumulation. hpZ (--zero-hpz): stage 3's backward gathers
+# over 2 ranks of a shard group of 4 (and of 2: hpZ 1 keeps the whole unit). Without the
+# replicas' all-reduce, or with it summing, they fail (zero/README.md, "HSDP").
+picotron_equivalence(hsdp_zero1_dp4 NP 4 ARGS --zero 1 --dp 4 --zero-shard 2 --grad-acc-steps 2)
+picotron_equivalence(hsdp_zero2_dp4 NP 4 ARGS --zero 2 --dp 4 --zero-shard 2 --dp-bucket-mb 0.05 --grad-acc-steps 2)
+picotron_equivalence(hsdp_zero3_dp4_acc4 NP 4 ARGS --zero 3 --dp 4 --zero-shard 2 --grad-acc-steps 4)
+picotron_equivalence(hsdp_zero3_dp4_recompute NP 4 ARGS --zero 3 --dp 4 --zero-shard 2 --recompute full)
+picotron_equivalence(hpz_zero3_dp4 NP 4 ARGS --zero 3 --dp 4 --zero-hpz 2 --grad-acc-steps 2)
+picotron_equivalence(hpz_zero3_dp4_shard2 NP 4 ARGS --zero 3 --dp 4 --zero-shard 2 --zero-hpz 1 --grad-acc-steps 2)
+picotron_equivalence(hsdp_zero3_dp4_tp2_sp ${MESH8} --dp 4 --tp 2 --sp --zero 3 --zero-shard 2)
+picotron_equivalence(hsdp_zero2_dp4_pp2 ${MESH8} --dp 4 --pp 2 --zero 2 --zero-shard 2 --dp-bucket-mb 0.05)
+picotron_equivalence(hpz_zero3_dp4_pp2 ${MESH8} --dp 4 --pp 2 --zero 3 --zero-hpz 2)
+picotron_equivalence(hsdp_zero1_dp4_cp2 ${MESH8} --dp 4 --cp 2 --zero 1 --zero-shard 2)
+
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)
 target_link_libraries(tensor_parallel_tests PRIVATE picotron_core)
@@ -357,6 +373,9 @@ picotron_equivalence(moe_ep2_dp4_zero3 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --e
 picotron_equivalence(moe_ep2_tp2_sp_zero3 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --tp 2 --sp --zero 3 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_pp2_zero3 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --zero 3 --grad-acc-steps 2)
 picotron_equivalence(moe_ep2_zero3_recompute_full NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --zero 3 --recompute full --grad-acc-steps 2)
+# HSDP with ep (zero/zero_groups.h): the dense slices over 2 dp ranks; each shard group holds one
+# rank of each expert set, so the experts are replicated over their 2 copies, averaged by the all-reduce.
+picotron_equivalence(hsdp_zero3_moe_ep2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 4 --ep 2 --zero 3 --zero-shard 2 --grad-acc-steps 2)
 # Pipeline parallelism: the balancing statistics [2E + 1] travel with each activation and
 # their gradient with each activation gradient (pipeline_parallel.cpp), so the last stage's
 # loss sees every layer's routing. Without them forward (0.26) or backward (0.26) it fails.

@@ -83,3 +83,31 @@ TEST_CASE("zero-3 layout: one bucket per unit, each padded to N", "[zero]") {
   CHECK((r2[0].param == 0 && r2[0].first == 4 && r2[0].length == 1 && r2[0].slice_offset == 0));
   CHECK((r2[1].param == 2 && r2[1].first == 1 && r2[1].length == 1 && r2[1].slice_offset == 2));
 }
+
+TEST_CASE("HSDP groups: shard blocks inside, replicas across, every rank once in each", "[zero]") {
+  // cp x dp group of 8, shard groups of 4: {0 1 2 3} {4 5 6 7}; replicas {0 4} {1 5} {2 6} {3 7}.
+  CHECK(block_members(8, 4, 5) == std::vector<int>{4, 5, 6, 7});
+  CHECK(across_blocks_members(8, 4, 5) == std::vector<int>{1, 5});
+  CHECK(across_blocks_members(8, 4, 0) == std::vector<int>{0, 4});
+  // Every (shard, replica) pair names exactly one rank: the two groupings are a grid.
+  for (int G : {2, 4, 6, 8, 12})
+    for (int S = 1; S <= G; ++S) {
+      if (G % S) continue;
+      std::vector<int> seen(size_t(G), 0);
+      for (int r = 0; r < G; ++r) {
+        const auto shard = block_members(G, S, r), replicas = across_blocks_members(G, S, r);
+        CHECK(int(shard.size()) == S);
+        CHECK(int(replicas.size()) == G / S);
+        int common = 0;
+        for (int m : shard) common += int(std::count(replicas.begin(), replicas.end(), m));
+        CHECK(common == 1);  // only r itself
+        ++seen[size_t(shard.front() + r % S)];
+      }
+      CHECK(std::count(seen.begin(), seen.end(), 1) == G);
+    }
+  // The flags in ranks of the group: --zero-shard 2 with cp 2 is a block of 4 of cp x dp;
+  // the experts' group (one rank in ep of each shard), ep 2: a block of 2; 0: the whole group.
+  CHECK(zero_block_ranks(2, 2, 1, 8) == 4);
+  CHECK(zero_block_ranks(2, 2, 2, 4) == 2);
+  CHECK(zero_block_ranks(0, 2, 1, 8) == 8);
+}

@@ -3,6 +3,7 @@
 // (stage 3). Each stage is one class that adds its file on top of the one below:
 //
 //   zero/zero_layout.h  who owns which slice of the flat buffers (pure arithmetic)
+//   zero/zero_groups.h  HSDP and hpZ: the slices over shard groups, replicated across them
 //   zero/zero1.h        ZeRO-1: reduce-scatter the gradient, AdamW on my slice, all-gather
 //   zero/zero2.h        ZeRO-2: each bucket reduce-scattered as backward completes it
 //   zero/zero3.h        ZeRO-3: each layer's parameters gathered as it runs, released after
@@ -31,10 +32,13 @@
 namespace picotron {
 
 // The optimizer of --zero `stage` (1, 2 or 3) over `group` (cp x dp). Stage 3 also takes
-// over `model`'s layer and part runners (gather before, release after).
+// over `model`'s layer and part runners (gather before, release after). `shard_ranks`
+// (--zero-shard: 0 = the whole group) and `hpz_ranks` (--zero-hpz: 0 = none) are in
+// ranks of `group` (zero_block_ranks); collective over `group` when either splits it.
 std::unique_ptr<Zero1Optimizer> make_zero_optimizer(int stage, Comm& group,
                                                     const std::vector<std::pair<std::string, torch::Tensor>>& named,
                                                     AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here,
-                                                    double bucket_mb, bool offload, LlamaForCausalLM& model);
+                                                    double bucket_mb, bool offload, LlamaForCausalLM& model,
+                                                    int shard_ranks = 0, int hpz_ranks = 0);
 
 }  // namespace picotron

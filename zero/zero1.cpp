@@ -11,10 +11,11 @@
 
 namespace picotron {
 
-Zero1Optimizer::Zero1Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+Zero1Optimizer::Zero1Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                                AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
                                bool offload, int stage, const std::vector<int>& units)
-    : group_(group), opts_(opts), stage_(stage), offload_(offload) {
+    : groups_(std::move(groups)), group_(groups_.shard()), opts_(opts), stage_(stage), offload_(offload) {
+  Comm& group = group_;
   TORCH_CHECK(!named_params.empty(), "zero: no parameters");
   torch::NoGradGuard no_grad;
   const auto compute = named_params.front().second.options();
@@ -81,12 +82,13 @@ Zero1Optimizer::Zero1Optimizer(Comm& group, const std::vector<std::pair<std::str
     while (piece.slice_offset >= layout_.buckets[bucket].shard_offset + layout_.buckets[bucket].padded / group.size())
       ++bucket;
     const auto& p = params_[piece.param];
-    // Each dp/cp rank holds a different slice now: only tp / pp copies can repeat an element.
+    // Each dp/cp rank of the shard group holds a different slice now: only tp / pp copies
+    // and (HSDP) the replicas of my slice can repeat an element; replica 0's counts.
     ShardRecord r = p.record;
     auto& axes = r.replica_axes;
     axes.erase(std::remove_if(axes.begin(), axes.end(), [](Axis a) { return a == Axis::kDp || a == Axis::kCp; }),
                axes.end());
-    const Run run{piece.slice_offset, piece.length, p.decay, r.counts_once(here)};
+    const Run run{piece.slice_offset, piece.length, p.decay, r.counts_once(here) && groups_.replica() == 0};
     auto& runs = runs_[bucket];
     if (!runs.empty() && runs.back().offset + runs.back().length == run.offset && runs.back().decay == run.decay &&
         runs.back().counts == run.counts)
@@ -131,6 +133,16 @@ void Zero1Optimizer::sync_grads() {
     auto mine = slice_of(grad_, b);                                                          // [bucket padded / N]
     group_.reduce_scatter(mine, flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);  // averaged
   }
+  // END ASSIGNMENT
+  average_over_replicas();
+}
+
+void Zero1Optimizer::average_over_replicas() {
+  if (!groups_.replicated()) return;
+  Comm& replicas = groups_.replicas();
+  if (replicas.observed()) replicas.note("HSDP: my slice of the gradient, averaged over the replicas that hold the same slice");
+  // BEGIN ASSIGNMENT zero.hsdp
+  replicas.all_reduce(grad_, ReduceOp::kAvg);  // [P_pad / N]: my shard group's average -> the whole group's
   // END ASSIGNMENT
 }
 
@@ -212,7 +224,9 @@ torch::Tensor Zero1Optimizer::weights_piece(const ZeroLayout::Piece& piece) cons
 }
 
 std::vector<StatePiece> Zero1Optimizer::owned_state(const MeshCoords& here) {
-  // My flat slice of the cp x dp group; tp and pp replicas (norms over tp) skip.
+  // My flat slice of the cp x dp group; tp and pp replicas (norms over tp) skip, and so
+  // (HSDP) do the replicas of my slice in the other shard groups.
+  if (groups_.replica() != 0) return {};
   MeshCoords group_blind = here;
   group_blind.dp = group_blind.cp = 0;
   std::vector<StatePiece> out;
@@ -265,7 +279,9 @@ std::string Zero1Optimizer::summary() const {
   const Bytes b = bytes();
   const std::string n = std::to_string(layout_.ranks);
   // over the group's name: cp_dp (expert parallelism's experts: ep_replicas)
-  return "zero-" + std::to_string(stage_) + " over " + group_.name() + " = " + n + " ranks; rank " + std::to_string(group_.rank()) +
+  const std::string hybrid = groups_.describe();
+  return "zero-" + std::to_string(stage_) + " over " + (hybrid.empty() ? group_.name() + " = " + n + " ranks" : groups_.whole_name() + ", " + hybrid) +
+         "; rank " + std::to_string(group_.rank()) +
          " holds parameters " + human_bytes(double(b.params)) + ", gradients " + human_bytes(double(b.grads)) +
          ", master weights " + (b.master ? human_bytes(double(b.master)) : std::string("(the parameters themselves)")) +
          ", AdamW moments " + human_bytes(double(b.optimizer)) + " (a 1/" + n + " slice" +

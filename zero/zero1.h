@@ -40,6 +40,7 @@
 #include "picotron/mesh_grid.h"
 #include "picotron/optim.h"
 #include "picotron/shard.h"
+#include "zero/zero_groups.h"
 #include "zero/zero_layout.h"
 
 namespace picotron {
@@ -47,14 +48,15 @@ namespace picotron {
 class Zero1Optimizer : public Optimizer {
  public:
   // The model's parameters become views into the bucket buffers (their values kept).
-  // `group`: the cp×dp group the slices are spread over. `here`: this rank's coordinates
+  // `groups`: the group the slices are spread over (cp×dp; with --zero-shard, its shard
+  // group, the slices replicated over the rest: zero/zero_groups.h). `here`: this rank's coordinates
   // (which copies count in the norm). `bucket_mb`: the buckets' size. `offload`
   // (ZeRO-Offload, arXiv 2101.06840): master weights and moments in (pinned) CPU memory,
   // AdamW on the CPU; the gradient slice is copied down, the weights up.
-  Zero1Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+  Zero1Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
                  bool offload = false)
-      : Zero1Optimizer(group, named_params, opts, plan, here, bucket_mb, offload, /*stage=*/1, /*units=*/{}) {}
+      : Zero1Optimizer(std::move(groups), named_params, opts, plan, here, bucket_mb, offload, /*stage=*/1, /*units=*/{}) {}
   Zero1Optimizer(const Zero1Optimizer&) = delete;
   Zero1Optimizer& operator=(const Zero1Optimizer&) = delete;
 
@@ -67,7 +69,7 @@ class Zero1Optimizer : public Optimizer {
   void prepare_backward(bool last_micro_batch) override {}
   void accumulate_grads() override;  // main_grad += grad (bf16/fp16; fp32 accumulates in place)
   // The registered sums on the full gradient, then reduce-scatter(avg) it into my slice,
-  // bucket by bucket.
+  // bucket by bucket (HSDP: then averaged over the replicas).
   void sync_grads() override;
   double grad_norm(Comm& world, const MeshCoords& here) override;
   // AdamW on my slice from grad_scale * gradient, then every rank's parts to every rank.
@@ -80,6 +82,7 @@ class Zero1Optimizer : public Optimizer {
   std::map<std::string, torch::Tensor> weights_by_name() override;
   torch::ScalarType state_dtype() const override { return grad_.scalar_type(); }  // fp32 (fp64)
   std::string summary() const override;  // the stage, N, and what this rank keeps
+  std::vector<const Comm*> own_groups() const override { return groups_.own_groups(); }  // HSDP's, hpZ's
 
   // ---- for tests and tools ----
   const ZeroLayout& layout() const { return layout_; }
@@ -102,9 +105,14 @@ class Zero1Optimizer : public Optimizer {
   // For the stages above: `full_gradient` false keeps no full gradient (stages 2, 3);
   // `units` (one id per parameter) starts a bucket wherever the id changes: stage 3's
   // units (one bucket each, whatever the size), stage 2's embedding alone in a pipeline.
-  Zero1Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+  Zero1Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb, bool offload,
                  int stage, const std::vector<int>& units);
+
+  // HSDP (--zero-shard): my slice's gradient is the average over my shard group; the
+  // replicas (my slice in every other shard group) average theirs with it: then it is the
+  // average over the whole cp×dp group. Once per step, after the last micro-batch.
+  void average_over_replicas();
 
   torch::Tensor slice_of(const torch::Tensor& shard_buffer, const ZeroLayout::Bucket& b) const;  // my part of b
   // My part of bucket b's parameters in the compute dtype (stage 3: in my shard).
@@ -118,7 +126,8 @@ class Zero1Optimizer : public Optimizer {
   torch::Tensor master_piece(const ZeroLayout::Piece& piece) const;
   void record(const std::string& e) { if (record_events_) events_.push_back(e); }
 
-  Comm& group_;
+  ZeroGroups groups_;  // the shard group (the whole cp×dp group without --zero-shard), replicas, hpZ
+  Comm& group_;        // = groups_.shard(): the slices are 1/N of it
   AdamWOptions opts_;
   int stage_;
   bool offload_;

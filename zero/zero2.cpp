@@ -6,10 +6,10 @@
 
 namespace picotron {
 
-Zero2Optimizer::Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+Zero2Optimizer::Zero2Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                                AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
                                bool offload, int stage, const std::vector<int>& units)
-    : Zero1Optimizer(group, named_params, opts, plan, here, bucket_mb, offload, stage, units) {
+    : Zero1Optimizer(std::move(groups), named_params, opts, plan, here, bucket_mb, offload, stage, units) {
   // A hook on each parameter's gradient accumulator (picotron/optim.h).
   inflight_.resize(layout_.buckets.size());
   for (size_t b = 0; b < layout_.buckets.size(); ++b)
@@ -105,6 +105,7 @@ void Zero2Optimizer::sync_grads() {
   // Sums over tp (sp's norm gains) or over a pipeline's two ends (the tied embedding)
   // commute with the cp×dp average: they run on my pieces, which the ranks they sum over
   // own alike (zero2.h). Each parameter's main_grad is my piece while they run.
+  average_over_replicas();  // HSDP: my slice holds the micro-batches' averages over my shard group
   if (!has_grad_sums()) return;
   // BEGIN ASSIGNMENT zero.slice_sums
   const auto none = torch::empty({0}, grad_.options());  // [0]: I own no piece of it

@@ -38,10 +38,10 @@ namespace picotron {
 
 class Zero2Optimizer : public Zero1Optimizer {
  public:
-  Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+  Zero2Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
                  bool offload = false)
-      : Zero2Optimizer(group, named_params, opts, plan, here, bucket_mb, offload, /*stage=*/2,
+      : Zero2Optimizer(std::move(groups), named_params, opts, plan, here, bucket_mb, offload, /*stage=*/2,
                        embedding_alone(named_params, plan, here)) {}
 
   // Stage 2 keeps no full gradient: params()' main_grad is undefined (but in sync_grads).
@@ -57,7 +57,7 @@ class Zero2Optimizer : public Zero1Optimizer {
   void sync_grads() override;
 
  protected:
-  Zero2Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+  Zero2Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb, bool offload,
                  int stage, const std::vector<int>& units);
   // Every bucket of the next backward waits for all its gradients again.

@@ -43,10 +43,10 @@ std::vector<int> unit_ids(const std::vector<std::pair<std::string, torch::Tensor
 }
 }  // namespace
 
-Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+Zero3Optimizer::Zero3Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                                AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, bool offload,
                                LlamaForCausalLM& model)
-    : Zero2Optimizer(group, named_params, opts, plan, here, /*bucket_mb: one bucket per unit*/ 0, offload,
+    : Zero2Optimizer(std::move(groups), named_params, opts, plan, here, /*bucket_mb: one bucket per unit*/ 0, offload,
                      /*stage=*/3, unit_ids(named_params)) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : named_params)
@@ -79,7 +79,7 @@ Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::str
   }
   model_ = model;
   inner_part_runner_ = model->part_runner;
-  wrapper_ = "zero-3 " + group.name();  // one per optimizer: DenseAndExperts runs two (cp_dp, ep_replicas)
+  wrapper_ = "zero-3 " + groups_.whole_name();  // one per optimizer: DenseAndExperts runs two (cp_dp, ep_replicas)
   model->wrap_layers({wrapper_, [this](const LayerCall& call, const torch::Tensor& x) {
                         return run_pass(layer_pass_.at(call.index), [&] { return call.next(x); });
                       }});
@@ -93,6 +93,7 @@ Zero3Optimizer::Zero3Optimizer(Comm& group, const std::vector<std::pair<std::str
 }
 
 void Zero3Optimizer::gather(size_t u, bool wait) {
+  if (units_[u].held == Held::kReleased && units_[u].secondary.defined()) gather_secondary(u);  // hpZ's backward
   // BEGIN ASSIGNMENT zero.stage3_gather_release
   auto& unit = units_[u];
   if (unit.held == Held::kReleased) {
@@ -109,7 +110,25 @@ void Zero3Optimizer::gather(size_t u, bool wait) {
   // END ASSIGNMENT
 }
 
-void Zero3Optimizer::release(size_t u) {
+// hpZ (zero_groups.h): the backward's gather is over the H ranks of my secondary group,
+// each giving its 1/H part kept since the forward, instead of over the S of my shard group.
+void Zero3Optimizer::gather_secondary(size_t u) {
+  auto& unit = units_[u];
+  Comm& secondary = groups_.secondary();
+  refill_storage(bucket_param_[u]);
+  record("gather " + unit.name + " (hpZ)");
+  if (secondary.observed()) secondary.note("hpZ: " + unit.name + "'s parameters for its backward, from the parts kept since its forward");
+  unit.gather = secondary.all_gather_async(bucket_param_[u], unit.secondary);  // [padded / H] -> [padded]
+  unit.held = Held::kGathering;
+}
+
+void Zero3Optimizer::release(size_t u, bool keep_secondary) {
+  if (!keep_secondary) units_[u].secondary = torch::Tensor();  // hpZ's part goes with the unit's backward
+  else if (!units_[u].secondary.defined() && units_[u].held != Held::kReleased) {
+    gather(u, /*wait=*/true);
+    const int64_t part = bucket_param_[u].numel() / groups_.secondary().size();  // [padded / H]
+    units_[u].secondary = bucket_param_[u].narrow(0, groups_.secondary().rank() * part, part).clone();
+  }
   // BEGIN ASSIGNMENT zero.stage3_gather_release
   auto& unit = units_[u];
   if (unit.held == Held::kReleased) return;
@@ -135,7 +154,7 @@ torch::Tensor Zero3Optimizer::run_pass(size_t k, const std::function<torch::Tens
   for (size_t u : pass.units) {
     const bool next_needs = next && std::count(next->units.begin(), next->units.end(), u);
     const bool backward_next = backward_follows && !next;  // the last pass: its backward comes at once
-    if (!next_needs && !backward_next) release(u);
+    if (!next_needs && !backward_next) release(u, /*keep_secondary=*/backward_follows && groups_.has_secondary());
   }
   return y;
 }

@@ -34,7 +34,7 @@ class Zero3Optimizer : public Zero2Optimizer {
   // Runs the model's embedding, layers and head through gather / release (a layer
   // wrapper, and a part runner around the one it had; the destructor removes them),
   // and releases every unit: from now on the full parameters exist only while used.
-  Zero3Optimizer(Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+  Zero3Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, bool offload,
                  LlamaForCausalLM& model);
   ~Zero3Optimizer() override;
@@ -52,7 +52,10 @@ class Zero3Optimizer : public Zero2Optimizer {
 
  private:
   void gather(size_t unit, bool wait);  // all-gather the unit's parameters (wait: until they are there)
-  void release(size_t unit);            // empty the storage of the unit's parameters
+  // Empty the storage of the unit's parameters. keep_secondary (hpZ, a forward that
+  // backward will follow): keep my 1/H part of them first, for the backward's gather.
+  void release(size_t unit, bool keep_secondary = false);
+  void gather_secondary(size_t unit);   // hpZ: the unit's gather over the secondary group
   torch::Tensor run_pass(size_t pass, const std::function<torch::Tensor()>& compute);  // forward of a pass
   void before_backward(size_t pass);    // the hook on a pass's output: its units back, prefetch the previous
 
@@ -64,6 +67,7 @@ class Zero3Optimizer : public Zero2Optimizer {
     std::string name;
     Held held = Held::kGathered;
     std::optional<Work> gather;
+    torch::Tensor secondary;  // hpZ: my part [padded / H] of the unit, from its forward until its backward is done
   };
   std::vector<Unit> units_;
   struct Pass {

@@ -117,6 +117,24 @@ std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {
   need(c.pp > 1 || c.pp_trace.empty(), "--pp-trace needs --pp > 1 (it records the pipeline's actions)");
   need(c.pp > 1 || c.pp_virtual_stages == 1, "--pp-virtual-stages needs --pp > 1");
   need(c.pp > 1 || c.pp_schedule == TrainConfig{}.pp_schedule, "--pp-schedule needs --pp > 1");
+  // HSDP and hpZ (zero/zero_groups.h): the shard group is --zero-shard dp ranks (0: all of
+  // dp), hpZ's group --zero-hpz of those; with expert parallelism each holds every expert.
+  if (c.zero_shard != 0 || c.zero_hpz != 0) {
+    const int shard = c.zero_shard == 0 ? c.dp : c.zero_shard;
+    need(c.zero >= 1, "--zero-shard / --zero-hpz need --zero 1, 2 or 3 (they say how ZeRO's slices are spread), got --zero ",
+         value_text(c.zero));
+    need(c.zero_shard == 0 || (c.zero_shard >= 1 && c.dp % c.zero_shard == 0), "--zero-shard ", value_text(c.zero_shard),
+         " does not divide --dp ", value_text(c.dp), " (each shard group is that many dp ranks, the groups replicas of each other)");
+    need(c.zero_hpz == 0 || c.zero == 3, "--zero-hpz needs --zero 3 (it keeps part of each layer's gathered parameters), got --zero ",
+         value_text(c.zero));
+    need(c.zero_hpz == 0 || (c.zero_hpz >= 1 && shard % c.zero_hpz == 0), "--zero-hpz ", value_text(c.zero_hpz),
+         " does not divide the shard group's ", value_text(shard), " dp ranks (",
+         c.zero_shard == 0 ? "--dp " + value_text(c.dp) : "--zero-shard " + value_text(c.zero_shard), ")");
+    need(c.ep <= 1 || c.zero_shard == 0 || c.zero_shard % c.ep == 0, "--zero-shard ", value_text(c.zero_shard),
+         " with --ep ", value_text(c.ep), ": the shard group must hold every expert (a multiple of --ep)");
+    need(c.ep <= 1 || c.zero_hpz == 0 || c.zero_hpz % c.ep == 0, "--zero-hpz ", value_text(c.zero_hpz), " with --ep ",
+         value_text(c.ep), ": hpZ's group must hold every expert (a multiple of --ep)");
+  }
   need(!c.zero_offload || c.zero >= 1, "--zero-offload needs --zero 1, 2 or 3 (it offloads ZeRO's optimizer slice)");
   need(!c.zero_offload || c.device != "cpu",
        "--zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda (on --device cpu everything "

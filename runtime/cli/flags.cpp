@@ -303,6 +303,8 @@ const std::vector<Flag>& flag_table() {
       if (c.zero < 0 || c.zero > 3) p.push_back("--zero must be 0, 1, 2 or 3, got " + value_text(c.zero));
     };
     t.push_back(zero);
+    t.push_back(integer("zero-shard", "Parallelism", "HSDP, with --zero >= 1: ZeRO's slices over groups of N consecutive dp ranks (x cp; inside a node), replicated over the dp/N groups, whose slices are averaged by one all-reduce per step (0: over the whole cp x dp group; zero/zero_groups.h)", of(&TrainConfig::zero_shard), {">=", 0, double(k << 16)}));
+    t.push_back(integer("zero-hpz", "Parallelism", "ZeRO++'s secondary shard, with --zero 3: after a layer's forward keep its parameters sharded over N consecutive dp ranks of the shard group (1/N of them held until its backward), so the backward's gather stays among those N (0: none)", of(&TrainConfig::zero_hpz), {">=", 0, double(k << 16)}));
     t.push_back(on_off("zero-offload", "Parallelism", "with --zero >= 1 on --device cuda: this rank's master weights and AdamW moments live in pinned CPU memory and AdamW runs on the CPU (ZeRO-Offload)", of(&TrainConfig::zero_offload)));
     Flag dp_mode{"dp-mode", "Parallelism", "naive (all-reduce after backward) | bucketed (overlapped with backward)"};
     dp_mode.set = [](RunConfig& c, const std::string& name) {

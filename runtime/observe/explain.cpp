@@ -16,6 +16,7 @@
 #include "picotron/distributed.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
+#include "zero/zero_groups.h"
 
 namespace picotron {
 
@@ -58,7 +59,8 @@ const char* dtype_name(torch::ScalarType t) {
 
 // The world ranks of a mesh group, by the Comm's name; empty when the name is not a mesh
 // axis. U: the hybrid's all-to-all group size (its groups cp_a2a and cp_ring split from cp).
-std::vector<int64_t> members(const std::string& name, const MeshShape& shape, int world_rank, int U) {
+std::vector<int64_t> members(const std::string& name, const MeshShape& shape, int world_rank, const SplitSizes& split) {
+  const int U = split.cp_a2a;
   std::vector<int> m;
   if (name == "world") for (int r = 0; r < shape.world_size(); ++r) m.push_back(r);
   else if (name == "tp") m = group_members(shape, world_rank, Axis::kTp);
@@ -70,6 +72,15 @@ std::vector<int64_t> members(const std::string& name, const MeshShape& shape, in
     const std::vector<int> cp = group_members(shape, world_rank, Axis::kCp);
     const int c = coords_of(shape, world_rank).cp;
     for (int i : name == "cp_a2a" ? cp_a2a_members(U, c) : cp_ring_members(shape.cp, U, c)) m.push_back(cp[size_t(i)]);
+  }
+  else if (name == "cp_dp_shard" || name == "cp_dp_replicas" || name == "cp_dp_hpz") {  // zero/zero_groups.h
+    const std::vector<int> all = cp_dp_group_members(shape, world_rank);
+    const int G = int(all.size()), r = int(std::find(all.begin(), all.end(), world_rank) - all.begin());
+    const int S = (split.zero_shard > 0 ? split.zero_shard : shape.dp) * shape.cp;
+    const std::vector<int> idx = name == "cp_dp_shard"    ? block_members(G, S, r)
+                                 : name == "cp_dp_replicas" ? across_blocks_members(G, S, r)
+                                                            : block_members(G, split.zero_hpz * shape.cp, r);
+    for (int i : idx) m.push_back(all[size_t(i)]);
   }
   else if (name == "embed") {  // the pipeline's tied embedding: the first and the last stage
     const std::vector<int> pp = group_members(shape, world_rank, Axis::kPp);
@@ -196,20 +207,30 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
                 std::to_string(cfg.grad_acc_steps) + " micro-batch(es), dp shard " + std::to_string(here.dp) + " of " +
                 std::to_string(shape.dp) + " of each global batch");
   if (cfg.zero > 0) {
-    const int n = shape.cp * shape.dp;
-    const int index = here.dp * shape.cp + here.cp;  // its rank in the cp x dp group
+    // Its rank in the cp x dp group; HSDP (zero/zero_groups.h): in its shard group of n.
+    const int n = (cfg.zero_shard > 0 ? cfg.zero_shard : shape.dp) * shape.cp;
+    const int index = (here.dp * shape.cp + here.cp) % n, replicas = shape.cp * shape.dp / n;
     static const char* what[] = {"", "AdamW moments and master weights", "AdamW state and main gradients",
                                  "AdamW state, main gradients and weights"};
-    out.push_back("ZeRO-" + std::to_string(cfg.zero) + ": " + what[cfg.zero] + " of slice " + std::to_string(index) +
-                  " of " + std::to_string(n) + " (the " + std::to_string(index) + "-th 1/" + std::to_string(n) +
-                  " of every bucket, zero/zero_layout.h)");
+    std::string line = "ZeRO-" + std::to_string(cfg.zero) + ": " + what[cfg.zero] + " of slice " + std::to_string(index) +
+                       " of " + std::to_string(n) + " (the " + std::to_string(index) + "-th 1/" + std::to_string(n) +
+                       " of every bucket, zero/zero_layout.h)";
+    if (replicas > 1)
+      line += "; HSDP: shard group " + std::to_string((here.dp * shape.cp + here.cp) / n) + " of " +
+              std::to_string(replicas) + ", the same slice in the other " + std::to_string(replicas - 1) +
+              " (averaged over them once per step)";
+    if (cfg.zero_hpz > 0)
+      line += "; hpZ: after a layer's forward, its part 1/" + std::to_string(cfg.zero_hpz * shape.cp) +
+              " of the layer kept for the backward's gather";
+    out.push_back(line);
   }
   return out;
 }
 
-std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape& shape, int world_rank, int cp_a2a_size) {
+std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape& shape, int world_rank,
+                           const SplitSizes& split) {
   std::ostringstream o;
-  const std::vector<int64_t> group = members(comm.name(), shape, world_rank, cp_a2a_size);
+  const std::vector<int64_t> group = members(comm.name(), shape, world_rank, split);
   auto world_of = [&](int r) { return r >= 0 && size_t(r) < group.size() ? group[size_t(r)] : int64_t(-1); };
   o << e.kind;
   if (*e.reduce) o << " " << e.reduce;
@@ -238,7 +259,8 @@ std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape
 Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of)
     : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), shard_plan_of_(std::move(shard_plan_of)) {
   if (!enabled_) return;
-  if (cfg.cp > 1) cp_a2a_size_ = cp_ulysses_size(parse_cp_mode(cfg.cp_mode), cfg.cp, cfg.cp_ulysses);
+  if (cfg.cp > 1) split_.cp_a2a = cp_ulysses_size(parse_cp_mode(cfg.cp_mode), cfg.cp, cfg.cp_ulysses);
+  split_.zero_shard = cfg.zero_shard, split_.zero_hpz = cfg.zero_hpz;
   mesh_.set_observer([this](const Comm& comm, const CommEvent& e) {
     if (!recording_) return;
     std::lock_guard<std::mutex> lock(mutex_);
@@ -248,7 +270,7 @@ Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan
     if (std::string(e.kind) == "note") return void(pending_note_ = {comm.name(), e.note});
     if (!pending_note_.second.empty() && pending_note_.first == comm.name())
       lines_.push_back("  " + pending_note_.second), pending_note_ = {};
-    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank(), cp_a2a_size_));
+    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank(), split_));
   });
 }
 

@@ -45,9 +45,14 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
 
 // One communication as --explain prints it: collective, reduction, group with its world
 // ranks, shapes, dtype, elements, then "at FILE:LINE (function)" on a second line.
-// cp_a2a_size: the hybrid's all-to-all group size U (names the world ranks of its groups).
+// The sizes of the groups techniques split from the mesh's, to name their world ranks:
+// the hybrid's all-to-all group U (cp_a2a, cp_ring); HSDP's shard group and hpZ's group in
+// dp ranks (cp_dp_shard, cp_dp_replicas, cp_dp_hpz; 0: none, zero/zero_groups.h).
+struct SplitSizes {
+  int cp_a2a = 1, zero_shard = 0, zero_hpz = 0;
+};
 std::string describe_event(const Comm& comm, const CommEvent& event, const MeshShape& shape, int world_rank,
-                           int cp_a2a_size = 1);
+                           const SplitSizes& split = {});
 
 class Explainer {
  public:
@@ -70,7 +75,7 @@ class Explainer {
   TrainConfig cfg_;
   Mesh& mesh_;
   std::function<ShardPlan(const MeshCoords&)> shard_plan_of_;
-  int cp_a2a_size_ = 1;  // the hybrid's U: its groups cp_a2a and cp_ring named by world ranks
+  SplitSizes split_;  // the hybrid's U, HSDP's and hpZ's sizes: their groups named by world ranks
   std::mutex mutex_;  // data parallelism's bucket all-reduces are issued from autograd's thread
   bool recording_ = false;
   int64_t step_ = 0;

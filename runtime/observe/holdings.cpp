@@ -96,7 +96,9 @@ std::string holdings_summary(const TrainConfig& c, const MeshShape& shape,
   o << "what each rank holds (sequence positions of one micro-batch; each dp rank its own "
     << c.micro_batch_size << " sequence(s) of every micro-batch";
   if (c.sp) o << "; sp: between blocks each tp rank keeps 1/" << shape.tp << " of its positions";
-  if (c.zero >= 3) o << "; zero-3: of these parameters, a 1/" << shape.dp * shape.cp << " slice between uses";
+  if (c.zero >= 3)
+    o << "; zero-3: of these parameters, a 1/" << (c.zero_shard > 0 ? c.zero_shard : shape.dp) * shape.cp
+      << " slice between uses" << (c.zero_shard > 0 ? " (HSDP: the same slice in each shard group)" : "");
   o << "):";
   if (shape.world_size() < 8) {  // a line per rank
     for (int r = 0; r < shape.world_size(); ++r) {

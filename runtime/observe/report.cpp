@@ -52,9 +52,9 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
   const double state_elem = dtype == torch::kFloat64 ? 8.0 : 4.0;  // main grad, moments, master
   // training state per parameter: main grad + 2 moments (+ a master copy unless the weights
   // are it); ZeRO keeps 1/N of the moments and master (stage 1), of the grad (stage 2) and
-  // of the weights (stage 3), N = cp x dp (zero/README.md; the < N padding elements are
-  // not counted, nor stage 3's one or two gathered layers)
-  const double n = double(shape.dp) * shape.cp;
+  // of the weights (stage 3), N = cp x dp, or cp x --zero-shard with HSDP (zero/README.md;
+  // the < N padding elements are not counted, nor stage 3's gathered layers and hpZ's parts)
+  const double n = double(c.zero_shard > 0 ? c.zero_shard : shape.dp) * shape.cp;
   // (stage 1 keeps the full main grad and, beside it, its reduce-scattered 1/N slice)
   const double optimizer_share = c.zero >= 1 ? 1.0 / n : 1.0;
   const double grad_share = c.zero >= 2 ? 1.0 / n : c.zero == 1 ? 1.0 + 1.0 / n : 1.0;
@@ -67,7 +67,7 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
   if (c.zero >= 1)
     o << "; zero-" << c.zero << ": " << (c.zero >= 3 ? "weights, " : "") << (c.zero >= 2 ? "main grad, " : "") << "moments"
       << (wide ? "" : ", master")
-      << " over cp x dp = " << shape.dp * shape.cp;
+      << (c.zero_shard > 0 ? " over cp x --zero-shard = " : " over cp x dp = ") << int(n);
   o << "):";
   int first = 0;
   int64_t count = -1;
