@@ -246,6 +246,34 @@ add_test(NAME cli.mpi_comm_report_zero3_pp COMMAND ${PICOTRON_MPIRUN} -np 4 ${TR
 set_tests_properties(cli.mpi_comm_report_zero3_pp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp_dp +2 +all_gather +20 +2624512 +10 +1312256\ncp_dp +2 +reduce_scatter +12 +1705984 +6 +852992\nembed +2 +all_reduce +2 +32768 +1 +16384\n")
+# HSDP and hpZ at dp 4 (zero/README.md, "HSDP and hpZ": the formulas), tiny model, grad-acc 2,
+# P_pad = 820,352 (every unit a multiple of 4). Full ZeRO-3 over 4: per step 22 all-gathers of
+# 2 x 820,352 - 128 = 1,640,576 elements per micro-batch, 12 reduce-scatters of 2 x 820,352.
+# --zero-shard 2: the same over the shard group of 2, plus ONE all-reduce of my slice,
+# P_pad / 2 = 410,176, over the replicas per step. --zero-hpz 2 (shard group 4): each unit's
+# first gather of a micro-batch over cp_dp (embedding, 4 layers, head: 6 x 2 = 12 per step,
+# 2 x 820,352 = 1,640,704), every re-gather (the tied embedding for the head, the 4 layers'
+# backward: 5 x 2 = 10, 2 x (32,768 + 4 x 196,864) = 1,640,448) over the hpZ group of 2.
+set(LEDGER4 --device cpu --dp 4 --zero 3 --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0
+    --threads 1 --comm-report)
+add_test(NAME cli.mpi_comm_report_zero3_dp4 COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4})
+set_tests_properties(cli.mpi_comm_report_zero3_dp4 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "cp_dp +4 +all_gather +44 +6562304 +22 +3281152\ncp_dp +4 +reduce_scatter +24 +3281408 +12 +1640704\n")
+add_test(NAME cli.mpi_comm_report_hsdp COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4} --zero-shard 2)
+set_tests_properties(cli.mpi_comm_report_hsdp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "zero-3 over cp_dp, sharded over cp_dp_shard = 2 ranks, replicated over cp_dp_replicas = 2. rank 0 holds parameters 1.56 MiB.*cp_dp_shard +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp_shard +2 +reduce_scatter +24 +3281408 +12 +1640704\ncp_dp_replicas +2 +all_reduce +2 +820352 +1 +410176\n")
+add_test(NAME cli.mpi_comm_report_hpz COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4} --zero-hpz 2)
+set_tests_properties(cli.mpi_comm_report_hpz PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "cp_dp +4 +all_gather +24 +3281408 +12 +1640704\ncp_dp +4 +reduce_scatter +24 +3281408 +12 +1640704\ncp_dp_hpz +2 +all_gather +20 +3280896 +10 +1640448\n")
+# Bad input for HSDP and hpZ: one line naming the flags (on every rank, before the first step).
+picotron_cli_test(cli.zero_shard_needs_zero ${EXPECT_FAIL} "error: --zero-shard / --zero-hpz need --zero 1, 2 or 3" -- ${TRAIN} --zero-shard 2 --dp 4 --device cpu)
+picotron_cli_test(cli.zero_shard_divides_dp ${EXPECT_FAIL} "error: --zero-shard 3 does not divide --dp 4" -- ${TRAIN} --zero 1 --zero-shard 3 --dp 4 --device cpu)
+picotron_cli_test(cli.zero_hpz_needs_zero3 ${EXPECT_FAIL} "error: --zero-hpz needs --zero 3" -- ${TRAIN} --zero 2 --zero-hpz 2 --dp 4 --device cpu)
+picotron_cli_test(cli.zero_hpz_divides_shard ${EXPECT_FAIL} "error: --zero-hpz 4 does not divide the shard group's 2 dp ranks \\(--zero-shard 2\\)" -- ${TRAIN} --zero 3 --zero-shard 2 --zero-hpz 4 --dp 4 --device cpu)
+picotron_cli_test(cli.zero_shard_holds_experts ${EXPECT_FAIL} "error: --zero-shard 2 with --ep 4: the shard group must hold every expert" -- ${TRAIN} --model tiny-moe --zero 1 --zero-shard 2 --ep 4 --dp 4 --device cpu)
 # ZeRO-3 in bf16 (fp32 master slices copied into bf16 shards, gathered as bf16): 4 steps
 # at dp 2 agree with plain data parallelism's within bf16 rounding (losses 2e-5 apart,
 # parameters 7e-3 when measured; a master never copied into the shard fails by far).
