@@ -246,8 +246,9 @@ picotron_equivalence(mesh8_dp2_tp2_pp2_sp_fp32 NP 8 RTOL 1e-5 DTYPE fp32 ARGS --
 # HSDP (--zero-shard, zero/zero_groups.h): ZeRO's slices over 2 dp ranks, replicated over the
 # other 2, one all-reduce across the replicas per step; each stage, and with tp + sp, pp,
 # cp, ep, recompute and gradient accumulation. hpZ (--zero-hpz): stage 3's backward gathers
-# over 2 ranks of a shard group of 4 (and of 2: hpZ 1 keeps the whole unit). Without the
-# replicas' all-reduce, or with it summing, they fail (zero/README.md, "HSDP").
+# over 2 ranks of a shard group of 4 (and of 2: hpZ 1 keeps the whole unit). With the
+# replicas' all-reduce summing instead of averaging all 9 HSDP cases fail; with rank 0's part
+# kept on every hpZ rank both hpZ 2 cases do (tried; zero/README.md, "HSDP and hpZ").
 picotron_equivalence(hsdp_zero1_dp4 NP 4 ARGS --zero 1 --dp 4 --zero-shard 2 --grad-acc-steps 2)
 picotron_equivalence(hsdp_zero2_dp4 NP 4 ARGS --zero 2 --dp 4 --zero-shard 2 --dp-bucket-mb 0.05 --grad-acc-steps 2)
 picotron_equivalence(hsdp_zero3_dp4_acc4 NP 4 ARGS --zero 3 --dp 4 --zero-shard 2 --grad-acc-steps 4)
