@@ -220,8 +220,10 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
               std::to_string(replicas) + ", the same slice in the other " + std::to_string(replicas - 1) +
               " (averaged over them once per step)";
     if (cfg.zero_hpz > 0)
-      line += "; hpZ: after a layer's forward, its part 1/" + std::to_string(cfg.zero_hpz * shape.cp) +
-              " of the layer kept for the backward's gather";
+      line += cfg.zero_hpz * shape.cp == 1
+                  ? std::string("; hpZ: after a layer's forward, the whole layer kept until its backward")
+                  : "; hpZ: after a layer's forward, its part 1/" + std::to_string(cfg.zero_hpz * shape.cp) +
+                        " of the layer kept for the backward's gather";
     out.push_back(line);
   }
   return out;
