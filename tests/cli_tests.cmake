@@ -302,6 +302,22 @@ foreach(case "0;3.19 GiB;25.50" "1;3.19 GiB;9.56" "2;3.19 GiB;3.19" "3;408.02 Mi
   picotron_cli_test(cli.dry_run_zero${stage} ${TRAIN} --model smollm-1.7b --dp 8 --zero ${stage} --dtype bf16 --dry-run)
   set_tests_properties(cli.dry_run_zero${stage} PROPERTIES PASS_REGULAR_EXPRESSION "ranks 0-7: 1,711,376,384 parameters, weights ${weights}, training state ${gib} GiB")
 endforeach()
+# The memory estimate (runtime/planner/memory_estimate.h) under HSDP and hpZ (zero/zero_groups.h),
+# the same zero-3 run (P_pad = Ψ = 1,711,376,384: every unit divides by 8; rank 0's peak
+# 10,937,344,512 B with slices P_pad/8 = 213,922,048):
+#  --zero-shard 4: slices over 4 ranks, P_pad/4 = 427,844,096, each state line doubled: the
+#    peak grows by 213,922,048 x (2 + 4 + 4 + 8) B (weights, gradients, master, moments) =
+#    3,850,596,864 to 14,787,941,376 B;
+#  --zero-hpz 2: every unit but the last pass's (the head's: the final norm, 2,048; the tied
+#    embedding runs the lookup too, so it is released after it and keeps its part) keeps half
+#    of itself from its forward to its backward: (1,711,376,384 - 2,048) / (2 x cp 1) =
+#    855,687,168 x e 2 = 1,711,374,336 B more, 12,648,718,848 B.
+picotron_cli_test(cli.dry_run_zero3_hsdp ${TRAIN} --model smollm-1.7b --dp 8 --zero 3 --zero-shard 4 --dtype bf16 --dry-run)
+set_tests_properties(cli.dry_run_zero3_hsdp PROPERTIES PASS_REGULAR_EXPRESSION
+  "weights \\(my slice\\) +816.05 MiB +P_pad/N x e = 427,844,096 x 2\n.*total at the peak +13.77 GiB +14,787,941,376 B\n.*N = cp x --zero-shard = 1 x 4 ranks")
+picotron_cli_test(cli.dry_run_zero3_hpz ${TRAIN} --model smollm-1.7b --dp 8 --zero 3 --zero-hpz 2 --dtype bf16 --dry-run)
+set_tests_properties(cli.dry_run_zero3_hpz PROPERTIES PASS_REGULAR_EXPRESSION
+  "weights \\(my slice\\) +408.02 MiB +P_pad/N x e = 213,922,048 x 2\n.*hpZ parts \\(forward to backward\\) +1.59 GiB +\\(P_pad - the last pass.s units\\)/\\(h x cp\\) x e = 855,687,168 x 2\n.*total at the peak +11.78 GiB +12,648,718,848 B")
 
 # Context parallelism's ledger against context_parallel/README.md (tiny model: 4 layers,
 # nKV 2, Hd 32; B 2, S 32, cp 2, so a k/v block is 2·2·16·2·32 = 4,096 elements): per

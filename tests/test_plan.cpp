@@ -354,3 +354,54 @@ TEST_CASE("plan cost: with --ep the experts' gradients reduce over their replica
   const double ep8 = L * 8.0 / 8 * 3 * H * I;
   CHECK(predict_step(c, hw, P).dp == Approx((15.0 / 16 * (P - ep8) + 0.5 * ep8) * (4 + 2) / bw));
 }
+
+TEST_CASE("plan: across nodes HSDP (ZeRO-3 inside the node, replicated across) beats ZeRO-3 over every rank", "[plan]") {
+  // llama2-7b (6.7B) on 4 nodes of 8 GPUs of 40 GB: a step of 2^20 tokens is 256 sequences of
+  // 4096. ZeRO-3 over all 32 ranks gathers and reduce-scatters every micro-batch over the
+  // 50 GB/s links between nodes; HSDP does so over a node's 450 GB/s NVLink and sends only
+  // its slice's all-reduce across nodes, once per step (zero/zero_groups.h: 16 B a parameter
+  // over 8 ranks instead of 32, 35 GB at a micro-batch of one sequence: it still fits).
+  RunConfig base = planning("llama2-7b", 32, 4096);
+  base.planner.gpu_memory_gb = 40;
+  const LayoutSearch r = search_layouts(base, 32, shard_plan_for, 5);
+  REQUIRE(!r.best.empty());
+  const Candidate& top = r.best[0];
+  INFO(command_line(top));
+  CHECK(top.cfg.dp == 32);
+  CHECK(top.cfg.zero == 3);
+  CHECK(top.cfg.zero_shard == 8);  // the dp ranks of one node
+  CHECK(command_line(top).find("--zero 3 --zero-shard 8") != std::string::npos);
+  CHECK(cheatsheet_rule(top, hardware_of(base.planner)).find("HSDP: ZeRO inside the node") != std::string::npos);
+  REQUIRE(top.whole_group);
+  const Candidate& whole = *top.whole_group;
+  CHECK(whole.cfg.zero_shard == 0);
+  // The two predicted steps (layout_cost.h), as --plan prints them, both at a micro-batch of
+  // 1 x grad-acc 8 (2 does not fit either): HSDP 3460 ms, of it dp 114 ms (the replicas'
+  // all-reduce, 2 x 3/4 x 6.7e9/8 x 4 B / 50 GB/s = 100 ms, and one layer's gathers); ZeRO-3
+  // over the 32 ranks 8356 ms, of it dp 5009 ms: per micro-batch 31/32 x 6.7e9 x (2 + 2 + 4) B
+  // / 50 GB/s = 1.04 s of gathers and reduce-scatter between nodes, 0.42 s hidden by compute.
+  const double hsdp_s = top.time.total(), whole_s = whole.time.total();
+  INFO("HSDP " << hsdp_s * 1e3 << " ms (dp " << top.time.dp * 1e3 << "), whole group " << whole_s * 1e3 << " ms (dp "
+               << whole.time.dp * 1e3 << ")");
+  CHECK(hsdp_s == Approx(3.460).epsilon(0.01));
+  CHECK(whole_s == Approx(8.356).epsilon(0.01));
+  CHECK(top.peak_bytes > whole.peak_bytes);  // the price: slices of 1/8 instead of 1/32
+}
+
+TEST_CASE("plan cost: HSDP's collectives stay in the node, the replicas all-reduce the slice across nodes", "[plan]") {
+  RunConfig c = planning("llama2-7b", 32, 4096);
+  c.dp = 32, c.zero = 1, c.micro_batch_size = 1, c.grad_acc_steps = 8;
+  const Hardware hw = hardware_of(c.planner);
+  const double P = 6.7e9, intra = 450e9, inter = 50e9;
+  // ZeRO-1 over 32 ranks of 4 nodes: reduce-scatter fp32 + all-gather bf16, ring(32), between nodes.
+  CHECK(predict_step(c, hw, P).dp == Approx(31.0 / 32 * P * (4 + 2) / inter));
+  // --zero-shard 8: the same over 8 ranks of a node, + my slice P/8 all-reduced over 4 replicas.
+  c.zero_shard = 8;
+  CHECK(predict_step(c, hw, P).dp == Approx(7.0 / 8 * P * (4 + 2) / intra + 2 * 3.0 / 4 * P / 8 * 4 / inter));
+  c.zero_shard = 0;
+  CHECK(node_local_zero_shard(c, hw) == 8);
+  c.tp = 2, c.dp = 16;  // two tp ranks per dp rank: 4 dp ranks a node
+  CHECK(node_local_zero_shard(c, hw) == 4);
+  c.tp = 1, c.dp = 8;  // one node: nothing to gain
+  CHECK(node_local_zero_shard(c, hw) == 0);
+}

@@ -38,6 +38,24 @@ bool dp_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
   return cp_crosses_nodes(c, hw) || spans_nodes(int64_t(c.tp) * c.cp * c.pp, c.dp, hw);
 }
 
+namespace {
+// A block of `dp_ranks` consecutive dp ranks (tp x cp x pp apart) times cp: a shard group, hpZ's group.
+bool dp_block_crosses_nodes(const TrainConfig& c, const Hardware& hw, int dp_ranks) {
+  return cp_crosses_nodes(c, hw) || spans_nodes(int64_t(c.tp) * c.cp * c.pp, dp_ranks, hw);
+}
+}  // namespace
+
+int zero_shard_ranks(const TrainConfig& c) { return (c.zero_shard > 0 ? c.zero_shard : c.dp) * c.cp; }
+bool zero_shard_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
+  return dp_block_crosses_nodes(c, hw, c.zero_shard > 0 ? c.zero_shard : c.dp);
+}
+int node_local_zero_shard(const TrainConfig& c, const Hardware& hw) {
+  const int64_t inner = int64_t(c.tp) * c.cp * c.pp;  // the ranks between two consecutive dp ranks
+  if (!dp_crosses_nodes(c, hw) || cp_crosses_nodes(c, hw) || hw.gpus_per_node % inner != 0) return 0;
+  const int in_node = int(hw.gpus_per_node / inner);  // dp ranks in one node
+  return in_node < c.dp && c.dp % in_node == 0 && in_node * c.cp > 1 ? in_node : 0;
+}
+
 bool ep_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
   return spans_nodes(int64_t(c.tp) * c.cp * c.pp, c.ep, hw);  // dp ranks d .. d + ep - 1, tp x cp x pp apart
 }
@@ -57,7 +75,7 @@ double offload_time(const TrainConfig& c, double params_per_gpu) {
   if (!c.zero_offload) return 0;
   const LlamaConfig& m = c.llama;
   const double a = c.dtype == Precision::kFP64 ? 8 : 4;
-  const int n = c.dp * c.cp;
+  const int n = zero_shard_ranks(c);  // cp x dp (HSDP: cp x --zero-shard)
   double slice = params_per_gpu / n;  // ψ: this rank's part of ZeRO's layout
   if (m.is_moe() && c.ep > 1) {       // the experts' part: over their replicas, n/ep ranks
     const double experts = double(m.num_hidden_layers) / c.pp * double(m.num_local_experts) / c.ep * 3 *
@@ -186,17 +204,22 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
   // ---- ZeRO-Offload: the optimizer step on the CPU ----
   t.offload = offload_time(c, params_per_gpu);
 
-  // ---- data parallelism / ZeRO over cp x dp ----
-  const int n = c.dp * c.cp;
+  // ---- data parallelism / ZeRO over cp x dp (HSDP: over the shard group of n ranks, then
+  // the replicas' all-reduce of the slices) ----
+  const int n = c.zero > 0 ? zero_shard_ranks(c) : c.dp * c.cp;
+  const int replicas = c.dp * c.cp / n;
+  const double experts = m.is_moe() && c.ep > 1 ? L / c.pp * double(m.num_local_experts) / c.ep * 3 * H * double(m.intermediate_size)
+                                                : 0;  // the experts' parameters: their group holds 1 in ep of n
   if (n > 1) {
-    const double bw = link(dp_crosses_nodes(c, hw), hw);
+    const double bw = link(c.zero > 0 ? zero_shard_crosses_nodes(c, hw) : dp_crosses_nodes(c, hw), hw);
     double P = params_per_gpu;
-    if (m.is_moe() && c.ep > 1) {  // the experts' gradients travel over their replicas (n/ep ranks)
-      const double experts = L / c.pp * double(m.num_local_experts) / c.ep * 3 * H * double(m.intermediate_size);
+    if (experts > 0)  // the experts' gradients travel over their replicas (n/ep ranks)
       P = (P - experts) + experts * ring(n / c.ep) / ring(n);  // in cp x dp's units
-    }
     const double bucket = std::min(P * a, c.dp_bucket_mb * 1024 * 1024) * ring(n) / bw;
     const double reduce_scatter = ring(n) * P * a / bw, gather = ring(n) * P * e / bw;
+    // hpZ: the backward's gather over the h x cp ranks of the secondary group instead
+    const double gather_back =
+        c.zero_hpz > 0 ? ring(c.zero_hpz * c.cp) * P * e / link(dp_block_crosses_nodes(c, hw, c.zero_hpz), hw) : gather;
     if (c.zero == 0) {
       t.dp = std::max(bucket, 2 * reduce_scatter - backward_per_micro);
     } else if (c.zero == 1) {
@@ -205,9 +228,14 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
       t.dp = micro * std::max(bucket, reduce_scatter - backward_per_micro) + gather;
     } else {
       const double unit = gather / std::max(1.0, L / c.pp);  // one layer's gather, never hidden
+      const double unit_back = gather_back / std::max(1.0, L / c.pp);
       t.dp = micro * (std::max(unit, gather - forward_per_micro) +
-                      std::max(unit, gather + reduce_scatter - backward_per_micro));
+                      std::max(unit_back, gather_back + reduce_scatter - backward_per_micro));
     }
+  }
+  if (replicas > 1) {  // HSDP: my fp32 slice all-reduced over the replicas once per step, after the backward
+    const double slice = (params_per_gpu - experts) / n + (experts > 0 ? experts / (n / c.ep) : 0);
+    t.dp += 2 * ring(replicas) * slice * a / link(dp_crosses_nodes(c, hw), hw);
   }
   return t;
 }

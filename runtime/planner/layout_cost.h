@@ -34,6 +34,11 @@
 //          and Ψ e + reduce-scatter Ψ 4 backward (behind the backward), one layer never hidden
 //          (zero/README.md); N = cp x dp; with --ep a MoE's local experts reduce over their
 //          replicas, N/ep ranks: they count ring(N/ep)/ring(N) of their size in Ψ
+//          HSDP (--zero-shard, zero/zero_groups.h): the above over the shard group, N = cp x
+//          --zero-shard ranks (on a node's links when it stays inside one), then once per step
+//          the replicas' all-reduce of my fp32 slice, 2(R-1)/R Ψ/N 4 over R = cp x dp / N
+//          groups, across nodes, exposed (after the backward)
+//          hpZ (--zero-hpz h): stage 3's backward gathers over h x cp ranks instead of N
 //     ep   a mixture of experts (--ep, expert_parallel/README.md): per MoE layer and
 //          micro-batch 2 all-to-alls forward (tokens out, results back) and 2 backward, each
 //          sending k T H e (ep-1)/ep bytes off the rank (balanced routing), exposed (the
@@ -97,6 +102,12 @@ bool cp_crosses_nodes(const TrainConfig& c, const Hardware& hw);
 bool pp_crosses_nodes(const TrainConfig& c, const Hardware& hw);
 bool dp_crosses_nodes(const TrainConfig& c, const Hardware& hw);  // the cp x dp group
 bool ep_crosses_nodes(const TrainConfig& c, const Hardware& hw);  // ep consecutive dp ranks
+// ZeRO's shard group: cp x --zero-shard ranks (cp x dp without HSDP), and whether it spans nodes.
+int zero_shard_ranks(const TrainConfig& c);
+bool zero_shard_crosses_nodes(const TrainConfig& c, const Hardware& hw);
+// HSDP inside the node: the --zero-shard whose shard groups are the dp ranks of one node, when
+// the cp x dp group crosses nodes and cp stays in one; 0 when there is none (the search's candidate).
+int node_local_zero_shard(const TrainConfig& c, const Hardware& hw);
 
 struct StepTime {
   double compute = 0;      // s: forward + backward (+ recompute), this GPU's share

@@ -34,7 +34,9 @@ std::string layout_text(const RunConfig& c) {
   if (c.cp > 1 && c.cp_mode != "ring") o << " " << c.cp_mode << (c.cp_ulysses ? " " + std::to_string(c.cp_ulysses) : "");
   if (c.ep > 1) o << ", ep " << c.ep;
   if (c.sp) o << " +sp";
-  o << ", zero " << c.zero << (c.zero_offload ? " +offload" : "") << ", recompute " << c.recompute;
+  o << ", zero " << c.zero << (c.zero_shard > 0 ? " shard " + std::to_string(c.zero_shard) : "")
+    << (c.zero_hpz > 0 ? " hpz " + std::to_string(c.zero_hpz) : "") << (c.zero_offload ? " +offload" : "")
+    << ", recompute " << c.recompute;
   if (fused_pieces(c).on != auto_means_fused(c)) o << ", kernels " << (fused_pieces(c).on ? "fused" : "aten");
   if (c.pp > 1) o << ", " << c.pp_schedule << (c.pp_virtual_stages > 1 ? " v" + std::to_string(c.pp_virtual_stages) : "");
   o << ", micro-batch " << c.micro_batch_size << " x grad-acc " << c.grad_acc_steps;
@@ -86,6 +88,17 @@ static std::string cp_mode_reason(const RunConfig& c, const Hardware& hw) {
          fixed(predict_step(c, hw, 0).cp * 1e3, 2) + " ms" + (others.empty() ? "" : " (" + others + " ms)");
 }
 
+// Why HSDP: its step against the same layout's with ZeRO over the whole cp x dp group, e.g.
+// "hsdp: step 3460 ms (dp 114), 35.0 GB; with ZeRO over all 32 ranks of cp x dp: 8356 ms (dp 5009), 23.7 GB at
+// micro-batch 1 x grad-acc 8".
+static std::string hsdp_reason(const Candidate& c) {
+  const Candidate& w = *c.whole_group;
+  return "hsdp: step " + ms(c.time.total()) + " ms (dp " + ms(c.time.dp) + "), " + gb(c.peak_bytes) + "; with ZeRO over all " +
+         std::to_string(c.cfg.dp * c.cfg.cp) + " ranks of cp x dp: " + ms(w.time.total()) + " ms (dp " + ms(w.time.dp) + "), " +
+         gb(w.peak_bytes) + " at micro-batch " + std::to_string(w.cfg.micro_batch_size) + " x grad-acc " +
+         std::to_string(w.cfg.grad_acc_steps);
+}
+
 std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
   const RunConfig& c = cand.cfg;
   const int n = c.dp * c.cp;
@@ -110,6 +123,9 @@ std::string cheatsheet_rule(const Candidate& cand, const Hardware& hw) {
   }
   if (c.ep > 1) rules.push_back(std::string("EP: the experts over ") + std::to_string(c.ep) + " dp ranks" +
                                 (ep_crosses_nodes(c, hw) ? " (all-to-all across nodes)" : " of a node"));
+  if (c.zero_shard > 0)
+    rules.push_back("HSDP: ZeRO inside the node (" + std::to_string(zero_shard_ranks(c)) + " ranks), replicated across nodes (" +
+                    std::to_string(n / zero_shard_ranks(c)) + " copies)");
   if (c.zero_offload) rules.push_back("ZeRO-Offload: the optimizer state in CPU memory");
   if (fused_pieces(c).loss && !auto_means_fused(c))
     rules.push_back("fused kernels: the loss's logits a chunk at a time");
@@ -139,6 +155,8 @@ std::string command_line(const Candidate& cand) {
   if (c.cp_ulysses > 0) o << " --cp-ulysses " << c.cp_ulysses;
   if (c.ep > 1) o << " --ep " << c.ep;
   if (c.zero > 0) o << " --zero " << c.zero;
+  if (c.zero_shard > 0) o << " --zero-shard " << c.zero_shard;
+  if (c.zero_hpz > 0) o << " --zero-hpz " << c.zero_hpz;
   if (c.zero_offload) o << " --zero-offload";
   if (c.recompute != "none") o << " --recompute " << c.recompute;
   // The kernels, named whenever fused (and aten where --kernels auto would pick fused).
@@ -188,6 +206,7 @@ std::string layout_search_text(const RunConfig& given, const ShardPlanFor& shard
         << with_commas(int64_t(c.tokens_per_s_per_gpu)) << " tokens/s per GPU | MFU " << fixed(c.mfu * 100, 1) << "%\n";
       o << "    rule: " << cheatsheet_rule(c, hw) << "\n";
       if (c.cfg.cp > 1) o << "    cp mode: " << cp_mode_reason(c.cfg, hw) << "\n";
+      if (c.whole_group) o << "    " << hsdp_reason(c) << "\n";
       o << "    " << command_line(c) << "\n";
     }
   } else {

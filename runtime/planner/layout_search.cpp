@@ -46,9 +46,10 @@ int64_t grad_acc_for(int64_t rows, int64_t B, int dp, const std::string& schedul
 // A pipeline stage's shape, worked out once and reused by every layout that shares it.
 // Every layout with the same (tp, pp, v, the V or not, ep, stage) holds the same shard plan,
 // whatever its dp, cp, ZeRO stage, recompute, schedule or micro-batch; with the same ZeRO
-// stage and cp x dp group also the same ParameterCounts (memory_estimate.h), the part of an
-// estimate that walks the plan's hundreds of parameter names (most of its cost): the names
-// are walked once per plan (HeldParameters), laid out once per (ZeRO stage, cp x dp). The search
+// stage and shard group (cp x dp, or cp x --zero-shard) also the same ParameterCounts
+// (memory_estimate.h), the part of an estimate that walks the plan's hundreds of parameter
+// names (most of its cost): the names are walked once per plan (HeldParameters), laid out
+// once per (ZeRO stage, shard group, --zero-hpz). The search
 // estimates each shape for every micro-batch, recompute mode, kernels and schedule: derived
 // once here, each estimate is only the per-token arithmetic. (--dtype and --dp-bucket-mb,
 // which the counts also read, are the same for the whole search.)
@@ -58,7 +59,7 @@ class StageShapes {
   int64_t parameters(const RunConfig& c, int stage) { return shape(c, stage).parameters; }  // before ZeRO
   const ParameterCounts& counts(const RunConfig& c, int stage) {
     Shape& s = shape(c, stage);
-    const auto key = std::make_pair(c.zero, c.dp * c.cp);
+    const auto key = std::make_tuple(c.zero, zero_shard_ranks(c), c.zero_hpz);
     auto it = s.counts.find(key);
     if (it == s.counts.end()) it = s.counts.emplace(key, parameter_counts(c, s.held)).first;
     return it->second;
@@ -69,7 +70,7 @@ class StageShapes {
   struct Shape {
     HeldParameters held;                                      // the plan's parameters, in order (memory_estimate.h)
     int64_t parameters = 0;                                   // local_parameter_count(plan)
-    std::map<std::pair<int, int>, ParameterCounts> counts;   // by (ZeRO stage, cp x dp)
+    std::map<std::tuple<int, int, int>, ParameterCounts> counts;  // by (ZeRO stage, shard group, hpZ)
   };
   Shape& shape(const RunConfig& c, int stage) {
     const auto key = std::make_tuple(c.tp, c.pp, c.pp_virtual_stages, c.pp_schedule == "dualpipev", c.ep, stage);
@@ -106,10 +107,11 @@ class PipelineSends {
 // Same layout but for the micro-batch, --sp (whose saving the estimate does not model), the
 // kernels (the same time: layout_cost.h) and how the cp x dp group is split (CP's ring hides
 // behind attention: the model predicts the same for cp 4 x dp 2 as for dp 8): the top list
-// shows each once, its best (or simplest).
+// shows each once, its best (or simplest). HSDP's shard group by its ranks, cp x --zero-shard
+// (the same 8 ranks of a node are --zero-shard 8 at cp 1, 2 at cp 4).
 auto layout_key(const RunConfig& c) {
-  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_offload, c.recompute, c.pp_schedule,
-                         c.pp_virtual_stages);
+  return std::make_tuple(c.dp * c.cp, c.tp, c.pp, c.ep, c.zero, c.zero_shard > 0 ? zero_shard_ranks(c) : 0, c.zero_offload,
+                         c.recompute, c.pp_schedule, c.pp_virtual_stages);
 }
 
 // The variants of a layout that change its memory but cannot make it faster, plainest
@@ -188,7 +190,8 @@ int complexity(const RunConfig& c) {
   // The kernels --kernels auto picks on CUDA before the others; offloading the optimizer
   // is one more moving part (its copies and CPU step are in the time already).
   const int kernels = fused_pieces(c).on != auto_means_fused(c) ? 1 : 0;
-  return axes + c.zero + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
+  // HSDP: two groups (the shard group and its replicas) where plain ZeRO has one
+  return axes + c.zero + (c.zero_shard > 0) + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
 }
 
 LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
@@ -200,6 +203,37 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor&
   PipelineSends pipeline_sends;
   const int64_t rows = std::max<int64_t>(1, (base.planner.global_batch_tokens + base.seq_len - 1) / base.seq_len);
   std::vector<Candidate> fits;
+  // Every role's (pipeline stage's) peak into `cand`, the most parameters a stage holds into
+  // `params`; stopped once it neither fits nor can be below `least` (negative: never; 0: as
+  // soon as it does not fit). False if stopped.
+  const auto estimate_stages = [&](const RunConfig& c, Candidate& cand, double& params, double least) {
+    for (int stage = 0; stage < c.pp; ++stage) {
+      if (cand.peak_bytes > hw.memory_bytes && least >= 0 && cand.peak_bytes >= least) return false;
+      const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, shapes.counts(c, stage)).peak_bytes();
+      ++result.estimates;
+      if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
+      params = std::max(params, double(shapes.parameters(c, stage)));
+    }
+    return true;
+  };
+  // HSDP (zero/zero_groups.h), beside a ZeRO layout `whole` that fits and whose cp x dp group
+  // crosses nodes: the same layout with ZeRO's slices over the dp ranks of one node
+  // (node_local_zero_shard), replicated across nodes. It holds more than `whole` (slices of
+  // 1/(cp x those ranks)), so it is tried only where `whole` fits.
+  const auto consider_hsdp = [&](RunConfig c) {
+    c.zero_shard = c.zero > 0 ? node_local_zero_shard(c, hw) : 0;
+    if (c.zero_shard == 0) return;
+    ++result.considered;
+    if (!check_flag_rules(c, gpus).empty()) return;  // e.g. --ep does not divide it
+    ++result.valid;
+    Candidate cand;
+    double params = 0;
+    if (!estimate_stages(c, cand, params, /*least=*/0) || cand.peak_bytes > hw.memory_bytes) return;
+    ++result.fit;
+    cand.cfg = c;
+    predict_time(cand, hw, params, /*choose_mode=*/true, pipeline_sends.of(c));
+    fits.push_back(std::move(cand));
+  };
   // One layout: micro-batches of 1, 2, 4, ... sequences, while one step's rows do not
   // overshoot; at each, its variants in order until one fits (the later ones would rank
   // after it). Memory grows with the micro-batch: past one where none fits, none is estimated.
@@ -224,18 +258,8 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor&
         Candidate cand;
         double params = 0;
         // Every role (pipeline stage); stop once it neither fits nor can be the least.
-        const double& least = result.least_peak_bytes;
-        bool exact = true;
-        for (int stage = 0; stage < c.pp; ++stage) {
-          if (cand.peak_bytes > hw.memory_bytes && least > 0 && cand.peak_bytes >= least) {
-            exact = false;
-            break;
-          }
-          const double peak = estimate_memory(c, MeshCoords{0, stage, 0, 0}, shapes.counts(c, stage)).peak_bytes();
-          ++result.estimates;
-          if (peak > cand.peak_bytes) cand.peak_bytes = peak, cand.worst_stage = stage;
-          params = std::max(params, double(shapes.parameters(c, stage)));
-        }
+        const double least = result.least_peak_bytes;
+        const bool exact = estimate_stages(c, cand, params, least > 0 ? least : -1);
         estimated = true;
         if (exact && (least == 0 || cand.peak_bytes < least)) result.least_peak_bytes = cand.peak_bytes;
         if (cand.peak_bytes > hw.memory_bytes) continue;
@@ -244,6 +268,7 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor&
         cand.cfg = c;
         predict_time(cand, hw, params, /*choose_mode=*/true, pipeline_sends.of(c));
         fits.push_back(std::move(cand));
+        consider_hsdp(c);
       }
       if (estimated && !fitted) too_big = true;
     }
@@ -280,12 +305,23 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor&
     return a.peak_bytes < b.peak_bytes;
   });
   std::vector<decltype(layout_key(base))> shown;
-  for (auto& cand : fits) {
+  for (const auto& cand : fits) {
     if (int(result.best.size()) >= top) break;
     const auto key = layout_key(cand.cfg);
     if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
     shown.push_back(key);
-    result.best.push_back(std::move(cand));
+    result.best.push_back(cand);  // (a copy: fits is read below)
+  }
+  // An HSDP layout shown beside the fastest of the same layout with ZeRO over the whole
+  // cp x dp group (any micro-batch): the report says by how much the one beats the other.
+  for (Candidate& hsdp : result.best) {
+    if (hsdp.cfg.zero_shard == 0) continue;
+    RunConfig same = hsdp.cfg;
+    same.zero_shard = 0;
+    const Candidate* whole = nullptr;
+    for (const Candidate& c : fits)
+      if (layout_key(c.cfg) == layout_key(same) && (!whole || c.tokens_per_s_per_gpu > whole->tokens_per_s_per_gpu)) whole = &c;
+    if (whole) hsdp.whole_group = std::make_shared<Candidate>(*whole);  // (it fits wherever HSDP does: it holds less)
   }
   result.plans = shapes.plans_made();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -2,7 +2,9 @@
 // a search. For --gpus N it enumerates every layout
 //
 //   dp x tp x pp x cp = N, --sp (with tp), --zero 0-3 (with cp x dp > 1), --zero-offload
-//   (with --zero >= 1; at cp x dp = 1 ZeRO only so), --recompute none/selective/full,
+//   (with --zero >= 1; at cp x dp = 1 ZeRO only so), where ZeRO's cp x dp group crosses nodes
+//   also HSDP with the shard group inside a node (--zero-shard: the dp ranks of one node,
+//   tried beside each such layout that fits; zero/zero_groups.h), --recompute none/selective/full,
 //   --kernels aten | fused (both unless --kernels names one; what fused keeps:
 //   memory_per_token.h), the pipeline schedule (afab, 1f1b, interleaved v = 2 or 4, zb-h1),
 //   for a mixture of experts --ep (each divisor of dp that divides E; the all-to-alls in
@@ -31,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,9 @@ struct Candidate {
   int worst_stage = 0;
   std::vector<double> stage_peak_bytes;  // every stage's predicted peak (evaluate_layout; the search stops early)
   StepTime time;
+  // HSDP (cfg.zero_shard > 0, search_layouts' best only): the fastest of the same layout with
+  // ZeRO over the whole cp x dp group, for the report's comparison
+  std::shared_ptr<Candidate> whole_group;
   double tokens_per_s_per_gpu = 0;
   double mfu = 0;          // model FLOPs (no recompute) / peak, as the step line's
   int band = 0;            // how many kTieBand below the fastest layout's tokens/s
@@ -58,8 +64,8 @@ struct Candidate {
 // model (layout_cost.h: its constants are not that accurate): the simpler one ranks first.
 constexpr double kTieBand = 0.05;
 // The simplicity order within a band, the cheatsheet's: fewer parallel axes (DP and TP
-// before PP and CP, which are for big models and long sequences), a lower ZeRO stage, less
-// recompute, 1f1b, no --sp, the kernels --kernels auto picks, no offload.
+// before PP and CP, which are for big models and long sequences), a lower ZeRO stage, ZeRO
+// over the whole group before HSDP, less recompute, 1f1b, no --sp, the kernels --kernels auto picks, no offload.
 int complexity(const RunConfig& c);
 
 // The --ep sizes the search tries at `dp` data-parallel ranks: {1}, and for a mixture of

@@ -19,7 +19,7 @@ double MemoryEstimate::state_bytes() const {
   for (const auto& l : state) sum += l.bytes;
   return sum;
 }
-double MemoryEstimate::peak_bytes() const { return state_bytes() + activations.bytes + transient.bytes; }
+double MemoryEstimate::peak_bytes() const { return state_bytes() + activations.bytes + hpz_parts.bytes + transient.bytes; }
 
 namespace {
 
@@ -83,7 +83,7 @@ ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& hel
     // stage 2: a pipeline end's embedding in a bucket of its own (embedding_alone_units)
     if (held.pipeline_end) embedding_alone.push_back(laid[i]->unit == HeldParameter::kEmbedding ? 0 : 1);
   }
-  const int N = c.dp * c.cp;
+  const int N = (c.zero_shard > 0 ? c.zero_shard : c.dp) * c.cp;  // ZeRO's shard group (HSDP: cp x --zero-shard)
   const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
   // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
   const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
@@ -92,9 +92,11 @@ ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& hel
   n.zero_buckets = !laid.empty();
   n.experts_apart = !expert_numels.empty();
   n.P = double(layout.numel), n.shard = double(layout.shard);
+  double experts_padded = 0;
   if (n.experts_apart) {  // (stage 3 gathers one expert unit at a time: not modelled)
     const ZeroLayout experts = zero_layout(expert_numels, std::max(1, N / c.ep), capacity, {});
     n.P += double(experts.numel), n.shard += double(experts.shard);
+    experts_padded = double(experts.numel);
   }
   // ZeRO-3 keeps the last unit of its forward gathered until its backward: the head (and a
   // tied embedding).
@@ -118,6 +120,23 @@ ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& hel
       for (const auto& b : layout.buckets)
         if (laid[b.first_param]->unit >= 0) n.layer_unit = std::max(n.layer_unit, double(b.padded));
   }
+  // hpZ: every unit released after its forward keeps its 1/(h x cp) part until its backward
+  // ([padded] -> [padded / H], H = h x cp ranks; the experts' group holds 1 in ep of them).
+  // Not the last pass's units, which go gathered from forward into backward: the head (with
+  // a pipeline's last-stage copy of a tied embedding, used only there), or a pipeline
+  // stage's last layer. A tied embedding that also runs the lookup keeps a part too: it is
+  // released after the lookup and gathered again, from the parts, for the head.
+  if (c.zero == 3 && c.zero_hpz > 0) {
+    const double H = double(c.zero_hpz) * c.cp;
+    double last_pass = 0;
+    for (const auto& b : layout.buckets) {
+      const int u = laid[b.first_param]->unit;
+      if (u == HeldParameter::kHead || (u == HeldParameter::kEmbedding && n.tied_here && c.pp > 1)) last_pass += double(b.padded);
+    }
+    if (!held.has_head) last_pass = n.layer_unit;  // (each layer the same size)
+    n.hpz_parts = (double(layout.numel) - last_pass) / H;
+    n.hpz_parts += experts_padded / (H / c.ep);
+  }
   return n;
 }
 
@@ -138,7 +157,7 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   const double P = counts.P, shard = counts.shard;
   MemoryEstimate est;
   const std::string Pn = count_text(P), Sn = count_text(shard);
-  // my slice: of cp x dp's layout, and of the experts' over their replicas
+  // my slice: of the shard group's layout (cp x dp, HSDP cp x --zero-shard), and of the experts' over their replicas
   const std::string slice = !counts.experts_apart ? "P_pad/N" : "(P_pad/N + experts' P_pad/(N/ep))";
   const std::string en = count_text(e), an = count_text(a);
   if (c.zero >= 3) est.state.push_back({"weights (my slice)", shard * e, slice + " x e = " + Sn + " x " + en});
@@ -214,6 +233,10 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
     est.activations.bytes += gathered_kept;
     est.activations.formula += " + head unit gathered " + count_text(gathered_kept) + " B";
   }
+  // hpZ: the units' parts kept since their forwards, all of them when the backward starts.
+  if (counts.hpz_parts > 0)
+    est.hpz_parts = {"hpZ parts (forward to backward)", counts.hpz_parts * e,
+                     "(P_pad - the last pass's units)/(h x cp) x e = " + count_text(counts.hpz_parts) + " x " + en};
 
   // ---- the backward's peak: the loss's gradient, or the last layer's MLP ----
   // (the fused loss: its forward's chunk loop, memory_per_token.h; its backward only scales dh and dW)
@@ -264,6 +287,13 @@ MemoryEstimate estimate_memory(const TrainConfig& c, const MeshCoords& here, con
   }
   est.terms = {"A_layer = " + t.layer_formula + " per token per layer (--recompute " + c.recompute + ")",
                "A_head = " + t.head_formula};
+  if (c.zero >= 1 && c.zero_shard > 0)
+    est.terms.push_back("HSDP (zero/zero_groups.h): N = cp x --zero-shard = " + std::to_string(c.cp) + " x " +
+                        std::to_string(c.zero_shard) + " ranks hold the slices, replicated over dp/--zero-shard = " +
+                        std::to_string(c.dp / c.zero_shard) + " shard groups");
+  if (counts.hpz_parts > 0)
+    est.terms.push_back("hpZ (zero/zero_groups.h): h = --zero-hpz = " + std::to_string(c.zero_hpz) +
+                        "; after a unit's forward each rank keeps its 1/(h x cp) of it for the backward's gather");
   if (fused.on)
     est.terms.push_back(std::string("--kernels fused (runtime/planner/memory_per_token.h): a norm keeps x, 1/rms, y; "
                                     "SwiGLU gate, up, the product") +
@@ -292,6 +322,7 @@ std::string memory_summary(const TrainConfig& c, const std::function<ShardPlan(c
   };
   for (const auto& l : est.state) line(l.name, l.bytes, l.formula);
   line(est.activations.name, est.activations.bytes, est.activations.formula);
+  if (est.hpz_parts.bytes > 0) line(est.hpz_parts.name, est.hpz_parts.bytes, est.hpz_parts.formula);
   line(est.transient.name, est.transient.bytes, est.transient.formula);
   line("total at the peak", est.peak_bytes(), with_commas(int64_t(est.peak_bytes())) + " B");
   for (const auto& term : est.terms) o << "  " << term << "\n";

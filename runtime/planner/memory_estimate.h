@@ -11,6 +11,12 @@
 // What one token keeps per layer and at the head, with ATen's ops or with --kernels fused
 // (whose norms, SwiGLU and chunked loss keep less), is memory_per_token.h's.
 //
+// Under HSDP (--zero-shard) the slices are 1/(cp x --zero-shard) of the state instead of
+// 1/(cp x dp); under hpZ (--zero-hpz h, zero/zero_groups.h) every unit whose forward has
+// run keeps its 1/(h x cp) part of the full parameters until its backward, all of them at
+// the backward's start: about P_pad/(h x cp) more in the compute dtype (the last pass's
+// units, kept whole from forward into backward, aside).
+//
 // A mixture of experts (expert_parallel/moe.h) counts its block as autograd keeps it: the router's
 // probabilities and top-k, every (token, slot) pair's rows through its expert, and under
 // --ep the all-to-all buffers. Routing is assumed balanced: the experts of a rank get k.T
@@ -39,13 +45,16 @@ struct MemoryEstimate {
   std::vector<MemoryLine> state;  // held for the whole step
   MemoryLine activations;         // kept by the forwards in flight, freed by their backwards
   MemoryLine transient;           // the extra at the backward's peak moment
+  MemoryLine hpz_parts;           // --zero-hpz: each unit's 1/H part, kept from its forward to its backward (0 without)
   std::vector<std::string> terms; // the per-token terms the formulas use, explained
   double state_bytes() const;
-  double peak_bytes() const;      // state + activations + transient
+  double peak_bytes() const;      // state + activations + hpZ's parts + transient
 };
 
 // What the rank's parameters come to under ZeRO's layout, in elements: all the estimate
-// reads of the shard plan. It follows from the plan, the ZeRO stage, the cp x dp group, --ep
+// reads of the shard plan. ZeRO's slices are over its shard group, N = cp x dp ranks, or
+// N = cp x --zero-shard under HSDP (zero/zero_groups.h: the other groups hold copies of the
+// same slices). It follows from the plan, the ZeRO stage, N, --zero-hpz, --ep
 // and the bucket size only, not from the micro-batch, the recompute mode or the schedule:
 // the planner (layout_search.cpp) works it out once per shape and reuses it for every micro-batch.
 // (Walking the plan's names is most of an estimate's cost: hundreds of string lookups.)
@@ -54,6 +63,8 @@ struct ParameterCounts {
   bool zero_buckets = false;     // some parameters in ZeRO's layout (not the experts alone)
   bool experts_apart = false;    // --ep under ZeRO: the experts sliced over their replicas
   double P = 0, shard = 0;       // parameters held; my ZeRO slice (P_pad/N, + the experts' P_pad/(N/ep))
+  double hpz_parts = 0;          // ZeRO-3 --zero-hpz h: the units' parts kept from forward to backward,
+                                 // (P_pad - the last pass's units)/(h x cp) (+ the experts' P_pad/(h x cp/ep))
   double head_unit = 0;          // ZeRO-3: the head's unit (and a tied embedding's), padded
   double touched_buckets = 0;    // ZeRO >= 2: the buckets the head and the newest layer's down projection reach, padded
   double layer_unit = 0;         // ZeRO-3: the largest layer unit, padded
