@@ -13,7 +13,7 @@
 #       each stops at the same place (tmux: Ctrl-b o moves between panes)
 #
 # TECHNIQUE is a file of scripts/gdb/ (data_parallel, tensor_parallel, pipeline_parallel,
-# pipeline_parallel_dualpipev, context_parallel, context_parallel_ulysses, zero, expert_parallel, fp8): a breakpoint where the Playbook's picture happens and a note of
+# pipeline_parallel_dualpipev, context_parallel, context_parallel_ulysses, zero, zero_hsdp, expert_parallel, fp8): a breakpoint where the Playbook's picture happens and a note of
 # what to inspect. Tensors print readably (scripts/picotron_gdb.py). The build is the
 # debug build (scripts/build.sh --debug, made if missing). The ranks run with
 # --timeout-s 86400 and --threads 1, so that a rank paused in the debugger does not time

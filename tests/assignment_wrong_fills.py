@@ -6,7 +6,8 @@ scripts/assignment make all, and grading that copy (every stub in, built as the 
 builds it) must fail every task for its missing code ("not implemented" or "blocked by");
 then solve (the reference back), then a deliberately wrong
 line in several tasks (WRONG below), each a mistake a student makes: the average forgotten, f without its
-all-reduce, the log-sum-exp merge without the max shift, Ulysses' output left in the
+all-reduce, the log-sum-exp merge without the max shift, HSDP's slice averaged over its shard
+group (the ranks holding the other slices) instead of its replicas, Ulysses' output left in the
 gathered (rank) order instead of put back, one warm-up forward short, DualPipeV's waiting
 W's run newest first (a stack, not a queue), the
 recomputed inputs cut from the graph, the balancing statistics' gradient not summed over
@@ -43,6 +44,9 @@ WRONG = {
     "zero.stage1": ("zero/zero1.cpp",
                     "flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);",
                     "flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kSum);"),
+    "zero.hsdp": ("zero/zero1.cpp",
+                  "replicas.all_reduce(grad_, ReduceOp::kAvg);",
+                  "groups_.shard().all_reduce(grad_, ReduceOp::kAvg);"),
     "pp.one_f_one_b": ("pipeline_parallel/schedules.cpp",
                        "for (; f < size_t(warmup) && f < fwd.size(); ++f)",
                        "for (; f + 1 < size_t(warmup) && f < fwd.size(); ++f)"),

@@ -35,6 +35,7 @@ picotron_task(cp.ring_step POINTS 10 DOC context_parallel TESTS context_parallel
 picotron_task(cp.ulysses POINTS 10 DOC context_parallel TESTS context_parallel.ulysses_2 context_parallel.ulysses_4 equivalence.cp2_ulysses_zigzag equivalence.cp4_hybrid_zigzag cli.mpi_comm_report_cp2_ulysses UNIT "ulysses order*")
 picotron_task(zero.stage1 POINTS 15 DOC zero TESTS equivalence.zero1_dp2_acc1 equivalence.zero1_dp4_acc4 equivalence.zero1_dp3_uneven cli.mpi_comm_report_zero1)
 picotron_task(zero.stage3_gather_release POINTS 15 DOC zero TESTS equivalence.zero3_dp2_acc1 equivalence.zero3_dp4_acc4 equivalence.zero3_dp3_uneven cli.mpi_comm_report_zero3)
+picotron_task(zero.hsdp POINTS 5 DOC zero TESTS equivalence.hsdp_zero1_dp4 equivalence.hsdp_zero3_dp4_acc4 cli.mpi_comm_report_hsdp)
 picotron_task(zero.slice_sums POINTS 10 DOC zero TESTS equivalence.zero2_dp2_tp2_sp equivalence.zero3_dp2_tp2_sp equivalence.zero2_dp2_pp2 equivalence.zero3_dp2_pp2_zb equivalence.mesh8_dp2_tp2_pp2_sp_zero3)
 picotron_task(ep.dispatch_combine POINTS 15 DOC expert_parallel TESTS equivalence.moe_ep2_acc2 equivalence.moe_ep4 equivalence.moe_ep2_dp4_acc2)
 picotron_task(moe.balancing_loss POINTS 10 DOC expert_parallel TESTS equivalence.moe_dp2_acc2 equivalence.moe_cp2 equivalence.moe_tp2_sp_acc2 equivalence.moe_pp2_acc2 UNIT "moe: the balancing loss*")

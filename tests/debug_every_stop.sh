@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/debug_every_stop.sh ROOT [TECHNIQUE...] — every breakpoint file of scripts/gdb/,
-# as docs/stepping.md launches it (its first `--stop NAME` line), in gdb batch mode (ctest: debug.every_stop): at the stop
+# as docs/stepping.md launches it (its first `--stop NAME` line, its -np too), in gdb batch mode (ctest: debug.every_stop): at the stop
 # `info args`, `info locals`, `up`, `info locals` (the pretty-printer must not read through a
 # tensor that is not built yet), then every hint the file lists ("#   print x   what it
 # is"; "a; b" is two commands), then `finish`. gdb may not call into the program
@@ -11,17 +11,19 @@
 set -u
 root=$1; shift
 [ -x "$root/build-debug/train" ] || { echo "SKIPPED: no debug build (scripts/build.sh --debug --target train)"; exit 0; }
-# The launch of each stop: the first `scripts/debug.sh ... --stop NAME --ex ... -- FLAGS` line
-# of docs/stepping.md (every breakpoint file has its section there).
-launch_of() {
-  grep -E -- "^scripts/debug.sh .*--stop $1 .*--ex " "$root/docs/stepping.md" | head -1 | sed -E 's/^.* -- //'
+# The launch of each stop: the first `scripts/debug.sh -np N ... --stop NAME --ex ... -- FLAGS` line
+# of docs/stepping.md (every breakpoint file has its section there): its FLAGS and its N.
+launch_line() {
+  grep -E -- "^scripts/debug.sh .*--stop $1 .*--ex " "$root/docs/stepping.md" | head -1
 }
+launch_of() { launch_line "$1" | sed -E 's/^.* -- //'; }
+ranks_of() { launch_line "$1" | sed -n -E 's/^scripts\/debug.sh -np ([0-9]+) .*/\1/p'; }
 techniques=("$@")
 [ ${#techniques[@]} -gt 0 ] || for f in "$root"/scripts/gdb/*.gdb; do techniques+=("$(basename "$f" .gdb)"); done
 fail=0
 for t in "${techniques[@]}"; do
   flags=$(launch_of "$t")
-  [ -n "$flags" ] || { echo "FAILED: scripts/gdb/$t.gdb has no section in docs/stepping.md (scripts/debug.sh ... --stop $t ... -- FLAGS)"; fail=1; continue; }
+  [ -n "$flags" ] && [ -n "$(ranks_of "$t")" ] || { echo "FAILED: scripts/gdb/$t.gdb has no section in docs/stepping.md (scripts/debug.sh -np N ... --stop $t ... -- FLAGS)"; fail=1; continue; }
   # The hints: "#   COMMAND   what it shows" (continuation lines start with more spaces or "(").
   hints=()
   while IFS= read -r cmd; do
@@ -30,7 +32,7 @@ for t in "${techniques[@]}"; do
   done < <(sed -n -E 's/^#   ([^ (][^ ]*( [^ ]+)*)  +.*/\1/p' "$root/scripts/gdb/$t.gdb")
   log=$(mktemp)
   # shellcheck disable=SC2086
-  timeout 300 "$root/scripts/debug.sh" -np 2 --no-calls --stop "$t" --ex "info args" --ex "info locals" --ex up \
+  timeout 300 "$root/scripts/debug.sh" -np "$(ranks_of "$t")" --no-calls --stop "$t" --ex "info args" --ex "info locals" --ex up \
     --ex "info locals" --ex down "${hints[@]}" --ex finish -- $flags >"$log" 2>&1
   rc=$?
   problems=$(grep -E "No symbol|Cannot call|<tensor |INTERNAL ASSERT|Segmentation fault|exited due to|has exited due|Aborted|signal SIG" "$log" | head -3)

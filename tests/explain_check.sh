@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # explain_check.sh TRAIN: --explain narrates what it claims (runtime/observe/explain.h).
 # Runs on CPU: tp2 with sequence parallelism, pp2 x cp2, Ulysses (cp2), the hybrid (cp4 =
-# all-to-alls of 2 x rings of 2) and DualPipeV (pp2). Each must print, on rank 0, what every
+# all-to-alls of 2 x rings of 2), ZeRO-3 hybrid-sharded with hpZ (dp8) and DualPipeV (pp2). Each must print, on rank 0, what every
 # rank holds and every rank's communications with group, shapes and the line that issued
 # them, each titled with what it carries. (That --explain leaves the numbers alone:
 # equivalence.explain_*.)
@@ -63,6 +63,17 @@ expect "$log" '^  all_to_all over cp_a2a \{2,3\}: ' "an all-to-all of the hybrid
 expect "$log" '^  send to cp_ring rank 1 \(world 3\)' "a ring hop to its world rank"
 expect "$log" '^  \[ring attention, forward: K and V\] hop 1 of 1: cp_ring rank 0.s block to cp_ring rank 1' "a hop named in the ring's ranks"
 titled "$log" '^  \[layer [0-9]+, Ulysses, (forward|backward)\]' '^  all_to_all over cp_a2a' "the hybrid's all-to-alls"
+
+# HSDP and hpZ (zero/zero_groups.h): dp 8 in shard groups of 4, replicated twice, hpZ groups of 2;
+# each group by its world ranks, the replicas' all-reduce and every hpZ gather titled.
+$mpirun --oversubscribe --bind-to none -np 8 "$train" "${flags[@]}" --dp 8 --zero 3 --zero-shard 4 --zero-hpz 2 >"$log" 2>&1 || { cat "$log"; echo FAILED; exit 1; }
+expect "$log" 'ZeRO-3: .* of slice 0 of 4 .*; HSDP: shard group 1 of 2, the same slice in the other 1' "rank 4's slice: the first of the second shard group"
+expect "$log" '^  all_gather over cp_dp_shard \{4,5,6,7\}: ' "stage 3's gather over the shard group's world ranks"
+expect "$log" '^  reduce_scatter avg over cp_dp_shard \{0,1,2,3\}: ' "the reduce-scatter over the shard group"
+expect "$log" '^  all_reduce avg over cp_dp_replicas \{1,5\}: ' "the replicas' all-reduce over its world ranks"
+expect "$log" '^  all_gather over cp_dp_hpz \{6,7\}: ' "an hpZ gather over its world ranks"
+titled "$log" '^  HSDP: my slice of the gradient, averaged over the replicas that hold the same slice$' '^  all_reduce avg over cp_dp_replicas' "HSDP's all-reduces"
+titled "$log" "^  hpZ: (embedding|layer [0-9]+)'s parameters for its backward, from the parts kept since its forward$" '^  all_gather over cp_dp_hpz' "hpZ's gathers"
 
 # DualPipeV: every F, B and W narrated (the pairs too), 0-based, in --dry-run's order; both stages of a rank named.
 v_flags=(--pp 2 --pp-schedule dualpipev --grad-acc-steps 4 --num-hidden-layers 4)
