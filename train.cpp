@@ -22,7 +22,8 @@
 
 // the step
 #include "picotron/comm.h"
-#include "picotron/config.h"
+#include "runtime/cli/settings.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/data.h"
 #include "picotron/distributed.h"
 #include "picotron/init.h"
@@ -251,7 +252,7 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   watch.phase(StepPhase::kOptimizer);
   const double norm = t.optimizer.grad_norm(t.mesh.world(), t.mesh.coords()) / t.scaler.scale();
   const bool finite = std::isfinite(norm);
-  const double lr = lr_at(step, t.cfg);
+  const double lr = lr_at(step, lr_schedule(t.cfg));
   if (finite) t.optimizer.step(lr, clip_coefficient(norm, t.cfg.grad_clip) / t.scaler.scale());
   t.scaler.update(finite);
   watch.phase(StepPhase::kLoss);

@@ -193,10 +193,6 @@ AttentionCore ring_attention(Comm& cp, CpLayout layout) {
   };
 }
 
-CpSettings cp_settings(const TrainConfig& cfg) {
-  return {parse_cp_layout(cfg.cp_layout), parse_cp_mode(cfg.cp_mode), cfg.cp_ulysses};
-}
-
 std::string cp_summary(const CpSettings& s, int C, int64_t seq_len) {
   const int U = cp_ulysses_size(s.mode, C, s.ulysses), R = C / U;  // all-to-all group, ring
   std::string work;

@@ -53,8 +53,7 @@ struct CpSettings {
   CpLayout layout = CpLayout::kZigzag;
   CpMode mode = CpMode::kRing;
   int ulysses = 0;  // hybrid: the all-to-all group size U (cp/U ranks form each ring)
-};
-CpSettings cp_settings(const TrainConfig& cfg);
+};  // (built from the flags by runtime/cli/settings.h: cp_settings)
 
 // One line: the layout, the mode, the tokens per rank and each cp rank's attention work.
 std::string cp_summary(const CpSettings& s, int C, int64_t seq_len);

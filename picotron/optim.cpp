@@ -168,7 +168,7 @@ double clip_grad_norm(std::vector<TrainableParam>& params, double max_norm) {
   return norm;
 }
 
-double lr_at(int64_t step, const TrainConfig& c) {
+double lr_at(int64_t step, const LrSchedule& c) {
   if (step < c.warmup_steps) return c.lr * double(step + 1) / double(c.warmup_steps);
   const int64_t decay_steps = std::max<int64_t>(1, c.steps - c.warmup_steps - 1);
   const double progress = std::min(1.0, double(step - c.warmup_steps) / double(decay_steps));  // 0 -> 1

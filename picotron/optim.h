@@ -249,8 +249,13 @@ double clip_coefficient(double norm, double max_norm);
 // (The training loop folds the factor into AdamW::step instead; this is for tests and tools.)
 double clip_grad_norm(std::vector<TrainableParam>& params, double max_norm);
 
-// Linear warmup to lr over warmup_steps, then cosine decay to min_lr at the last step.
-double lr_at(int64_t step, const TrainConfig& c);
+// The learning rate's schedule: linear warmup to lr over warmup_steps, then cosine decay
+// to min_lr at the last of `steps` (built from the flags by runtime/cli/settings.h).
+struct LrSchedule {
+  double lr = 0, min_lr = 0;
+  int64_t warmup_steps = 0, steps = 1;
+};
+double lr_at(int64_t step, const LrSchedule& s);
 
 // fp16 only: the loss is multiplied by `scale` before backward so small gradients do
 // not flush to zero; gradients are divided by it before the update. A step whose

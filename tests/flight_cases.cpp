@@ -28,7 +28,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/distributed.h"
 #include "picotron/flight_recorder.h"
 #include "pipeline_parallel/p2p_program.h"

@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "kernels/kernels.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "runtime/planner/memory_estimate.h"
 #include "runtime/planner/memory_per_token.h"
 

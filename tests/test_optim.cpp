@@ -55,8 +55,7 @@ TEST_CASE("bf16 params keep fp32 master weights and main grads", "[optim]") {
 }
 
 TEST_CASE("LR: linear warmup, cosine to min_lr at the last step", "[optim]") {
-  TrainConfig c;
-  c.lr = 1.0; c.min_lr = 0.1; c.warmup_steps = 10; c.steps = 110;
+  const LrSchedule c{/*lr=*/1.0, /*min_lr=*/0.1, /*warmup_steps=*/10, /*steps=*/110};
   CHECK(lr_at(0, c) == Approx(0.1));
   CHECK(lr_at(9, c) == Approx(1.0));
   CHECK(lr_at(10, c) == Approx(1.0));

@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "expert_parallel/expert_parallel.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "runtime/cli/flags.h"
 #include "runtime/observe/holdings.h"
 #include "runtime/planner/layout_search.h"

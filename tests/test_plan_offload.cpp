@@ -5,7 +5,7 @@
 // Test: build/tests/unit_tests "[plan]"
 #include <catch2/catch.hpp>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "runtime/planner/layout_search.h"
 
 using namespace picotron;

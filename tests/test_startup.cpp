@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/preflight/startup.h"
+#include "runtime/cli/train_config.h"
 
 using namespace picotron;
 

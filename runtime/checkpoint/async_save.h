@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "picotron/comm.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/optim.h"
 #include "picotron/utils.h"
 #include "runtime/checkpoint/resume.h"

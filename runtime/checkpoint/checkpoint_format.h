@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron::checkpoint_format {
 

@@ -15,6 +15,7 @@
 #include "picotron/init.h"
 #include "picotron/output_file.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

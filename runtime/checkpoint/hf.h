@@ -29,7 +29,7 @@
 #include <torch/torch.h>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/shard.h"
 
 namespace picotron {

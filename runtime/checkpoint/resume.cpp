@@ -21,6 +21,7 @@
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "picotron/output_file.h"
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -33,7 +33,7 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/optim.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "picotron/shard.h"

@@ -12,6 +12,7 @@
 #include "picotron/distributed.h"
 #include "picotron/output_file.h"
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -3,6 +3,7 @@
 
 #include "picotron/utils.h"
 #include "runtime/checkpoint/hf.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -8,7 +8,7 @@
 // Test: ctest -R equivalence (every case compares --save-params files); ctest -R hf_
 #pragma once
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/optim.h"
 #include "runtime/checkpoint/checkpoint.h"
 

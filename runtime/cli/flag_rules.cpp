@@ -9,6 +9,7 @@
 #include "context_parallel/cp_layout.h"
 #include "runtime/cli/flags.h"
 #include "pipeline_parallel/schedules.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {

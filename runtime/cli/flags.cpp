@@ -19,6 +19,7 @@
 
 #include "context_parallel/cp_layout.h"  // the --cp-layout and --pp-schedule names
 #include "pipeline_parallel/schedules.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

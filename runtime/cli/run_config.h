@@ -1,7 +1,6 @@
 // runtime/cli/run_config.h — what build/train's command line sets: the run's TrainConfig
-// (picotron/config.h; the step itself reads only its learning-rate fields, lr_at in
-// picotron/optim.h, and the techniques get small settings structs built from it in
-// train.cpp) and the runtime's own settings, which nothing below the runtime sees. Today
+// (runtime/cli/train_config.h; the step and the techniques get small settings structs
+// built from it, runtime/cli/settings.h) and the runtime's own settings, which nothing below the runtime sees. Today
 // that is the planner's machine (--plan, runtime/planner/layout_search.h).
 //
 // The flags (runtime/cli/flags.cpp) fill a RunConfig; train.cpp hands the TrainConfig part to
@@ -10,7 +9,7 @@
 
 #include <cstdint>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

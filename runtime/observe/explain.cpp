@@ -17,6 +17,7 @@
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_groups.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/mesh.h"
 #include "picotron/shard.h"
 

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "picotron/flight_recorder.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

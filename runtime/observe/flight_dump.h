@@ -28,7 +28,7 @@
 #include <thread>
 
 #include "picotron/comm.h"
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

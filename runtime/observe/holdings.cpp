@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "context_parallel/cp_layout.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

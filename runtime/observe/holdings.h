@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/mesh_grid.h"
 #include "picotron/shard.h"
 

@@ -11,6 +11,7 @@
 
 #include "picotron/distributed.h"
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

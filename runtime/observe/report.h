@@ -13,7 +13,7 @@
 
 #include <torch/torch.h>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/data.h"
 #include "picotron/output_file.h"
 #include "picotron/shard.h"

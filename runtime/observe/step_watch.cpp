@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

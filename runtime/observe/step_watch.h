@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "runtime/observe/explain.h"
 #include "runtime/observe/profile.h"
 #include "runtime/observe/report.h"

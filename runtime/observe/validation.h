@@ -17,7 +17,7 @@
 
 #include <torch/torch.h>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/data.h"
 #include "picotron/mesh.h"
 #include "picotron/model.h"

@@ -7,6 +7,7 @@
 #include "context_parallel/cp_layout.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

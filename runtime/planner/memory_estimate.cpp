@@ -11,6 +11,7 @@
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_layout.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 #include "picotron/shard.h"
 
 namespace picotron {

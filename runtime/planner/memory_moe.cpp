@@ -2,6 +2,7 @@
 #include "runtime/planner/memory_moe.h"
 
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

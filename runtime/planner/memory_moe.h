@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -9,6 +9,7 @@
 #include "picotron/recompute.h"
 #include "runtime/planner/memory_moe.h"
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -37,7 +37,7 @@
 
 #include <string>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

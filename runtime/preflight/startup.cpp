@@ -23,6 +23,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/text/tokenizer.h"  // apply_tokenizer
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 #include <nlohmann/json.hpp>
 

@@ -18,6 +18,7 @@
 
 #include "picotron/data.h"
 #include "picotron/utils.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

@@ -17,6 +17,7 @@
 #include "picotron/model.h"
 #include "picotron/optim.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

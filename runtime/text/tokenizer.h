@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "picotron/config.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 

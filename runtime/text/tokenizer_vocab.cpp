@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "picotron/output_file.h"
+#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
