@@ -1,6 +1,7 @@
 // runtime/observe/explain.cpp — --explain: what each rank holds, and every communication
 // of one step, rank by rank (see explain.h).
 #include "runtime/observe/explain.h"
+#include "runtime/observe/holdings.h"
 
 #include <algorithm>
 #include <cstring>
@@ -29,22 +30,9 @@ std::string join(torch::IntArrayRef v, const char* sep = ", ") {
   return s;
 }
 
-// "a-b" (inclusive) or "a" for the items [offset, offset + length).
-std::string range(int64_t offset, int64_t length) {
-  return length == 1 ? std::to_string(offset) : std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-}
-
-// Sorted positions as runs: {0,1,2,3,12,13} -> "0-3, 12-13".
-std::string runs(const std::vector<int64_t>& positions) {
-  std::string s;
-  for (size_t i = 0; i < positions.size();) {
-    size_t j = i;
-    while (j + 1 < positions.size() && positions[j + 1] == positions[j] + 1) ++j;
-    s += (s.empty() ? "" : ", ") + range(positions[i], int64_t(j - i + 1));
-    i = j + 1;
-  }
-  return s;
-}
+// (the runs and spans of holdings.h: "0-3, 12-13", "a-b")
+std::string range(int64_t first, int64_t count) { return span_text(first, count); }
+std::string runs(const std::vector<int64_t>& sorted) { return ranges_text(sorted); }
 
 const char* dtype_name(torch::ScalarType t) {
   switch (t) {
@@ -139,17 +127,13 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
                                   const ShardPlan& plan) {
   const LlamaConfig& m = cfg.llama;
   std::vector<std::string> out;
+  const RankHoldings h = holdings_of(cfg, here, plan);  // the one model of it (holdings.h); printed here at length
   // Pipeline: which decoder layers (and the ends) this stage keeps.
-  std::set<int64_t> layers;
-  for (const auto& [name, rec] : plan)
-    if (name.rfind("model.layers.", 0) == 0) layers.insert(std::stoll(name.substr(13)));
-  std::string l = layers.empty() ? "no decoder layers"
-                                 : "decoder layers " + runs({layers.begin(), layers.end()}) + " of " +
-                                       std::to_string(m.num_hidden_layers);
-  const auto embed = plan.find("model.embed_tokens.weight");
-  if (embed != plan.end() && embed->second.stage == here.pp) l = "embedding, " + l;
-  if (plan.count("model.norm.weight")) l += ", final norm and head";
-  else if (embed != plan.end() && embed->second.stage != here.pp) l += ", the tied head's copy of the embedding";
+  std::string l = h.layers.empty() ? "no decoder layers"
+                                   : "decoder layers " + runs(h.layers) + " of " + std::to_string(m.num_hidden_layers);
+  if (h.embedding) l = "embedding, " + l;
+  if (h.final_norm) l += ", final norm and head";
+  else if (h.tied_copy) l += ", the tied head's copy of the embedding";
   if (shape.pp > 1) {  // its stage, or with several chunks (interleaved, DualPipeV's V) its virtual stages
     const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
     const int v = schedule_chunks(s, cfg.pp_virtual_stages);
@@ -159,31 +143,23 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
            stage_list(cfg, shape.pp, here.pp) + " of " + std::to_string(shape.pp * v) + ", " + schedule_name(s) + ")";
   }
   out.push_back(l);
-  // Tensor parallelism: heads, MLP columns, vocabulary rows (from the first layer kept).
-  if (shape.tp > 1 && !layers.empty()) {
-    const std::string prefix = "model.layers." + std::to_string(*layers.begin()) + ".";
-    const Slice q = plan.at(prefix + "self_attn.q_proj.weight").slice();
-    const Slice k = plan.at(prefix + "self_attn.k_proj.weight").slice();
-    const Slice g = plan.at(prefix + "mlp.gate_proj.weight").slice();
-    const int64_t hd = m.head_dim();
-    out.push_back("attention: query heads " + range(q.offset / hd, q.length / hd) + " of " +
-                  std::to_string(m.num_attention_heads) + ", key/value heads " + range(k.offset / hd, k.length / hd) +
-                  " of " + std::to_string(m.num_key_value_heads) + "; MLP columns " + range(g.offset, g.length) + " of " +
-                  std::to_string(m.intermediate_size) + " (tp " + std::to_string(here.tp) + " of " +
-                  std::to_string(shape.tp) + ")");
+  // Tensor parallelism: heads, MLP columns (or the experts), from the first layer kept.
+  if (shape.tp > 1 && !h.layers.empty()) {
+    const auto text = [](const RankHoldings::Span& x) { return range(x.first, x.count); };
+    out.push_back("attention: query heads " + text(h.q_heads) + " of " + std::to_string(m.num_attention_heads) +
+                  ", key/value heads " + text(h.kv_heads) + " of " + std::to_string(m.num_key_value_heads) + "; " +
+                  (h.moe ? "experts " + runs(h.experts) + " of " + std::to_string(m.num_local_experts)
+                         : "MLP columns " + text(h.mlp_columns) + " of " + std::to_string(m.intermediate_size)) +
+                  " (tp " + std::to_string(here.tp) + " of " + std::to_string(shape.tp) + ")");
   }
-  if (embed != plan.end() && embed->second.is_split()) {
-    const Slice v = embed->second.slice();
-    out.push_back("vocabulary rows " + range(v.offset, v.length) + " of " + std::to_string(m.vocab_size) +
-                  " (embedding" + (plan.count("lm_head.weight") || !plan.count("model.norm.weight") ? "" : " and tied head") +
-                  ")");
-  }
+  if (h.embedding_split)
+    out.push_back("vocabulary rows " + range(h.embedding_rows.first, h.embedding_rows.count) + " of " +
+                  std::to_string(m.vocab_size) + " (embedding" + (h.lm_head || !h.final_norm ? "" : " and tied head") + ")");
   // Sequence: context parallelism's positions; sequence parallelism's chunk between blocks.
-  const std::vector<int64_t> mine = cp_positions(cfg.seq_len, shape.cp, here.cp, parse_cp_layout(cfg.cp_layout));
-  std::string s = "sequence positions " + runs(mine) + " of " + std::to_string(cfg.seq_len);
+  std::string s = "sequence positions " + runs(h.positions) + " of " + std::to_string(cfg.seq_len);
   if (shape.cp > 1) s += " (cp " + std::to_string(here.cp) + " of " + std::to_string(shape.cp) + ", " + cfg.cp_layout + ")";
   if (cfg.sp && shape.tp > 1) {
-    const int64_t chunk = int64_t(mine.size()) / shape.tp;
+    const int64_t chunk = int64_t(h.positions.size()) / shape.tp;
     s += "; between blocks (sequence parallel) its local positions " + range(here.tp * chunk, chunk);
   }
   out.push_back(s);
