@@ -321,7 +321,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const int rank = dist.rank();
   wait_for_debugger(cfg, rank);  // --wait-for-debugger: a rank's pid printed, and a pause until gdb attaches
   count_cpu_tensor_memory();  // "mem" and --memory-trace: exact bytes of CPU tensors from here on
-  const torch::Device device = choose_device(cfg, dist);  // --device auto, the --dtype default, threads per rank
+  const torch::Device device = choose_device(cfg, dist);  // its GPU or the CPU (resolve_device), threads per rank
 
   // ---- mesh -----------------------------------------------------------------------
   // Building the communicators (MPI_Comm_dup/split, NCCL init) has no timeout of its own: bounded here.
@@ -422,9 +422,14 @@ int main(int argc, char** argv) {
   // Everything that can be wrong before any rank communicates (runtime/preflight/startup.h):
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
-  std::vector<std::string> problems = config ? config_problems(*config, launch)  // flags that did not parse:
-                                             : std::vector<std::string>{args.message.substr(
-                                                   args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
+  std::vector<std::string> problems;
+  if (!config) {  // flags that did not parse
+    problems = {args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
+  } else {  // config.json and the tokenizer's vocabulary applied, then the rules between the flags
+    const ResolvedConfig resolved = resolve_config(*config);
+    problems = resolved.problems.empty() ? config_problems(*config, launch) : resolved.problems;
+    for (const auto& change : resolved.changes) print0(launch.rank, "config: " + change);
+  }
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(*config, c); };
   if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, shard_plan_of);
   if (problems.empty() && config->planner.search) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
@@ -433,6 +438,8 @@ int main(int argc, char** argv) {
   }
   DataSources data;  // --data and --val-data, opened (and checked) before the launch
   if (problems.empty()) problems = run_problems(*config, launch, shard_plan_of, data);
+  if (problems.empty())  // --device auto and the --dtype default, for the run (the launch line shows them)
+    for (const auto& change : resolve_device(*config)) print0(launch.rank, "config: " + change);
   for (const auto& p : problems) report_error(launch.rank, p);
   if (problems.empty() || launch.world_size > 1) {
     std::unique_ptr<Distributed> dist;

@@ -5,6 +5,7 @@
 #include "runtime/checkpoint/hf.h"
 
 #include <algorithm>
+#include <functional>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -275,12 +276,40 @@ std::string blame_config_json(const std::string& problem, const std::string& ini
 }
 }  // namespace
 
-std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launch) {
-  std::vector<std::string> problems;
-  if (!cfg.init_from.empty()) problems = apply_hf_config(cfg);  // the shape comes from its config.json
-  if (problems.empty()) problems = apply_tokenizer(cfg);         // V follows --tokenizer or the data's manifest
-  if (!problems.empty()) return problems;  // (apply_hf_config names config.json or the flag itself)
-  problems = check_flag_rules(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
+namespace {
+// `part`'s changes to the config, read off its printed fields (config_fields) before and after.
+std::vector<std::string> changes_by(const TrainConfig& cfg, const std::string& why, const std::function<void()>& part) {
+  const auto before = config_fields(RunConfig{cfg});
+  part();
+  const auto after = config_fields(RunConfig{cfg});
+  std::vector<std::string> changes;
+  for (size_t i = 0; i < before.size() && i < after.size(); ++i)
+    if (before[i].second != after[i].second)
+      changes.push_back(after[i].first + " " + before[i].second + " -> " + after[i].second + " (" + why + ")");
+  return changes;
+}
+}  // namespace
+
+ResolvedConfig resolve_config(RunConfig& cfg) {
+  ResolvedConfig r;
+  if (!cfg.init_from.empty())  // the shape comes from its config.json (which the problems name)
+    r.changes = changes_by(cfg, "config.json", [&] { r.problems = apply_hf_config(cfg); });
+  if (!r.problems.empty()) return r;
+  for (auto& c : changes_by(cfg, "the tokenizer", [&] { r.problems = apply_tokenizer(cfg); }))  // V follows the data
+    r.changes.push_back(c);
+  return r;
+}
+
+std::vector<std::string> resolve_device(TrainConfig& cfg) {
+  return changes_by(cfg, "resolved for this machine", [&] {
+    if (cfg.device == "auto") cfg.device = torch::cuda::is_available() ? "cuda" : "cpu";
+    if (!cfg.dtype_given) cfg.dtype = cfg.device == "cuda" ? Precision::kBF16 : Precision::kFP32;
+  });
+}
+
+std::vector<std::string> config_problems(const RunConfig& cfg, const LaunchInfo& launch) {
+  std::vector<std::string> problems =
+      check_flag_rules(cfg, cfg.dry_run ? cfg.dp * cfg.pp * cfg.cp * cfg.tp : launch.world_size);
   if (!cfg.init_from.empty())  // the rules between flags, broken by config.json's values
     for (auto& p : problems) p = blame_config_json(p, cfg.init_from);
   return problems;
@@ -334,9 +363,7 @@ void wait_for_debugger(const TrainConfig& cfg, int rank) {
   std::cerr << "[rank " << rank << "] debugger attached" << std::endl;
 }
 
-torch::Device choose_device(TrainConfig& cfg, const Distributed& dist) {
-  if (cfg.device == "auto") cfg.device = torch::cuda::is_available() ? "cuda" : "cpu";
-  if (!cfg.dtype_given) cfg.dtype = cfg.device == "cuda" ? Precision::kBF16 : Precision::kFP32;
+torch::Device choose_device(const TrainConfig& cfg, const Distributed& dist) {
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / dist.local_world_size()));
   return cfg.device == "cuda" ? torch::Device(torch::kCUDA, dist.select_cuda_device()) : torch::Device(torch::kCPU);

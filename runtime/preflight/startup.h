@@ -18,10 +18,24 @@
 
 namespace picotron {
 
-// The flags themselves: a Hugging Face folder's config.json applied (--init-from: this
-// REWRITES cfg's model shape with its values), then check_flag_rules() against the launch's
-// world size (--dry-run: the mesh's). No communication and no file written.
-std::vector<std::string> config_problems(RunConfig& cfg, const LaunchInfo& launch);
+// The run's config is written in two steps after the flags are read, and by nothing else;
+// each says what it changed ("hidden_size 128 -> 2048 (config.json)", one per field):
+//   resolve_config  --init-from's config.json (the model's shape) and the vocabulary of
+//                   --tokenizer or of the data's manifest; before the flag rules, which then
+//                   judge the shape the run will have (rank 0 prints its changes)
+//   resolve_device  for a run (not --dry-run or --plan, which describe GPUs whatever this
+//                   machine has), after every check: --device auto and the --dtype default
+//                   (bf16 on a GPU, fp32 on the CPU), which the launch line then shows
+// No communication, no file written.
+struct ResolvedConfig {
+  std::vector<std::string> problems;  // one line each (config.json or the flag named)
+  std::vector<std::string> changes;
+};
+ResolvedConfig resolve_config(RunConfig& cfg);
+std::vector<std::string> resolve_device(TrainConfig& cfg);
+// The rules between the flags (check_flag_rules) against the launch's world size
+// (--dry-run: the mesh's); a rule that config.json's values break names config.json.
+std::vector<std::string> config_problems(const RunConfig& cfg, const LaunchInfo& launch);
 // What a real run also needs, checked in order until one fails: every output writable,
 // this machine (GPU, kernels, fp8 units for --fp8), the memory this rank will need, and the --data and
 // --val-data files (opened into `data`). One line per problem.
@@ -31,16 +45,15 @@ struct DataSources {
 std::vector<std::string> run_problems(const TrainConfig& cfg, const LaunchInfo& launch, const ShardPlanOf& shard_plan_of,
                                       DataSources& data);
 
-// The device of this rank (--device auto: its GPU if there is one), the compute dtype when
-// --dtype was not given (bf16 on a GPU, fp32 on the CPU), written back into `cfg`; and
-// the intra-op threads (--threads, or the node's cores shared by its ranks).
+// The device of this rank (cfg.device, resolved by resolve_config: its GPU, or the CPU)
+// and the intra-op threads (--threads, or the node's cores shared by its ranks).
 // --wait-for-debugger: the chosen rank (or every rank) prints its pid and waits until a
 // debugger is attached (/proc/self/status TracerPid), then goes on; the others wait for it
 // in their first collective (each rank's --timeout-s still bounds that). Allows a non-parent
 // debugger to attach where Yama restricts ptrace (PR_SET_PTRACER). A no-op for "none".
 void wait_for_debugger(const TrainConfig& cfg, int rank);
 
-torch::Device choose_device(TrainConfig& cfg, const Distributed& dist);
+torch::Device choose_device(const TrainConfig& cfg, const Distributed& dist);
 
 // Every output flag's path checked (picotron/output_file.h): one line per problem.
 std::vector<std::string> output_problems(const TrainConfig& cfg);
