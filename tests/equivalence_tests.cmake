@@ -245,10 +245,11 @@ picotron_equivalence(mesh8_dp2_tp2_pp2_sp_fp32 NP 8 RTOL 1e-5 DTYPE fp32 ARGS --
 
 # HSDP (--zero-shard, zero/zero_groups.h): ZeRO's slices over 2 dp ranks, replicated over the
 # other 2, one all-reduce across the replicas per step; each stage, and with tp + sp, pp,
-# cp, ep, recompute and gradient accumulation. hpZ (--zero-hpz): stage 3's backward gathers
-# over 2 ranks of a shard group of 4 (and of 2: hpZ 1 keeps the whole unit). With the
-# replicas' all-reduce summing instead of averaging all 9 HSDP cases fail; with rank 0's part
-# kept on every hpZ rank both hpZ 2 cases do (tried; zero/README.md, "HSDP and hpZ").
+# cp (the shard group a dp rank's cp pair), ep, recompute and gradient accumulation. hpZ
+# (--zero-hpz): stage 3's backward gathers over 2 ranks of a shard group of 4 (and of 2: hpZ
+# 1 keeps the whole unit). With the replicas' all-reduce summing instead of averaging all 9
+# HSDP cases failed; with rank 0's part kept on every hpZ rank both hpZ 2 cases did (tried,
+# when hpZ 2 also ran with pp2, dropped since; zero/README.md, "HSDP and hpZ").
 picotron_equivalence(hsdp_zero1_dp4 NP 4 ARGS --zero 1 --dp 4 --zero-shard 2 --grad-acc-steps 2)
 picotron_equivalence(hsdp_zero2_dp4 NP 4 ARGS --zero 2 --dp 4 --zero-shard 2 --dp-bucket-mb 0.05 --grad-acc-steps 2)
 picotron_equivalence(hsdp_zero3_dp4_acc4 NP 4 ARGS --zero 3 --dp 4 --zero-shard 2 --grad-acc-steps 4)
@@ -257,8 +258,7 @@ picotron_equivalence(hpz_zero3_dp4 NP 4 ARGS --zero 3 --dp 4 --zero-hpz 2 --grad
 picotron_equivalence(hpz_zero3_dp4_shard2 NP 4 ARGS --zero 3 --dp 4 --zero-shard 2 --zero-hpz 1 --grad-acc-steps 2)
 picotron_equivalence(hsdp_zero3_dp4_tp2_sp ${MESH8} --dp 4 --tp 2 --sp --zero 3 --zero-shard 2)
 picotron_equivalence(hsdp_zero2_dp4_pp2 ${MESH8} --dp 4 --pp 2 --zero 2 --zero-shard 2 --dp-bucket-mb 0.05)
-picotron_equivalence(hpz_zero3_dp4_pp2 ${MESH8} --dp 4 --pp 2 --zero 3 --zero-hpz 2)
-picotron_equivalence(hsdp_zero1_dp4_cp2 ${MESH8} --dp 4 --cp 2 --zero 1 --zero-shard 2)
+picotron_equivalence(hsdp_zero1_dp2_cp2 NP 4 ARGS --zero 1 --dp 2 --cp 2 --zero-shard 1 --grad-acc-steps 2)  # shard group: the cp pair
 
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
 add_executable(tensor_parallel_tests test_tensor_parallel.cpp)

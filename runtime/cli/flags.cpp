@@ -316,10 +316,10 @@ const std::vector<Flag>& flag_table() {
     dp_mode.show = [](const RunConfig& c) { return std::string(dp_mode_name(c.dp_mode)); };
     t.push_back(dp_mode);
     t.push_back(real("dp-bucket-mb", "Parallelism", "bucket size of bucketed data parallelism (and ZeRO-1/2), MiB", of(&TrainConfig::dp_bucket_mb), {">", 0, double(k << 20)}));
-    t.push_back(integer("timeout-s", "Hardware", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
-    t.push_back(text("flight-recorder", "Hardware", "each rank keeps its last communications (picotron/flight_recorder.h) and writes them to DIR/comms-rank<R>.json on a timeout, SIGTERM/SIGINT or an error; scripts/hang_report.py DIR says what went wrong (default: <--save-dir>/flight, else flight/; off: none)", of(&TrainConfig::flight_recorder)));
-    t.push_back(integer("flight-entries", "Hardware", "how many communications each rank's flight recorder keeps", of(&TrainConfig::flight_entries), {">=", 1, double(1 << 24)}));
-    t.push_back(on_off("flight-dump-at-end", "Hardware", "write the flight recorder's files at the end of a run that went well too", of(&TrainConfig::flight_dump_at_end)));
+    t.push_back(integer("timeout-s", "Hangs", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
+    t.push_back(text("flight-recorder", "Hangs", "each rank keeps its last communications (picotron/flight_recorder.h) and writes them to DIR/comms-rank<R>.json on a timeout, SIGTERM/SIGINT or an error; scripts/hang_report.py DIR says what went wrong (default: <--save-dir>/flight, else flight/; off: none)", of(&TrainConfig::flight_recorder)));
+    t.push_back(integer("flight-entries", "Hangs", "how many communications each rank's flight recorder keeps", of(&TrainConfig::flight_entries), {">=", 1, double(1 << 24)}));
+    t.push_back(on_off("flight-dump-at-end", "Hangs", "write the flight recorder's files at the end of a run that went well too", of(&TrainConfig::flight_dump_at_end)));
     // ---- Output ----
     t.push_back(text("metrics-file", "Output", "write one JSON object per step to this file", of(&TrainConfig::metrics_file)));
     t.push_back(text("memory-trace", "Learning", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
@@ -405,7 +405,8 @@ const Flag* find_flag(const std::string& name) {
 std::string help_text() {
   const RunConfig d;  // the defaults
   cxxopts::Options opts("train", "picotron: train a LLaMA-like model with 4D parallelism");
-  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Learning", "Output", "Planner"};
+  const std::vector<std::string> groups = {"Model", "Hardware", "Training", "Parallelism", "Learning", "Output", "Hangs",
+                                            "Planner"};
   for (const Flag& f : flag_table()) {
     auto value = f.is_switch ? cxxopts::value<bool>() : cxxopts::value<std::string>();
     if (f.shows_default && !f.is_switch && !f.show(d).empty()) value->default_value(f.show(d));
