@@ -51,10 +51,11 @@ void RouterLog::start() {
   carried = torch::Tensor();
 }
 
-torch::Tensor RouterLog::take() {
-  auto s = layers.empty() ? torch::zeros({size()}, stats_opts) : stats();  // [2E + 1] (zeros: no gradient)
+std::vector<torch::Tensor> RouterLog::take() {
+  // [2E + 1]: the earlier stages' plus mine (zeros when no router logged: no gradient path)
+  auto mine = layers.empty() ? torch::zeros({2 * num_experts + 1}, stats_opts) : stats();
   layers.clear();
-  return s;
+  return {carried.defined() ? carried + mine : mine};
 }
 
 torch::Tensor RouterLog::loss_term() {

@@ -71,10 +71,11 @@ struct RouterLog : LayerStats {
   torch::Tensor routed_tokens;
 
   // ---- LayerStats (picotron/model.h) ----
-  int64_t size() const override { return 2 * num_experts + 1; }
+  // One side tensor, [counts | probs | rows] of this micro-batch's layers so far: [2E + 1].
   void start() override;
-  torch::Tensor take() override;
-  void carry(const torch::Tensor& earlier) override { carried = earlier; }
+  std::vector<torch::Tensor> side_buffers() const override { return {torch::empty({2 * num_experts + 1}, stats_opts)}; }
+  void carry(const std::vector<torch::Tensor>& earlier) override { carried = earlier.at(0); }
+  std::vector<torch::Tensor> take() override;
   torch::Tensor loss_term() override;  // counts routed_tokens; c · aux when c > 0
   torch::Tensor recorded(int64_t layer) override;
   void rerecord(int64_t layer, const torch::Tensor& t) override { layers.at(layer).probs = t; }

@@ -82,8 +82,6 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
   if (two_copies)  // collective over pp: every rank splits
     embedding_group_ = mesh.pp().split(ends ? 0 : 1, rank_, ends ? "embed" : "embed/none");
   if (splits_backward(opts_.schedule)) weight_queue_ = defer_weight_gradients(model);
-  if (model->layer_stats) stats_size_ = model->layer_stats->size();  // a mixture of experts: 2E + 1
-  stats_opts_ = act_opts_.dtype(accumulate_type(act_opts_.dtype().toScalarType()));  // fp32 (fp64): counts stay exact
   positions_ = opts_.positions.defined() ? opts_.positions  // a cp rank's tokens
                                          : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
   program_ = pipeline_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
@@ -96,7 +94,7 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
   step_ = step;
   loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
   for (const PipelineStep& step : program_) {  // p2p_program.h: [a group of sends and receives] [an action]
-    if (!step.exchange.empty()) exchange(step.exchange), exchange_stats(step.exchange);
+    if (!step.exchange.empty()) exchange(step.exchange);
     if (!step.action) continue;
     const PipelineAction& a = *step.action;
     if (hooks.before_action)
@@ -115,8 +113,7 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
     if (hooks.after_backward) hooks.after_backward();
   }
   TORCH_CHECK(alive_.empty(), "pipeline: micro-batches left without a backward");
-  TORCH_CHECK(inbox_.empty() && outbox_.empty() && stats_inbox_.empty() && stats_outbox_.empty(),
-              "pipeline: tensors left unsent or unused");
+  TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
   TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
   mesh_.pp().broadcast(loss_sum_, last_rank_);  // the last stage computed it; every rank logs it
   return loss_sum_;
@@ -129,7 +126,7 @@ torch::Tensor Pipeline::evaluate(int64_t index, const BatchLoader& loader) {
   step_ = index;
   loss_sum_ = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(act_opts_.device()));
   for (const PipelineStep& step : eval_program_) {
-    if (!step.exchange.empty()) exchange(step.exchange), exchange_stats(step.exchange);
+    if (!step.exchange.empty()) exchange(step.exchange);
     if (step.action) forward(*step.action, loader, /*loss_scale=*/1.0);
   }
   alive_.clear();  // no backward: the forwards' records go
@@ -145,12 +142,14 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   InFlight f;
   Transfer t;
   torch::Tensor x;
-  LayerStats* stats = model_->layer_stats.get();  // a mixture of experts: what this stage's routers see
+  LayerStats* stats = model_->layer_stats.get();  // the side tensors' owner (none: no side tensors)
   if (stats) stats->start();
   if (receives(a, P_, v, rank_, &t, v_shape_)) {  // (the V's bottom: from its own outbox)
-    f.input = take(t.peer == rank_ ? outbox_ : inbox_, t).requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
+    Message in = take(t.peer == rank_ ? outbox_ : inbox_, t);
+    f.input = in.x.requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
     x = f.input;
-    if (stats_size_) f.stats_in = take(t.peer == rank_ ? stats_outbox_ : stats_inbox_, t).requires_grad_(true);  // [2E + 1] of the earlier stages
+    for (auto& side : in.side) f.side_in.push_back(side.requires_grad_(true));  // the earlier stages' records
+    if (stats) stats->carry(f.side_in);
   }
   const double start = now_us();
   Batch batch;
@@ -158,7 +157,6 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   if (vs == 0) x = model_->embed(batch.inputs.to(act_opts_.device()));        // [B, S, H]
   auto h = model_->run_layers(x, positions_, layers.first, layers.count);      // [B, S, H]
   if (vs == P_ * v - 1) {
-    if (stats) stats->carry(f.stats_in);  // with this stage's layers: the whole model's routing
     // The single process's loss: each micro-batch's mean divided by m, summed over m.
     auto loss = model_->head_loss(h, batch.targets.to(act_opts_.device())) /
                 double(opts_.grad_acc_steps);
@@ -166,15 +164,13 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
     f.output = loss * loss_scale;
   } else {
     f.output = h;
-    if (stats_size_) {  // the earlier stages' statistics plus mine (zeros when no router logged: no gradients)
-      const auto mine = stats->take();
-      f.stats_out = f.stats_in.defined() ? f.stats_in + mine : mine;  // [2E + 1]
-    }
+    if (stats) f.side_out = stats->take();  // the earlier stages' records plus this stage's
   }
   record(TraceEvent::kForward, a.micro, a.chunk, start);
   if (sends(a, P_, v, rank_, &t, v_shape_)) {
-    outbox_[key(t)] = h.detach().contiguous();  // sent when the next stage asks
-    if (stats_size_) stats_outbox_[key(t)] = f.stats_out.detach().contiguous();
+    Message out{h.detach().contiguous(), {}};  // sent when the next stage asks
+    for (const auto& side : f.side_out) out.side.push_back(side.detach().contiguous());
+    outbox_[key(t)] = std::move(out);
   }
   alive_[{a.micro, a.chunk}] = std::move(f);
 }
@@ -187,22 +183,24 @@ void Pipeline::backward(const PipelineAction& a) {
   InFlight f = std::move(it->second);
   alive_.erase(it);  // the graph and the activations go when this backward is done
   Transfer t;
-  torch::Tensor grad, grad_stats;  // dL/d(output) [B, S, H] (and [2E + 1]) from the next stage; none for the loss
+  // dL/d(output) [B, S, H] and dL/d(side_out) from the next stage; none for the loss
+  std::vector<torch::Tensor> outputs{f.output}, grads;
   if (receives(a, P_, v, rank_, &t, v_shape_)) {  // (the V's bottom: from its own outbox)
-    grad = take(t.peer == rank_ ? outbox_ : inbox_, t);
-    if (stats_size_) grad_stats = take(t.peer == rank_ ? stats_outbox_ : stats_inbox_, t);
+    Message in = take(t.peer == rank_ ? outbox_ : inbox_, t);
+    outputs.insert(outputs.end(), f.side_out.begin(), f.side_out.end());
+    grads.push_back(in.x);
+    grads.insert(grads.end(), in.side.begin(), in.side.end());
   }
   const double start = now_us();
   if (weight_queue_) weight_queue_->begin(a.micro, a.chunk);  // zb-h1: dW waits for W
-  if (grad_stats.defined()) torch::autograd::backward({f.output, f.stats_out}, {grad, grad_stats});
-  else if (grad.defined()) torch::autograd::backward({f.output}, {grad});
-  else torch::autograd::backward({f.output});
+  torch::autograd::backward(outputs, grads);  // (no grads: the loss, dL/dL = 1)
   if (weight_queue_) weight_queue_->end();
   record(TraceEvent::kBackward, a.micro, a.chunk, start);
   if (sends(a, P_, v, rank_, &t, v_shape_)) {
-    outbox_[key(t)] = f.input.grad();  // dL/d(input), for the previous stage
-    if (stats_size_)  // (no auxiliary loss: nothing reached them)
-      stats_outbox_[key(t)] = f.stats_in.grad().defined() ? f.stats_in.grad() : torch::zeros_like(f.stats_in);
+    Message out{f.input.grad(), {}};  // dL/d(input), for the previous stage
+    for (const auto& side : f.side_in)  // (zeros where no loss term reached them)
+      out.side.push_back(side.grad().defined() ? side.grad() : torch::zeros_like(side));
+    outbox_[key(t)] = std::move(out);
   }
 }
 
@@ -231,11 +229,15 @@ void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
   std::vector<P2POp> ops;
   for (const auto& op : group) {
     if (op.send) {
-      ops.push_back({P2POp::kSend, take(outbox_, op.t), op.t.peer, /*tag=*/0});  // made by an earlier action
+      const Message m = take(outbox_, op.t);  // made by an earlier action
+      ops.push_back({P2POp::kSend, m.x, op.t.peer, /*tag=*/0});
+      for (const auto& side : m.side) ops.push_back({P2POp::kSend, side, op.t.peer, /*tag=*/0});  // after it, in order
     } else {
-      auto buffer = torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_);  // [B, S, H]
-      inbox_[key(op.t)] = buffer;  // for the action that needs it
-      ops.push_back({P2POp::kRecv, buffer, op.t.peer, /*tag=*/0});
+      Message m{torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_),  // [B, S, H]
+                model_->layer_stats ? model_->layer_stats->side_buffers() : std::vector<torch::Tensor>{}};
+      ops.push_back({P2POp::kRecv, m.x, op.t.peer, /*tag=*/0});
+      for (const auto& side : m.side) ops.push_back({P2POp::kRecv, side, op.t.peer, /*tag=*/0});
+      inbox_[key(op.t)] = std::move(m);  // for the action that needs it
     }
   }
   mesh_.pp().batch_p2p(ops);  // posted together, waited together
@@ -243,31 +245,13 @@ void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
   for (const auto& op : group) record(op.send ? TraceEvent::kSend : TraceEvent::kRecv, op.t.micro, op.t.kind, start, op.t.peer);
 }
 
-// A mixture of experts: the [2E + 1] statistics that go with each activation and gradient
-// of `group`, in a second group to the same peers (every rank runs the same program, so
-// the groups match).
-void Pipeline::exchange_stats(const std::vector<PipelineStep::Op>& group) {
-  if (!stats_size_) return;
-  std::vector<P2POp> ops;
-  for (const auto& op : group) {
-    if (op.send) {
-      ops.push_back({P2POp::kSend, take(stats_outbox_, op.t), op.t.peer, /*tag=*/0});
-    } else {
-      auto buffer = torch::empty({stats_size_}, stats_opts_);  // [2E + 1]
-      stats_inbox_[key(op.t)] = buffer;
-      ops.push_back({P2POp::kRecv, buffer, op.t.peer, /*tag=*/0});
-    }
-  }
-  mesh_.pp().batch_p2p(ops);  // [2E + 1] beside each [B, S, H] of the group before
-}
-
-torch::Tensor Pipeline::take(std::map<TensorKey, torch::Tensor>& box, const Transfer& t) {
+Pipeline::Message Pipeline::take(std::map<TensorKey, Message>& box, const Transfer& t) {
   const auto it = box.find(key(t));
   TORCH_CHECK(it != box.end(), "pipeline: ", t.kind == Transfer::kActivation ? "activation" : "gradient", " of micro-batch ",
               t.micro, " from virtual stage ", t.from_stage, " is not here (the program is out of order)");
-  torch::Tensor x = std::move(it->second);
+  Message m = std::move(it->second);
   box.erase(it);
-  return x;
+  return m;
 }
 
 void Pipeline::sync_tied_embedding(std::vector<TrainableParam>& params) {

@@ -130,18 +130,22 @@ class Pipeline {
   struct InFlight {
     torch::Tensor input;   // [B, S, H] received activation (a leaf that requires grad); undefined on vs 0
     torch::Tensor output;  // [B, S, H] activation to send, or the scaled loss on the last stage
-    // The model's layer_stats (a mixture of experts: the micro-batch's balancing statistics
-    // [2E + 1], expert_parallel/moe.h) travel with the activation, so that the last stage's
-    // loss sees every layer's.
-    torch::Tensor stats_in, stats_out;  // received (a leaf that requires grad), sent on
+    // Side tensors (the model's layer_stats, picotron/model.h) travel with the activation,
+    // so that the last stage's loss sees every stage's records. Opaque here: moved, summed
+    // by their owner, their gradients sent back.
+    std::vector<torch::Tensor> side_in, side_out;  // received (leaves that require grad), sent on
+  };
+  // What one transfer carries: an activation [B, S, H] or its gradient, and the side tensors.
+  struct Message {
+    torch::Tensor x;
+    std::vector<torch::Tensor> side;
   };
   void forward(const PipelineAction& a, const BatchLoader& loader, double loss_scale);
   void backward(const PipelineAction& a);
   using TensorKey = std::tuple<int, int, int>;  // (Transfer kind, micro-batch, sender's virtual stage)
   static TensorKey key(const Transfer& t) { return {t.kind, t.micro, t.from_stage}; }
   void exchange(const std::vector<PipelineStep::Op>& group);  // one group: posted together, waited
-  void exchange_stats(const std::vector<PipelineStep::Op>& group);  // its MoE statistics, a second group
-  static torch::Tensor take(std::map<TensorKey, torch::Tensor>& box, const Transfer& t);
+  static Message take(std::map<TensorKey, Message>& box, const Transfer& t);
   double now_us() const;
   void record(TraceEvent::Kind k, int micro, int chunk, double start, int peer = -1);
 
@@ -156,10 +160,7 @@ class Pipeline {
   bool holds_tied_embedding_ = false;  // first or last stage of a tied model, pp > 1
   std::map<std::pair<int, int>, InFlight> alive_;  // (micro, chunk)
   std::vector<PipelineStep> program_, eval_program_;  // this rank's steps (p2p_program.h): a step; forwards only
-  std::map<TensorKey, torch::Tensor> inbox_, outbox_;  // received, not yet used; made, not yet sent
-  std::map<TensorKey, torch::Tensor> stats_inbox_, stats_outbox_;  // the same for the MoE statistics
-  int64_t stats_size_ = 0;  // 2E + 1 in a mixture of experts, else 0
-  torch::TensorOptions stats_opts_;  // their dtype: the accumulation type
+  std::map<TensorKey, Message> inbox_, outbox_;  // received, not yet used; made, not yet sent
   int64_t step_ = 0;
   torch::Tensor loss_sum_, positions_;
   std::shared_ptr<WeightGradQueue> weight_queue_;
