@@ -84,30 +84,27 @@ ShardPlan shard_plan_for(const TrainConfig& cfg, const MeshCoords& here) {
 // The optimizer of this run, behind one interface (picotron/optim.h): --zero 0 keeps the
 // whole AdamW state on every rank and all-reduces the gradients over cp x dp
 // (data_parallel/); --zero 1/2/3 keeps a 1/(cp x dp) slice of the state, the gradients,
-// the parameters (zero/).
-// With expert parallelism ZeRO slices the experts over their own replica group
-// (DenseAndExperts, expert_parallel/).
+// the parameters (zero/). With expert parallelism the experts get one of their own, over
+// the ranks that hold the same experts (expert_parallel/).
 std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& cfg, LlamaForCausalLM& model, const ShardPlan& plan,
                                           Mesh& mesh, ExpertParallel* experts, bool fused_kernels) {
-  std::vector<std::pair<std::string, torch::Tensor>> named, dense, routed;
+  ExpertParallel::NamedTensors named;
   for (auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
   AdamWOptions adam{cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay, /*fused_step=*/{}};
-  // --zero-shard / --zero-hpz in ranks of the group (x cp; the experts' group holds 1 in ep).
-  const auto zero_over = [&](Comm& group, const std::vector<std::pair<std::string, torch::Tensor>>& these, int per_copy) {
-    return make_zero_optimizer(cfg.zero, group, these, adam, plan, mesh.coords(), cfg.dp_bucket_mb, cfg.zero_offload,
-                               model, zero_block_ranks(cfg.zero_shard, cfg.cp, per_copy, group.size()),
-                               cfg.zero_hpz == 0 ? 0 : zero_block_ranks(cfg.zero_hpz, cfg.cp, per_copy, group.size()));
+  if (fused_kernels && cfg.zero == 0) kernels::use_fused_adamw(adam);  // one multi-tensor launch (kernels/adamw.cu)
+  // One optimizer over `group` (per_copy: its ranks that hold one copy in the ep axis, for
+  // --zero-shard / --zero-hpz, which count ranks x cp of one copy).
+  const auto over = [&](Comm& group, const ExpertParallel::NamedTensors& these, int per_copy) -> std::unique_ptr<Optimizer> {
+    if (cfg.zero > 0)
+      return make_zero_optimizer(cfg.zero, group, these, adam, plan, mesh.coords(), cfg.dp_bucket_mb, cfg.zero_offload,
+                                 model, zero_block_ranks(cfg.zero_shard, cfg.cp, per_copy, group.size()),
+                                 cfg.zero_hpz == 0 ? 0 : zero_block_ranks(cfg.zero_hpz, cfg.cp, per_copy, group.size()));
+    auto adamw = std::make_unique<AdamW>(these, adam, plan);
+    adamw->sync_gradients_with(std::make_unique<DataParallel>(group, adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb));
+    return adamw;
   };
-  if (cfg.zero > 0 && experts) {
-    for (auto& item : named) (plan.at(item.first).dp_stride > 1 ? routed : dense).push_back(item);
-    return std::make_unique<DenseAndExperts>(zero_over(mesh.cp_dp(), dense, 1),
-                                             zero_over(experts->replica_group(), routed, cfg.ep), cfg.ep);
-  }
-  if (cfg.zero > 0) return zero_over(mesh.cp_dp(), named, 1);
-  if (fused_kernels) kernels::use_fused_adamw(adam);  // one multi-tensor launch (kernels/adamw.cu)
-  auto adamw = std::make_unique<AdamW>(named, adam, plan);
-  adamw->sync_gradients_with(std::make_unique<DataParallel>(mesh.cp_dp(), adamw->params(), cfg.dp_mode, cfg.dp_bucket_mb));
-  return adamw;
+  if (experts) return experts->optimizer(named, plan, mesh.cp_dp(), over);  // dense over cp x dp, experts over their copies
+  return over(mesh.cp_dp(), named, 1);
 }
 
 // ---- the model on the mesh: this rank's shards, with every technique in its slots ----
@@ -193,15 +190,12 @@ std::unique_ptr<Pipeline> make_pipeline(const TrainConfig& cfg, LlamaForCausalLM
 
 // The sums each technique makes over its own axis, registered with the optimizer, which
 // runs them after (or within) the cp x dp average: Optimizer::sync_grads (picotron/optim.h).
-void add_own_axis_sums(Optimizer& optimizer, const TrainConfig& cfg, Mesh& mesh, Pipeline* pipeline,
-                       ExpertParallel* experts) {
+void add_own_axis_sums(Optimizer& optimizer, const TrainConfig& cfg, Mesh& mesh, Pipeline* pipeline) {
   using Held = std::vector<TrainableParam>;
   if (pipeline)  // the tied embedding: its lookup (first stage) and its head (last stage)
     optimizer.add_grad_sum([pipeline](Held& held) { pipeline->sync_tied_embedding(held); });
   if (cfg.sp)  // the norm gains saw S/tp tokens on each tp rank
     optimizer.add_grad_sum([&tp = mesh.tp()](Held& held) { sync_sequence_parallel_grads(held, tp); });
-  if (experts && cfg.zero == 0)  // each expert over its copies, / dp (with ZeRO: DenseAndExperts)
-    optimizer.add_grad_sum([experts](Held& held) { experts->sync_expert_grads(held); });
 }
 
 // ---- one training step ---------------------------------------------------------------
@@ -339,7 +333,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, on_mesh.model, on_mesh.plan, mesh, on_mesh.experts.get(), on_mesh.fused);
   if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
   const std::unique_ptr<Pipeline> pipeline = make_pipeline(cfg, on_mesh.model, mesh, on_mesh.my_tokens, device);
-  add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get(), on_mesh.experts.get());
+  add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get());
   check_projections(*on_mesh.model, on_mesh.plan, cfg.fp8, cfg.explain, rank);  // runtime/observe/projections.h
   LossScaler scaler(cfg.dtype == Precision::kFP16);
   const Batches data = make_batches(cfg, sources, mesh, on_mesh.my_tokens);

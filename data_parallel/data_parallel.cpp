@@ -5,21 +5,17 @@
 
 namespace picotron {
 
-// Every rank of the group holds this parameter (not an expert that expert parallelism
-// keeps on every N-th rank: expert_parallel/ averages those over their own copies).
-static bool averaged_here(const TrainableParam& p) { return p.record.dp_stride == 1; }
-
 DataParallel::DataParallel(Comm& group, std::vector<TrainableParam>& params, DpMode mode, double bucket_mb)
     : group_(group), params_(params), mode_(mode) {
   // A group of one has nothing to average: no buckets, no hooks, no communication.
-  if (mode_ != DpMode::kBucketed || group_.size() == 1) return;
+  if (mode_ != DpMode::kBucketed || group_.size() == 1 || params_.empty()) return;
   build_buckets(bucket_mb);
   ready_.assign(params_.size(), false);
   // One hook per parameter, on its gradient accumulator: the autograd node that writes
   // param.grad. It runs right after this parameter's gradient of the micro-batch is complete.
   hooks_.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i)
-    if (averaged_here(params_[i])) hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
+    hooks_.emplace_back(params_[i].param, params_[i].name, [this, i] { on_grad_ready(i); });
 }
 
 DataParallel::~DataParallel() = default;  // the hooks (they capture `this`) go first
@@ -41,7 +37,6 @@ void DataParallel::build_buckets(double bucket_mb) {
   std::vector<std::vector<size_t>> groups(1);
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
-    if (!averaged_here(params_[k])) continue;  // an expert: expert_parallel/ syncs it
     const int64_t n = params_[k].master.numel();
     if (filled > 0 && filled + n > capacity) { groups.emplace_back(); filled = 0; }  // a big param gets its own bucket
     groups.back().push_back(k);
@@ -116,7 +111,6 @@ void DataParallel::finish_gradient_sync() {
     // timeout) before the next. Nothing overlapped.
     // BEGIN ASSIGNMENT dp.naive_all_reduce
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (!averaged_here(params_[i])) continue;  // an expert: expert_parallel/ syncs it
       record("launch param " + std::to_string(i));
       group_.all_reduce_async(params_[i].main_grad, ReduceOp::kAvg).wait();
     }

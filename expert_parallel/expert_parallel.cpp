@@ -78,7 +78,7 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
 }
 
 // ---- the layer -----------------------------------------------------------------------------
-ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp) : ep_(ep), dp_(cp_dp.size()) {
+ExpertParallel::ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp) : ep_(ep) {
   // cp×dp rank d = dp_i·cp + cp_i (mesh.h). The ep group: N consecutive dp ranks of one cp
   // rank (ep rank dp_i % N, which picks the experts: shard_plan_for); the expert replicas: every
   // cp×dp rank with the same dp_i % N.
@@ -123,16 +123,14 @@ torch::Tensor ExpertParallel::run(MoEImpl& moe, const torch::Tensor& x, const Ro
   // END ASSIGNMENT
 }
 
-void ExpertParallel::sync_expert_grads(std::vector<TrainableParam>& held) {
-  std::vector<torch::Tensor> grads;  // the main grads of the experts (dp_stride > 1)
-  for (auto& p : held)
-    if (p.record.dp_stride > 1) grads.push_back(p.main_grad);
-  all_reduce_together(grads, replicas_, ReduceOp::kSum);  // the copies of my experts on the other ep groups
-  torch::NoGradGuard no_grad;
-  for (auto& g : grads) g.div_(double(dp_));  // the global batch's average
+std::unique_ptr<Optimizer> ExpertParallel::optimizer(const NamedTensors& named, const ShardPlan& plan, Comm& cp_dp,
+                                                     const MakeOptimizer& make) {
+  NamedTensors dense, experts;
+  for (const auto& item : named) (plan.at(item.first).dp_stride > 1 ? experts : dense).push_back(item);
+  return std::make_unique<DenseAndExperts>(make(cp_dp, dense, 1), make(replicas_, experts, ep_), ep_);
 }
 
-// ---- ZeRO: the dense parameters and the experts, each over its own group ------------------
+// ---- the dense parameters and the experts, each over its own group ------------------------
 DenseAndExperts::DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep)
     : dense_(std::move(dense)), experts_(std::move(experts)), ep_(ep) {
   // The sums registered with this optimizer (over tp under SP, a pipeline's tied

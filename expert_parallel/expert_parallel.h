@@ -22,11 +22,17 @@
 // its ep group (they came to it). Its copies on the other ep groups (dp / N of them, the
 // ranks d with the same d % N) sum to the whole global batch; dividing by dp gives the
 // average every other parameter gets from data parallelism:
-//   g_expert = (1/dp) · sum over its copies (all-reduce over the "expert replica" group)
+//   g_expert = (1/dp) · sum over its copies = (1/N) · (average over the "expert replica" group)
+// One path, with or without ZeRO: the experts get an optimizer of their own over their
+// replica group (its average: data parallelism's or ZeRO's), after ÷N (DenseAndExperts).
 //
 // Test: ctest -R "equivalence.moe|expert_parallel"; build/tests/unit_tests "[ep]"
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -68,9 +74,14 @@ torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>
 class ExpertParallel {
  public:
   ExpertParallel(LlamaForCausalLM& model, Comm& cp_dp, int ep, int cp = 1);
-  // After data parallelism (--zero 0), registered with the optimizer (picotron/optim.h,
-  // GradSum): each expert's gradient summed over its copies, / dp.
-  void sync_expert_grads(std::vector<TrainableParam>& held);
+  // The run's optimizer: `make(group, params, per_copy)` builds one over a group (AdamW
+  // with data parallelism, or ZeRO; per_copy: the ranks of the group that hold one copy of
+  // a parameter in the ep axis). Two of them behind one interface (DenseAndExperts): the
+  // dense parameters over cp×dp, the experts (dp_stride > 1 in `plan`) over their replicas.
+  using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;  // (name, parameter)
+  using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(Comm& group, const NamedTensors& params, int per_copy)>;
+  std::unique_ptr<Optimizer> optimizer(const NamedTensors& named, const ShardPlan& plan, Comm& cp_dp,
+                                       const MakeOptimizer& make);
   // The experts' part of a layer: dispatch, local experts, return, combine. [T, H] -> [T, H]
   torch::Tensor run(MoEImpl& moe, const torch::Tensor& x, const Routing& r);
 
@@ -79,18 +90,19 @@ class ExpertParallel {
 
  private:
   Comm ep_group_, replicas_;
-  int ep_, dp_;
+  int ep_;
 };
 
-// ZeRO with expert parallelism (--zero 1, 2 or 3 with --ep N). ZeRO's one flat layout over cp×dp cannot
-// hold the experts: ranks of different ep groups hold different ones. So two optimizers
-// run side by side behind one interface:
-//   dense   (attention, router, norms, embedding): ZeRO over cp×dp, as without experts;
-//   experts (dp_stride > 1): ZeRO over the replica group (the ranks holding the same
-//           experts), after ÷N: the ep group's sum becomes its average, and ZeRO's average
-//           over the replicas then is the global batch's (what sync_expert_grads computes).
-// Each expert's AdamW state is then a 1/(cp·dp) share of all experts' state, like the rest.
-// (ZeRO-3: each of the two gathers its own units around a layer; zero/zero3.cpp.)
+// The optimizer with expert parallelism (--ep N). One average over cp×dp cannot serve the
+// experts (ranks of different ep groups hold different ones), nor can ZeRO's one flat layout.
+// So two optimizers run side by side behind one interface:
+//   dense   (attention, router, norms, embedding): over cp×dp, as without experts;
+//   experts (dp_stride > 1): over the replica group (the ranks holding the same experts),
+//           after ÷N: the ep group's sum becomes its average, and the average over the
+//           replicas (data parallelism's all-reduce, or ZeRO's reduce-scatter) then is the
+//           global batch's: (1/dp) · the sum over the copies.
+// Under ZeRO each expert's AdamW state is then a 1/(cp·dp) share of all experts' state, like
+// the rest. (ZeRO-3: each of the two gathers its own units around a layer; zero/zero3.cpp.)
 class DenseAndExperts : public Optimizer {
  public:
   DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep);
