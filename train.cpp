@@ -124,12 +124,11 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   const auto opts = torch::TensorOptions().device(device).dtype(dtype);
   m.model = LlamaForCausalLM(cfg.llama, m.plan, opts);
   auto& model = m.model;
-  const auto router_log = add_experts(*model, m.plan, opts);  // Mixtral: experts in place of the MLPs (moe.h)
+  add_experts(*model, m.plan, opts);  // Mixtral: experts in place of the MLPs (moe.h)
   // Techniques replace the model's slots here, one line each (see model.h).
   if (cfg.tp > 1) apply_tensor_parallel(model, m.plan, mesh.tp(), cfg.sp);  // f/g around blocks, vocab-parallel embedding + loss
   if (cfg.ep > 1) m.experts = std::make_unique<ExpertParallel>(model, mesh.cp_dp(), cfg.ep, cfg.cp);
-  if (router_log && (cfg.cp > 1 || cfg.sp))  // the balancing statistics of whole sequences
-    router_log->sum_over_ranks = router_stats_sum(cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);
+  sum_routing_over(*model, cfg.cp > 1 ? &mesh.cp() : nullptr, cfg.sp ? &mesh.tp() : nullptr);  // MoE: whole sequences' statistics
   const CpLayout cp_layout = parse_cp_layout(cfg.cp_layout);
   m.my_tokens = cp_positions(cfg.seq_len, cfg.cp, mesh.coords().cp, cp_layout);
   if (cfg.cp > 1) {
@@ -137,12 +136,8 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
     print0(rank, cp_summary(cp_settings(cfg), cfg.cp, cfg.seq_len));
     if (const std::string groups = cp_groups_text(cp_settings(cfg), mesh.shape()); !groups.empty()) print0(rank, groups);
   }
-  if (cfg.fp8) {  // the projections' GEMMs in fp8, their scales max-reduced where the tensors are split (kernels/fp8.h)
-    std::vector<Comm*> amax_groups;
-    for (Comm* g : {&mesh.tp(), &mesh.cp()})
-      if (g->size() > 1) amax_groups.push_back(g);
-    print0(rank, fp8::apply_fp8(model, amax_groups));
-  }
+  if (cfg.fp8)  // the projections' GEMMs in fp8, their scales max-reduced where the tensors are split (kernels/fp8.h)
+    print0(rank, fp8::apply_fp8(model, {&mesh.tp(), &mesh.cp()}));
   // Fused CUDA kernels (kernels/README.md): norms, RoPE, SwiGLU, and the attention core
   // (--attention) and the loss where no technique replaced them.
   m.fused = kernels::fused_chosen(cfg.kernels, device.is_cuda(), dtype == torch::kFloat64, kernels::fused_built());

@@ -97,6 +97,10 @@ class SumOverGroup : public torch::autograd::Function<SumOverGroup> {
 };
 }  // namespace
 
+void sum_routing_over(LlamaForCausalLMImpl& model, Comm* cp, Comm* tp_sp) {
+  if (RouterLog* log = router_log_of(model); log && (cp || tp_sp)) log->sum_over_ranks = router_stats_sum(cp, tp_sp);
+}
+
 std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm* cp, Comm* tp_sp) {
   return [cp, tp_sp](const torch::Tensor& stats) {
     auto s = stats;

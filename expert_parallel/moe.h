@@ -135,6 +135,8 @@ RouterLog* router_log_of(LlamaForCausalLMImpl& model);
 //       share of the one loss's gradient, and the gradients of what tp does not split
 //       (the router, the experts) are SUMMED over tp (sync_sequence_parallel_grads).
 std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm* cp, Comm* tp_sp);
+// Installs that sum in the model's router log (a dense model, or both null: nothing).
+void sum_routing_over(LlamaForCausalLMImpl& model, Comm* cp, Comm* tp_sp);
 
 // The routing of a router's probabilities p [T, E]: top-k, weights normalised to sum 1.
 Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype);

@@ -3,6 +3,7 @@
 
 #include "picotron/saved_object.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace picotron::fp8 {
@@ -137,6 +138,8 @@ LinearImpl::LinearImpl(torch::Tensor w, std::vector<Comm*> groups, std::string l
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return linear(x, weight, amax_groups, label); }
 
 std::string apply_fp8(LlamaForCausalLM& model, std::vector<Comm*> amax_groups) {
+  amax_groups.erase(std::remove_if(amax_groups.begin(), amax_groups.end(), [](const Comm* g) { return g->size() == 1; }),
+                    amax_groups.end());  // a group of one: nothing to max-reduce over
   int64_t count = 0;
   int64_t layer_index = 0;
   auto to_fp8 = [&](torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot) {

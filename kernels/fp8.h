@@ -100,8 +100,9 @@ class LinearImpl : public torch::nn::Module {
 TORCH_MODULE(Linear);
 
 // Puts an fp8 Linear in every projection slot of every dense layer this rank holds (the
-// embedding, the lm_head and MoE experts stay in the run's dtype). `amax_groups`: the tp and
-// cp Comms of size > 1; they must outlive the model. Returns a one-line summary.
+// embedding, the lm_head and MoE experts stay in the run's dtype). `amax_groups`: the groups
+// that split a projection's tensors (tp, cp; those of one rank are left out); they must
+// outlive the model. Returns a one-line summary.
 std::string apply_fp8(LlamaForCausalLM& model, std::vector<Comm*> amax_groups);
 
 }  // namespace picotron::fp8

@@ -65,7 +65,7 @@ std::vector<int64_t> members(const std::string& name, const MeshShape& shape, in
   else if (name == "cp_dp_shard" || name == "cp_dp_replicas" || name == "cp_dp_hpz") {  // zero/zero_groups.h
     const std::vector<int> all = cp_dp_group_members(shape, world_rank);
     const int G = int(all.size()), r = int(std::find(all.begin(), all.end(), world_rank) - all.begin());
-    const int S = (split.zero_shard > 0 ? split.zero_shard : shape.dp) * shape.cp;
+    const int S = zero_block_ranks(split.zero_shard, shape.cp, 1, G);
     const std::vector<int> idx = name == "cp_dp_shard"    ? block_members(G, S, r)
                                  : name == "cp_dp_replicas" ? across_blocks_members(G, S, r)
                                                             : block_members(G, split.zero_hpz * shape.cp, r);
@@ -185,7 +185,7 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
                 std::to_string(shape.dp) + " of each global batch");
   if (cfg.zero > 0) {
     // Its rank in the cp x dp group; HSDP (zero/zero_groups.h): in its shard group of n.
-    const int n = (cfg.zero_shard > 0 ? cfg.zero_shard : shape.dp) * shape.cp;
+    const int n = zero_block_ranks(cfg.zero_shard, shape.cp, 1, shape.dp * shape.cp);
     const int index = (here.dp * shape.cp + here.cp) % n, replicas = shape.cp * shape.dp / n;
     static const char* what[] = {"", "AdamW moments and master weights", "AdamW state and main gradients",
                                  "AdamW state, main gradients and weights"};

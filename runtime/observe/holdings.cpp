@@ -7,6 +7,7 @@
 
 #include "context_parallel/cp_layout.h"
 #include "runtime/cli/train_config.h"
+#include "zero/zero_groups.h"
 
 namespace picotron {
 
@@ -110,7 +111,7 @@ std::string holdings_summary(const TrainConfig& c, const MeshShape& shape,
     << c.micro_batch_size << " sequence(s) of every micro-batch";
   if (c.sp) o << "; sp: between blocks each tp rank keeps 1/" << shape.tp << " of its positions";
   if (c.zero >= 3)
-    o << "; zero-3: of these parameters, a 1/" << (c.zero_shard > 0 ? c.zero_shard : shape.dp) * shape.cp
+    o << "; zero-3: of these parameters, a 1/" << zero_block_ranks(c.zero_shard, shape.cp, 1, shape.dp * shape.cp)
       << " slice between uses" << (c.zero_shard > 0 ? " (HSDP: the same slice in each shard group)" : "");
   o << "):";
   if (shape.world_size() < 8) {  // a line per rank

@@ -12,6 +12,7 @@
 #include "picotron/distributed.h"
 #include "picotron/utils.h"
 #include "runtime/cli/train_config.h"
+#include "zero/zero_groups.h"
 
 namespace picotron {
 
@@ -55,7 +56,7 @@ std::string plan_summary(const TrainConfig& c, const MeshShape& shape,
   // are it); ZeRO keeps 1/N of the moments and master (stage 1), of the grad (stage 2) and
   // of the weights (stage 3), N = cp x dp, or cp x --zero-shard with HSDP (zero/README.md;
   // the < N padding elements are not counted, nor stage 3's gathered layers and hpZ's parts)
-  const double n = double(c.zero_shard > 0 ? c.zero_shard : shape.dp) * shape.cp;
+  const double n = zero_block_ranks(c.zero_shard, shape.cp, 1, shape.dp * shape.cp);
   // (stage 1 keeps the full main grad and, beside it, its reduce-scattered 1/N slice)
   const double optimizer_share = c.zero >= 1 ? 1.0 / n : 1.0;
   const double grad_share = c.zero >= 2 ? 1.0 / n : c.zero == 1 ? 1.0 + 1.0 / n : 1.0;

@@ -8,6 +8,7 @@
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 #include "runtime/cli/train_config.h"
+#include "zero/zero_groups.h"
 
 namespace picotron {
 
@@ -46,7 +47,7 @@ bool dp_block_crosses_nodes(const TrainConfig& c, const Hardware& hw, int dp_ran
 }
 }  // namespace
 
-int zero_shard_ranks(const TrainConfig& c) { return (c.zero_shard > 0 ? c.zero_shard : c.dp) * c.cp; }
+int zero_shard_ranks(const TrainConfig& c) { return zero_block_ranks(c.zero_shard, c.cp, 1, c.dp * c.cp); }
 bool zero_shard_crosses_nodes(const TrainConfig& c, const Hardware& hw) {
   return dp_block_crosses_nodes(c, hw, c.zero_shard > 0 ? c.zero_shard : c.dp);
 }

@@ -12,6 +12,7 @@
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_layout.h"
 #include "runtime/cli/train_config.h"
+#include "zero/zero_groups.h"
 
 namespace picotron {
 
@@ -84,7 +85,7 @@ ParameterCounts parameter_counts(const TrainConfig& c, const HeldParameters& hel
     // stage 2: a pipeline end's embedding in a bucket of its own (embedding_alone_units)
     if (held.pipeline_end) embedding_alone.push_back(laid[i]->unit == HeldParameter::kEmbedding ? 0 : 1);
   }
-  const int N = (c.zero_shard > 0 ? c.zero_shard : c.dp) * c.cp;  // ZeRO's shard group (HSDP: cp x --zero-shard)
+  const int N = zero_block_ranks(c.zero_shard, c.cp, 1, c.dp * c.cp);  // ZeRO's shard group (HSDP: cp x --zero-shard)
   const int64_t capacity = c.zero == 3 ? INT64_MAX : std::max<int64_t>(1, int64_t(c.dp_bucket_mb * 1024 * 1024 / a));
   // (as the optimizers cut it: stage 3 by unit, stage 2 with a pipeline's embedding alone)
   const ZeroLayout layout = zero_layout(numels, N, capacity, c.zero == 3 ? units
