@@ -16,20 +16,7 @@
 namespace picotron::kernels::cuda {
 namespace {
 
-// ---- backward: Algorithm 2 -----------------------------------------------------------
-// D_i = rowsum(dO_i * O_i) in fp32: one warp per row of [B * nH * S].
-template <typename T, int Hd>
-__global__ void flash_backward_dot_kernel(const T* __restrict__ dout, const T* __restrict__ out,
-                                          float* __restrict__ D, int64_t rows) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= rows) return;
-  float sum = 0.0f;
-  for (int c = lane; c < Hd; c += 32) sum += to_float(dout[r * Hd + c]) * to_float(out[r * Hd + c]);
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) D[r] = sum;
-}
-
+// ---- backward: Algorithm 2 (D_i and dQ's conversion: flash_common.cuh) -----------------
 // Main kernel. P_ij is recomputed from S_ij and the forward's lse_i instead of being
 // stored: storing it would be the S x S matrix the forward avoided; recomputing costs
 // one more Q_i K_j^T (hence ~2.5x the forward's FLOPs instead of 2x).
@@ -168,48 +155,22 @@ __global__ void __launch_bounds__(kThreads)
   write_rows<T, Hd>(dK_j, stage, L::ldq, dk + kv_off, k0 + warp * 16, S);
 }
 
-// dQ: the fp32 accumulator -> q's dtype.
-template <typename T>
-__global__ void convert_kernel(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[idx] = from_float<T>(src[idx]);
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at::Tensor& dout, const at::Tensor& q,
                                                                         const at::Tensor& k, const at::Tensor& v,
                                                                         const at::Tensor& out, const at::Tensor& lse,
                                                                         double scale, bool causal) {
-  const int64_t nKV = check_qkv(q, k, v);
-  check_input(dout, "dout", q);
-  check_input(out, "out", q);
-  TORCH_CHECK(dout.sizes() == q.sizes(), "flash_attention: dout ", dout.sizes(), " must have q's shape ", q.sizes());
-  TORCH_CHECK(out.sizes() == q.sizes(), "flash_attention: out ", out.sizes(), " must have q's shape ", q.sizes());
+  const int64_t nKV = check_backward(dout, q, k, v, out, lse);
   const int64_t B = q.size(0), nH = q.size(1), S = q.size(2), Hd = q.size(3);
-  TORCH_CHECK(lse.is_cuda() && lse.device() == q.device(), "flash_attention: lse must be on ", q.device(),
-              ", got ", lse.device());
-  TORCH_CHECK(lse.scalar_type() == at::kFloat, "flash_attention: lse must be fp32, got ", lse.scalar_type());
-  TORCH_CHECK(lse.is_contiguous() && lse.dim() == 3 && lse.size(0) == B && lse.size(1) == nH && lse.size(2) == S,
-              "flash_attention: lse must be contiguous [B, nH, S] = [", B, ", ", nH, ", ", S, "], got ",
-              lse.sizes());
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  at::Tensor dq = at::empty(q.sizes(), q.options());                       // [B, nH, S, Hd]
-  at::Tensor dk = at::empty(k.sizes(), k.options());                       // [B, nKV, S, Hd]
-  at::Tensor dv = at::empty(v.sizes(), v.options());                       // [B, nKV, S, Hd]
-  if (q.numel() == 0) return {dq, dk, dv};
-  at::Tensor D = at::empty({B, nH, S}, q.options().dtype(at::kFloat));     // [B, nH, S]
-  at::Tensor dq_accum = at::zeros(q.sizes(), q.options().dtype(at::kFloat));  // [B, nH, S, Hd] fp32
+  BackwardBuffers b = backward_buffers(q, k, v);
+  if (q.numel() == 0) return {b.dq, b.dk, b.dv};
   dispatch(q.scalar_type(), Hd, [&](auto t, auto hd) {
     using T = decltype(t);
     constexpr int kHd = decltype(hd)::value;
-    // 1. D_i = rowsum(dO_i * O_i), 8 rows (warps) per block
-    const int64_t rows = B * nH * S;
-    flash_backward_dot_kernel<T, kHd><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
-        static_cast<const T*>(dout.data_ptr()), static_cast<const T*>(out.data_ptr()), D.data_ptr<float>(), rows);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_rowsum_dot<T, kHd>(dout, out, b.D, stream);  // 1. D_i = rowsum(dO_i * O_i)
     // 2. dK_j, dV_j per block (key tile j, b * nKV + kv head); dQ by atomics
     constexpr int bytes = BwdSmem<kHd>::bytes;
     C10_CUDA_CHECK(cudaFuncSetAttribute(flash_backward_kernel<T, kHd>,
@@ -218,17 +179,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_backward(const at
     flash_backward_kernel<T, kHd><<<grid, kThreads, bytes, stream>>>(
         static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()),
         static_cast<const T*>(v.data_ptr()), static_cast<const T*>(dout.data_ptr()), lse.data_ptr<float>(),
-        D.data_ptr<float>(), dq_accum.data_ptr<float>(), static_cast<T*>(dk.data_ptr()),
-        static_cast<T*>(dv.data_ptr()), static_cast<int>(nH), static_cast<int>(nH / nKV), static_cast<int>(S),
+        b.D.data_ptr<float>(), b.dq_accum.data_ptr<float>(), static_cast<T*>(b.dk.data_ptr()),
+        static_cast<T*>(b.dv.data_ptr()), static_cast<int>(nH), static_cast<int>(nH / nKV), static_cast<int>(S),
         static_cast<float>(scale), causal);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    // 3. dQ: fp32 accumulator -> q's dtype
-    const int64_t n = dq.numel();
-    const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 65536));
-    convert_kernel<T><<<blocks, 256, 0, stream>>>(dq_accum.data_ptr<float>(), static_cast<T*>(dq.data_ptr()), n);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    launch_to_dtype<T>(b.dq_accum, b.dq, stream);  // 3. dQ: fp32 -> q's dtype
   });
-  return {dq, dk, dv};
+  return {b.dq, b.dk, b.dv};
 }
 
 

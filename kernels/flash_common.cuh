@@ -1,7 +1,9 @@
 // kernels/flash_common.cuh — what the FlashAttention-2 forward (flash_attention.cu) and
 // backward (flash_attention_backward.cu) share: the tile sizes, the WMMA fragments, the
 // tile load, one warp's 16-row GEMM on tensor cores, the dtype/head-dim dispatch and the
-// input checks of the launchers. kernels/flash_attention.cu's header explains the tiling.
+// input checks of the launchers; with the mma rung (flash_attention_mma.cu) the backward's
+// host side: its checks, its buffers, the D pre-kernel and dQ's conversion.
+// kernels/flash_attention.cu's header explains the tiling.
 #pragma once
 
 #include "kernels/kernels.h"
@@ -114,6 +116,81 @@ int64_t check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)
   TORCH_CHECK(S < (int64_t{1} << 30), "flash_attention: S ", S, " too long");
   TORCH_CHECK(B * nH <= 65535, "flash_attention: B * nH = ", B * nH, " exceeds the grid's y limit 65535");
   return nKV;
+}
+
+// ---- the backward's host side: the same for every rung ---------------------------------
+// FlashAttention-2's backward (Algorithm 2) needs D_i = rowsum(dO_i * O_i) before its main
+// kernel, and its dQ, summed by atomics over the key tiles, in fp32 until the end.
+
+// Checks dout and out against q, and lse [B, nH, S] fp32 (q, k, v: check_qkv); returns nKV.
+int64_t check_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& out, const at::Tensor& lse) {
+  const int64_t nKV = check_qkv(q, k, v);
+  check_input(dout, "dout", q);
+  check_input(out, "out", q);
+  TORCH_CHECK(dout.sizes() == q.sizes(), "flash_attention: dout ", dout.sizes(), " must have q's shape ", q.sizes());
+  TORCH_CHECK(out.sizes() == q.sizes(), "flash_attention: out ", out.sizes(), " must have q's shape ", q.sizes());
+  const int64_t B = q.size(0), nH = q.size(1), S = q.size(2);
+  TORCH_CHECK(lse.is_cuda() && lse.device() == q.device(), "flash_attention: lse must be on ", q.device(),
+              ", got ", lse.device());
+  TORCH_CHECK(lse.scalar_type() == at::kFloat, "flash_attention: lse must be fp32, got ", lse.scalar_type());
+  TORCH_CHECK(lse.is_contiguous() && lse.dim() == 3 && lse.size(0) == B && lse.size(1) == nH && lse.size(2) == S,
+              "flash_attention: lse must be contiguous [B, nH, S] = [", B, ", ", nH, ", ", S, "], got ",
+              lse.sizes());
+  return nKV;
+}
+
+struct BackwardBuffers {
+  at::Tensor dq, dk, dv;  // [B, nH, S, Hd], [B, nKV, S, Hd] twice: the results, in q's dtype
+  at::Tensor D;           // [B, nH, S] fp32: rowsum(dO * O)
+  at::Tensor dq_accum;    // [B, nH, S, Hd] fp32 zeros: where dQ's atomics land
+};
+BackwardBuffers backward_buffers(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  BackwardBuffers b{at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options()),
+                    at::empty(v.sizes(), v.options()), {}, {}};
+  if (q.numel() == 0) return b;  // nothing to compute
+  b.D = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+  b.dq_accum = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+  return b;
+}
+
+// D_i = rowsum(dO_i * O_i) in fp32: one warp per row of [B * nH * S].
+template <typename T, int Hd>
+__global__ void rowsum_dot_kernel(const T* __restrict__ dout, const T* __restrict__ out, float* __restrict__ D,
+                                  int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  float sum = 0.0f;
+  for (int c = lane; c < Hd; c += 32) sum += to_float(dout[r * Hd + c]) * to_float(out[r * Hd + c]);
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) D[r] = sum;
+}
+
+// dQ: the fp32 accumulator -> q's dtype.
+template <typename T>
+__global__ void to_dtype_kernel(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[idx] = from_float<T>(src[idx]);
+}
+
+// Step 1 of a backward: D from dout and out, 8 rows (warps) per block of 256 threads.
+template <typename T, int Hd>
+void launch_rowsum_dot(const at::Tensor& dout, const at::Tensor& out, at::Tensor& D, cudaStream_t stream) {
+  const int64_t rows = D.numel();  // B * nH * S
+  rowsum_dot_kernel<T, Hd><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+      static_cast<const T*>(dout.data_ptr()), static_cast<const T*>(out.data_ptr()), D.data_ptr<float>(), rows);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The last step: dQ's fp32 accumulator -> dq in q's dtype.
+template <typename T>
+void launch_to_dtype(const at::Tensor& dq_accum, at::Tensor& dq, cudaStream_t stream) {
+  const int64_t n = dq.numel();
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 65536));
+  to_dtype_kernel<T><<<blocks, 256, 0, stream>>>(dq_accum.data_ptr<float>(), static_cast<T*>(dq.data_ptr()), n);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
