@@ -22,7 +22,7 @@ Attention parse_attention(const std::string& name) {
 
 std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype, Attention attention) {
   std::string summary = "kernels: fused RMSNorm, RoPE, SwiGLU";
-  if (model.model->norm) model.model->norm->fused = rms_norm;
+  if (model.model->norm) model.model->norm->norm = rms_norm;
   const int64_t hd = model.config.head_dim();
   // The hand-written rungs take bf16/fp16 and Hd 64 or 128; anything else attends through SDPA.
   const bool flash_fits = (dtype == at::kBFloat16 || dtype == at::kHalf) && (hd == 64 || hd == 128);
@@ -30,9 +30,11 @@ std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype,
   const FlashRung rung = attention == Attention::kFlashMma ? FlashRung::kMma : FlashRung::kWmma;
   bool replaced = false;  // the default core was found (no technique installed its own)
   for (auto& [index, layer] : model.model->layers->items) {
-    layer->input_layernorm->fused = layer->post_attention_layernorm->fused = rms_norm;
-    layer->self_attn->fused_rope = rope;
-    if (layer->mlp) layer->mlp->fused_swiglu = swiglu;  // (a mixture of experts' experts: ATen)
+    layer->input_layernorm->norm = layer->post_attention_layernorm->norm = rms_norm;
+    layer->self_attn->rotate = [](const torch::Tensor& q, const torch::Tensor& k, const RopeTables& t) {
+      return rope(q, k, t.cos, t.sin);  // q and k in one launch, on their [B, S, n, Hd] layout
+    };
+    if (layer->mlp) layer->mlp->activation = swiglu;  // (a mixture of experts' experts: ATen)
     using Core = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
     const Core* core = layer->self_attn->core.target<Core>();
     if (!core || *core != &causal_attention) continue;  // a technique's core (ring attention) stays

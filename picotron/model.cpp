@@ -5,9 +5,6 @@
 #include <algorithm>
 #include <set>
 
-
-#include "picotron/recompute.h"
-
 namespace picotron {
 
 namespace F = torch::nn::functional;
@@ -49,16 +46,13 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_, torch::TensorOptions opts) : 
   weight = register_parameter("weight", torch::ones({dim}, opts));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  if (fused) return fused(x, weight, eps);  // keeps x, w and 1/rms only: nothing to recompute
-  const auto normalize = [this](const std::vector<torch::Tensor>& in) {
-    const auto& x = in[0];
-    auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
-    auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);  // [..., 1]
-    return weight * (xf * inv_rms).to(x.scalar_type());                              // [..., H]
-  };
-  return recompute ? checkpoint(normalize, {x}) : normalize({x});
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto xf = x.to(accumulate_type(x.scalar_type()));                                 // [..., H]
+  auto inv_rms = torch::rsqrt(xf.pow(2).mean(/*dim=*/-1, /*keepdim=*/true) + eps);  // [..., 1]
+  return weight * (xf * inv_rms).to(x.scalar_type());                              // [..., H]
 }
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return norm(x, weight, eps); }
 
 // ---- RoPE -------------------------------------------------------------------------
 RopeTables rope_tables(int64_t head_dim, double theta, const torch::Tensor& positions, torch::ScalarType dtype,
@@ -78,6 +72,11 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t) {
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);     // [B, n, S, Hd/2] each
   auto rotated = torch::cat({-x2, x1}, /*dim=*/-1);                    // [B, n, S, Hd]
   return x * t.cos + rotated * t.sin;                                  // tables broadcast over B, n
+}
+
+std::tuple<torch::Tensor, torch::Tensor> rope_qk(const torch::Tensor& q, const torch::Tensor& k, const RopeTables& t) {
+  return {apply_rope(q.transpose(1, 2), t).transpose(1, 2),   // [B, S, nH, Hd] (turned as [B, nH, S, Hd])
+          apply_rope(k.transpose(1, 2), t).transpose(1, 2)};  // [B, S, nKV, Hd]
 }
 
 // ---- attention --------------------------------------------------------------------
@@ -112,13 +111,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RopeTables
   const int64_t n_heads = q.size(-1) / head_dim, n_kv = k.size(-1) / head_dim;  // from the tensors
   TORCH_CHECK(rope.cos.size(0) == s, "attention sees ", s, " tokens but the RoPE tables cover ", rope.cos.size(0),
               " positions");
-  if (fused_rope) {  // one launch for q and k, on their [B, S, n, Hd] layout
-    std::tie(q, k) = fused_rope(q.view({b, s, n_heads, head_dim}), k.view({b, s, n_kv, head_dim}), rope.cos, rope.sin);
-    q = q.transpose(1, 2), k = k.transpose(1, 2);                               // [B, nH, S, Hd], [B, nKV, S, Hd]
-  } else {
-    q = apply_rope(q.view({b, s, n_heads, head_dim}).transpose(1, 2), rope);    // [B, nH, S, Hd]
-    k = apply_rope(k.view({b, s, n_kv, head_dim}).transpose(1, 2), rope);       // [B, nKV, S, Hd]
-  }
+  std::tie(q, k) = rotate(q.view({b, s, n_heads, head_dim}), k.view({b, s, n_kv, head_dim}), rope);
+  q = q.transpose(1, 2), k = k.transpose(1, 2);                                 // [B, nH, S, Hd], [B, nKV, S, Hd]
   v = v.view({b, s, n_kv, head_dim}).transpose(1, 2);                          // [B, nKV, S, Hd]
   auto out = core(q, k, v);                                                     // [B, nH, S, Hd]
   out = out.transpose(1, 2).reshape({b, s, n_heads * head_dim});                // [B, S, nH*Hd]
@@ -127,6 +121,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x_in, const RopeTables
 }
 
 // ---- SwiGLU MLP -------------------------------------------------------------------
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) { return F::silu(gate) * up; }  // [B, S, I]
+
 MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::TensorOptions opts) {
   gate_proj = make_linear(record_of(plan, prefix + "gate_proj.weight"), opts);
   up_proj = make_linear(record_of(plan, prefix + "up_proj.weight"), opts);
@@ -138,12 +134,8 @@ MLPImpl::MLPImpl(const ShardPlan& plan, const std::string& prefix, torch::Tensor
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x_in) {
   const torch::Tensor x = enter ? enter(x_in) : x_in;              // [B, S, H]
-  const auto swiglu = [this](const std::vector<torch::Tensor>& in) {
-    return fused_swiglu ? fused_swiglu(in[0], in[1]) : F::silu(in[0]) * in[1];
-  };
-  const auto gate = gate_proj.forward(x), up = up_proj.forward(x);            // [B, S, I] each
-  auto gated = recompute_activation ? checkpoint(swiglu, {gate, up}) : swiglu({gate, up});  // [B, S, I]
-  auto out = down_proj.forward(gated);                              // [B, S, H]
+  const auto gate = gate_proj.forward(x), up = up_proj.forward(x);  // [B, S, I] each
+  auto out = down_proj.forward(activation(gate, up));               // [B, S, I] -> [B, S, H]
   return exit ? exit(out) : out;
 }
 

@@ -25,6 +25,9 @@
 //   head          LlamaForCausalLM::head            hidden -> logits (default: @ head_weight()^T)
 //   loss          LlamaForCausalLM::loss_fn         final hidden states + targets -> mean loss
 //   attention     Attention::core                   q, k, v -> attention output
+//   norm          RMSNorm::norm                     x, weight, eps -> normalised x (rms_norm)
+//   rotation      Attention::rotate                 q, k -> q, k turned by RoPE (rope_qk)
+//   activation    MLP::activation                   gate, up -> silu(gate) * up (swiglu)
 //   feed-forward  DecoderLayer::feed_forward        a block in place of the dense MLP (AnyModule;
 //                                                   a mixture of experts: expert_parallel/moe.h)
 //   layer stats   LlamaForCausalLM::layer_stats     what blocks record over a forward for a loss term
@@ -34,6 +37,8 @@
 //   part runner   LlamaForCausalLM::part_runner     the embedding ("embed") and, in forward(),
 //                                                   loss() and head_loss(), final norm + head + loss ("head")
 //   positions     run_layers(x, positions)          RoPE angles from any positions tensor
+// A variant of a piece is a function in its slot: the fused kernels (kernels/use_kernels.cpp)
+// and selective recompute (picotron/recompute.h, which wraps a slot's function) alike.
 // Local head counts come from the projections' output sizes, never from the config.
 //
 // ---- Shape alphabet (used in every comment of the project) ----------------------
@@ -76,16 +81,15 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 (fp64 for fp64 inputs).
+using NormFn = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight, double eps)>;
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);  // [..., H], ATen
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps, torch::TensorOptions opts = {});
-  torch::Tensor forward(const torch::Tensor& x);  // [..., H] -> [..., H]
+  torch::Tensor forward(const torch::Tensor& x);  // [..., H] -> [..., H]: norm(x, weight, eps)
   torch::Tensor weight;                            // [H], ones
   double eps;
-  bool recompute = false;  // keep only the input for backward, recompute the rest (picotron/recompute.h)
-  // A fused replacement of the whole norm (--kernels fused: kernels/rmsnorm.cu, one
-  // kernel each way); empty: the ATen ops below.
-  std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight, double eps)> fused;
+  NormFn norm = rms_norm;                          // slot (--kernels fused: kernels/rmsnorm.cu)
 };
 TORCH_MODULE(RMSNorm);
 
@@ -100,6 +104,14 @@ RopeTables rope_tables(int64_t head_dim, double theta, const torch::Tensor& posi
                        torch::Device device);
 // x * cos + rotate_half(x) * sin, with rotate_half([x1, x2]) = [-x2, x1].
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& t);  // [B, n, S, Hd]
+// q [B, S, nH, Hd] and k [B, S, nKV, Hd] rotated, in the same layout: the rotation slot.
+using RotateFn = std::function<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor& q, const torch::Tensor& k,
+                                                                         const RopeTables& t)>;
+std::tuple<torch::Tensor, torch::Tensor> rope_qk(const torch::Tensor& q, const torch::Tensor& k, const RopeTables& t);
+
+// gate, up [B, S, I] -> silu(gate) * up: the MLP's activation slot.
+using ActivationFn = std::function<torch::Tensor(const torch::Tensor& gate, const torch::Tensor& up)>;
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
 // What a block's input goes through before its projections (tensor parallelism: f,
 // "copy to tp"), or its output after them (g, "reduce from tp"). Empty: identity.
@@ -127,12 +139,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::nn::AnyModule q_proj, k_proj, v_proj, o_proj;
   AttentionCore core = causal_attention;
   BlockMap enter, exit;  // around the block: x -> enter -> q/k/v ... o_proj -> exit
+  RotateFn rotate = rope_qk;  // slot (--kernels fused: kernels/rope.cu, q and k at once)
   int64_t head_dim;
-  // q [B, S, nH, Hd] and k [B, S, nKV, Hd] rotated at once (--kernels fused:
-  // kernels/rope.cu); empty: apply_rope on each.
-  std::function<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor& q, const torch::Tensor& k,
-                                                         const torch::Tensor& cos, const torch::Tensor& sin)>
-      fused_rope;
 };
 TORCH_MODULE(Attention);
 
@@ -142,9 +150,7 @@ class MLPImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
   torch::nn::AnyModule gate_proj, up_proj, down_proj;
   BlockMap enter, exit;  // around the block: x -> enter -> gate/up ... down_proj -> exit
-  bool recompute_activation = false;  // silu(gate) * up recomputed in backward (picotron/recompute.h)
-  // silu(gate) * up in one kernel each way (--kernels fused: kernels/swiglu.cu); empty: ATen.
-  std::function<torch::Tensor(const torch::Tensor& gate, const torch::Tensor& up)> fused_swiglu;
+  ActivationFn activation = swiglu;  // slot (--kernels fused: kernels/swiglu.cu, one kernel each way)
 };
 TORCH_MODULE(MLP);
 

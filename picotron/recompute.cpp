@@ -109,9 +109,19 @@ void apply_recompute(LlamaForCausalLM& model, Recompute mode) {
         return checkpoint([inner](const std::vector<torch::Tensor>& in) { return inner(in[0], in[1], in[2]); },
                           {q, k, v});
       };
-      layer->input_layernorm->recompute = true;           // fp32 copies of x
-      layer->post_attention_layernorm->recompute = true;
-      if (layer->mlp) layer->mlp->recompute_activation = true;  // silu(gate) and the product: 2 x [B, S, I]
+      for (RMSNorm& n : {std::ref(layer->input_layernorm), std::ref(layer->post_attention_layernorm)}) {
+        NormFn norm = n->norm;  // fp32 copies of x (the fused kernel: 1/rms)
+        n->norm = [norm](const torch::Tensor& x, const torch::Tensor& w, double eps) {
+          return checkpoint([norm, w, eps](const std::vector<torch::Tensor>& in) { return norm(in[0], w, eps); }, {x});
+        };
+      }
+      if (layer->mlp) {  // silu(gate) and the product: 2 x [B, S, I] (the fused kernel keeps no silu)
+        ActivationFn activation = layer->mlp->activation;
+        layer->mlp->activation = [activation](const torch::Tensor& gate, const torch::Tensor& up) {
+          return checkpoint([activation](const std::vector<torch::Tensor>& in) { return activation(in[0], in[1]); },
+                            {gate, up});
+        };
+      }
     }
   }
 }

@@ -59,13 +59,12 @@ PerToken per_token(const TrainConfig& c, double e, double a) {
     t.layer = t.layer_none;
     f << norm_text << " + " << attention_text << " + (nH/tp).a + " << mlp_text;
   } else if (mode == Recompute::kSelective) {
-    // norms keep their input and output (fused: and 1/rms, nothing recomputed); the
+    // norms keep their input and output (the fused kernel too: its 1/rms is recomputed); the
     // attention core keeps q, k, v (before the GQA repeat) and its output; SwiGLU keeps
     // gate and up, and the product the down projection reads. (A mixture of experts is
     // not recomputed: all of it stays.)
-    const double kept_norm = fused.on ? 2 * H * e + a : 2 * H * e;
-    t.layer = 2 * kept_norm + (2 * nH + 2 * nKV) * Hd * e + (m.is_moe() ? t.moe : 3 * I * e);
-    f << (fused.on ? "2(2H.e + a)" : "2(2H.e)") << " + (2nH + 2nKV)/tp.Hd.e + " << (m.is_moe() ? "A_moe" : "3(I/tp).e");
+    t.layer = 2 * (2 * H * e) + (2 * nH + 2 * nKV) * Hd * e + (m.is_moe() ? t.moe : 3 * I * e);
+    f << "2(2H.e) + (2nH + 2nKV)/tp.Hd.e + " << (m.is_moe() ? "A_moe" : "3(I/tp).e");
   } else {
     t.layer = H * e;  // the layer's input only
     f << "H.e (the layer's input)";
