@@ -1,5 +1,6 @@
 // tensor_parallel/tensor_parallel.cpp — see tensor_parallel.h for the picture and the math.
 #include "tensor_parallel/tensor_parallel.h"
+#include "picotron/comm_titles.h"
 #include "picotron/saved_object.h"
 #include "picotron/utils.h"
 
@@ -133,31 +134,6 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   }
 };
 
-// --explain (Comm::note): an identity whose backward notes what the communication that
-// follows it in backward carries. Put just after a map in the graph, its backward runs
-// just before the map's.
-struct NoteInBackward : torch::autograd::Function<NoteInBackward> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp, const std::string& what) {
-    ctx->saved_data["tp"] = saved_object(tp);
-    ctx->saved_data["what"] = what;
-    return x;  // the same values, one more node in the graph
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    from_saved(ctx).note(ctx->saved_data["what"].toStringRef());
-    return {grads[0], torch::Tensor(), torch::Tensor()};
-  }
-};
-
-// `map` with --explain's notes: `forward` before its forward, `backward` before its
-// backward. Without --explain: `map` itself.
-BlockMap noted(BlockMap map, Comm& tp, std::string forward, std::string backward) {
-  return [map, &tp, forward, backward](const torch::Tensor& x) {
-    if (!tp.observed()) return map(x);
-    tp.note(forward);
-    return NoteInBackward::apply(map(x), &tp, backward);
-  };
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -223,17 +199,17 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   // the tokens this rank holds: all of them (the same on every tp rank), or S/tp under SP
   // (then, like the norms, its gradients are summed over tp, and its balancing statistics
   // too: router_stats_sum).
-  // --explain names each one: its layer, its block, forward or backward.
+  // --explain titles each one (picotron/comm_titles.h): its layer, its block, forward or backward.
   const std::string f = sp ? " (f, sequence parallel)" : " (f)", g = sp ? " (g, sequence parallel)" : " (g)";
   for (auto& [index, layer] : m.model->layers->items) {
     for (auto [block, in, out] : {std::tuple{"attention", "q/k/v", "o_proj"}, {"MLP", "gate/up", "down_proj"}}) {
       const std::string where = "[layer " + std::to_string(index) + ", " + block + "] ";
-      BlockMap noted_enter = noted(enter, tp, where + "forward into " + in + ": the input" + f,
-                                   where + "backward into " + in + ": the input's gradient" + f);
-      BlockMap noted_exit = noted(exit, tp, where + "forward out of " + out + ": the partial outputs" + g,
-                                  where + "backward out of " + out + ": the output's gradient" + g);
-      if (block == std::string("attention")) layer->self_attn->enter = noted_enter, layer->self_attn->exit = noted_exit;
-      else if (layer->mlp) layer->mlp->enter = noted_enter, layer->mlp->exit = noted_exit;
+      BlockMap titled_enter = titled(enter, tp, where + "forward into " + in + ": the input" + f,
+                                     where + "backward into " + in + ": the input's gradient" + f);
+      BlockMap titled_exit = titled(exit, tp, where + "forward out of " + out + ": the partial outputs" + g,
+                                    where + "backward out of " + out + ": the output's gradient" + g);
+      if (block == std::string("attention")) layer->self_attn->enter = titled_enter, layer->self_attn->exit = titled_exit;
+      else if (layer->mlp) layer->mlp->enter = titled_enter, layer->mlp->exit = titled_exit;
     }
   }
   // The vocabulary slice: from the embedding or the lm_head, whichever this rank holds
@@ -251,8 +227,8 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   }
   // Head: [B, S, H] -> f -> [B, S, V/tp] logits; loss: vocab-parallel cross-entropy.
   LlamaForCausalLMImpl* self = &m;
-  const BlockMap head_enter = noted(enter, tp, "[head] forward into the head: the final hidden states" + f,
-                                    "[head] backward into the head: their gradient" + f);
+  const BlockMap head_enter = titled(enter, tp, "[head] forward into the head: the final hidden states" + f,
+                                     "[head] backward into the head: their gradient" + f);
   m.head = [self, head_enter](const torch::Tensor& hidden) {
     return torch::linear(head_enter(hidden), self->head_weight());  // [B, S(/tp), H] -> [B, S, V/tp]
   };
