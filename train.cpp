@@ -338,9 +338,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const int64_t start_step = start_checkpoints(cfg, end_step, *optimizer, scaler, world, dist);  // --save-dir's lock, --resume
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
   Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/checkpoint/async_save.h)
-  RunLog log(cfg, rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
+  RunLog log(run_log_settings(cfg), rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
-  StepWatch watch(cfg, device, explain, profile, log, start_step);  // (refuses a --profile-steps range already passed)
+  StepWatch watch(step_watch_settings(cfg), device, explain, profile, log, start_step);  // (refuses a --profile-steps range already passed)
 
   // ---- the loop ---------------------------------------------------------------------
   Trainer trainer{cfg, mesh, on_mesh.model, *optimizer, pipeline.get(), scaler, device};

@@ -150,9 +150,9 @@ std::string data_summary(const TrainConfig& cfg, const BatchLoader& loader) {
          "); data parallelism: " + dp_mode_name(cfg.dp_mode);
 }
 
-RunLog::RunLog(const TrainConfig& cfg, int rank, torch::Device device)
-    : cfg_(cfg), rank_(rank), device_(device), metrics_(rank == 0 ? cfg.metrics_file : ""),
-      memory_trace_(rank == 0 ? cfg.memory_trace : "") {}
+RunLog::RunLog(const RunLogSettings& s, int rank, torch::Device device)
+    : settings_(s), rank_(rank), device_(device), metrics_(rank == 0 ? s.metrics_file : ""),
+      memory_trace_(rank == 0 ? s.memory_trace : "") {}
 
 void RunLog::memory(int64_t step, const char* phase, int64_t micro) {
   if (memory_trace_.enabled())
@@ -160,10 +160,10 @@ void RunLog::memory(int64_t step, const char* phase, int64_t micro) {
 }
 
 bool RunLog::step_done(const StepStats& s) {
-  const bool logged = should_log(s.step, s.steps, cfg_.log_every) || s.val_loss.has_value();
+  const bool logged = should_log(s.step, s.steps, settings_.log_every) || s.val_loss.has_value();
   if (rank_ == 0 && logged) std::cout << step_line(s) << std::endl;
   metrics_.write(s);
-  const bool bad = !std::isfinite(s.loss) || (s.skipped && cfg_.dtype != Precision::kFP16);
+  const bool bad = !std::isfinite(s.loss) || (s.skipped && !settings_.fp16);
   if (!bad) {
     last_good_step_ = s.step, last_good_loss_ = s.loss;
     return true;
@@ -171,11 +171,11 @@ bool RunLog::step_done(const StepStats& s) {
   ++bad_steps_;
   if (rank_ == 0 && !logged) std::cout << step_line(s) << std::endl;
   print0(rank_, "step " + std::to_string(s.step) + ": non-finite loss or gradient norm (bad step " +
-                    std::to_string(bad_steps_) + " of --max-bad-steps " + std::to_string(cfg_.max_bad_steps) + ")");
-  if (bad_steps_ < cfg_.max_bad_steps) return true;
+                    std::to_string(bad_steps_) + " of --max-bad-steps " + std::to_string(settings_.max_bad_steps) + ")");
+  if (bad_steps_ < settings_.max_bad_steps) return true;
   if (rank_ == 0)
     report_error(rank_, "the run diverged: " + std::to_string(bad_steps_) + " steps had a non-finite loss or "
-                 "gradient norm (--max-bad-steps " + std::to_string(cfg_.max_bad_steps) + "); the last finite loss " +
+                 "gradient norm (--max-bad-steps " + std::to_string(settings_.max_bad_steps) + "); the last finite loss " +
                  (last_good_step_ > 0 ? "was " + std::to_string(last_good_loss_) + " at step " +
                                             std::to_string(last_good_step_) : "never came") +
                  ". Lower --lr (or --init-std), or raise --warmup-steps");

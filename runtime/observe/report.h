@@ -83,9 +83,15 @@ class MemoryTraceWriter {
 // applies --max-bad-steps alike (the loss and the norm are global): a step whose loss, or
 // whose gradient norm outside fp16 (where an overflow just skips the step), is not finite
 // counts as bad.
+struct RunLogSettings {  // built from the run's config in runtime/cli/settings.h
+  int log_every = 0;                     // --log-every (0: about 50 lines a run)
+  int max_bad_steps = 0;                 // --max-bad-steps
+  bool fp16 = false;                     // --dtype fp16: an overflow skips a step, not a bad one
+  std::string metrics_file, memory_trace;  // --metrics-file, --memory-trace (rank 0 writes them)
+};
 class RunLog {
  public:
-  RunLog(const TrainConfig& cfg, int rank, torch::Device device);
+  RunLog(const RunLogSettings& s, int rank, torch::Device device);
   // --memory-trace: this rank's tensor memory now, at `phase` of step `step` (1-based).
   void memory(int64_t step, const char* phase, int64_t micro = -1);
   // After a step: print and write it. False when the run diverged (the error printed on
@@ -94,7 +100,7 @@ class RunLog {
   void finish();  // the files renamed into place
 
  private:
-  const TrainConfig& cfg_;
+  RunLogSettings settings_;
   int rank_;
   torch::Device device_;
   MetricsWriter metrics_;

@@ -8,9 +8,9 @@
 
 namespace picotron {
 
-StepWatch::StepWatch(const TrainConfig& cfg, torch::Device device, Explainer& explain, StepProfiler& profile,
+StepWatch::StepWatch(const StepWatchSettings& s, torch::Device device, Explainer& explain, StepProfiler& profile,
                      RunLog& log, int64_t first_step)
-    : cfg_(cfg), device_(device), explain_(explain), profile_(profile), log_(log), first_step_(first_step) {
+    : settings_(s), device_(device), explain_(explain), profile_(profile), log_(log), first_step_(first_step) {
   if (const std::string p = profile.range_problem(first_step); !p.empty()) throw std::runtime_error(p);
 }
 
@@ -25,7 +25,7 @@ void StepWatch::begin(int64_t step) {
 
 void StepWatch::phase(StepPhase phase, int64_t micro) {
   if (ending_) log_.memory(step_ + 1, ending_, ending_micro_);
-  const std::string nth = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(cfg_.grad_acc_steps);
+  const std::string nth = "micro-batch " + std::to_string(micro + 1) + " of " + std::to_string(settings_.grad_acc_steps);
   ending_micro_ = -1;
   switch (phase) {
     case StepPhase::kForward:
@@ -37,7 +37,7 @@ void StepWatch::phase(StepPhase phase, int64_t micro) {
       ending_ = "backward", ending_micro_ = micro;
       break;
     case StepPhase::kPipeline:
-      explain_.phase("the pipeline: every micro-batch's forward and backward, in " + cfg_.pp_schedule +
+      explain_.phase("the pipeline: every micro-batch's forward and backward, in " + settings_.pp_schedule +
                      " order (each action as --dry-run prints the program; micro-batches 0-based)");
       profile_.phase("pipeline: forward + backward");
       ending_ = "pipeline";

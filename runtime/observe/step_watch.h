@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/cli/train_config.h"
 #include "runtime/observe/explain.h"
 #include "runtime/observe/profile.h"
 #include "runtime/observe/report.h"
@@ -26,11 +25,16 @@ class Distributed;
 
 enum class StepPhase { kForward, kBackward, kPipeline, kGradSync, kOptimizer, kLoss };
 
+struct StepWatchSettings {  // built from the run's config in runtime/cli/settings.h
+  int64_t grad_acc_steps = 1;  // --grad-acc-steps: "micro-batch 2 of 4"
+  std::string pp_schedule;     // --pp-schedule, named in the pipeline's heading
+};
+
 class StepWatch {
  public:
   // `first_step`: the step --explain narrates (a resumed run's first); 0-based. Throws the
   // line that refuses a --profile-steps range the run has already passed (a resumed run).
-  StepWatch(const TrainConfig& cfg, torch::Device device, Explainer& explain, StepProfiler& profile, RunLog& log,
+  StepWatch(const StepWatchSettings& s, torch::Device device, Explainer& explain, StepProfiler& profile, RunLog& log,
             int64_t first_step);
   void begin(int64_t step);                           // 0-based; the peak memory reset, "start"
   void phase(StepPhase phase, int64_t micro = -1);    // entering `phase` (micro-batch `micro`)
@@ -40,7 +44,7 @@ class StepWatch {
   std::string profile_table(int64_t step);            // --profile: the table after its last step (else empty)
 
  private:
-  const TrainConfig& cfg_;
+  StepWatchSettings settings_;
   torch::Device device_;
   Explainer& explain_;
   StepProfiler& profile_;
