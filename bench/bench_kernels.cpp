@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
                 "sdpa", "", "x sdpa");
   }
   // Flash attention, last (a rung that fails takes only the rows after it): the ladder's
-  // rungs against torch's SDPA (flash backend), causal, S 2048, forward alone and forward +
+  // rungs (rung 0, naive: the S x S scores in global memory, 2 GiB here) against torch's SDPA (flash backend), causal, S 2048, forward alone and forward +
   // backward; B x nH x Hd = 4 x 2048 at each head dim.
   for (const int64_t hd : {int64_t(64), int64_t(128)}) {
     const int64_t b = 4, s = 2048, nh = 2048 / hd;
@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
     auto ql = q.detach().requires_grad_(true), kl = k.detach().requires_grad_(true), vl = v.detach().requires_grad_(true);
     auto sdpa = [&] { at::scaled_dot_product_attention(ql, kl, vl, {}, 0.0, /*is_causal=*/true).sum().backward(); };
     const double sdpa_ms = time_ms(sdpa, iters);
-    for (const auto& [rung, label] : {std::pair{K::FlashRung::kWmma, "wmma"}, std::pair{K::FlashRung::kMma, "mma"}}) {
+    for (const auto& [rung, label] : {std::pair{K::FlashRung::kNaive, "naive"}, std::pair{K::FlashRung::kWmma, "wmma"},
+                                      std::pair{K::FlashRung::kMma, "mma"}}) {
       const std::string hdl = " (" + std::string(label) + ", Hd " + std::to_string(hd) + ")";
       auto fwd = [&] { K::flash_attention(q, k, v, rung); };
       auto both = [&] { std::get<0>(K::flash_attention(ql, kl, vl, rung)).sum().backward(); };

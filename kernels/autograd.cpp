@@ -148,11 +148,15 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
   using Backward = decltype(&reference::flash_attention_backward);
   static Forward forward_of(bool gpu, FlashRung rung) {
     if (!gpu) return reference::flash_attention_forward;
-    return rung == FlashRung::kMma ? cuda::flash_attention_mma_forward : cuda::flash_attention_forward;
+    return rung == FlashRung::kMma     ? cuda::flash_attention_mma_forward
+           : rung == FlashRung::kNaive ? cuda::attention_naive_forward
+                                       : cuda::flash_attention_forward;
   }
   static Backward backward_of(bool gpu, FlashRung rung) {
     if (!gpu) return reference::flash_attention_backward;
-    return rung == FlashRung::kMma ? cuda::flash_attention_mma_backward : cuda::flash_attention_backward;
+    return rung == FlashRung::kMma     ? cuda::flash_attention_mma_backward
+           : rung == FlashRung::kNaive ? cuda::attention_naive_backward
+                                       : cuda::flash_attention_backward;
   }
   static tensor_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                              int64_t rung) {

@@ -59,5 +59,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_mma_backward(cons
                                                                             double, bool) {
   no_kernels("flash_attention_mma_backward");
 }
+std::tuple<at::Tensor, at::Tensor> attention_naive_forward(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                           double, bool) {
+  no_kernels("attention_naive_forward");
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_naive_backward(const at::Tensor&, const at::Tensor&,
+                                                                        const at::Tensor&, const at::Tensor&,
+                                                                        const at::Tensor&, const at::Tensor&, double,
+                                                                        bool) {
+  no_kernels("attention_naive_backward");
+}
 
 }  // namespace picotron::kernels::cuda

@@ -1,8 +1,9 @@
 // kernels/flash_common.cuh — what the FlashAttention-2 forward (flash_attention.cu) and
 // backward (flash_attention_backward.cu) share: the tile sizes, the WMMA fragments, the
 // tile load, one warp's 16-row GEMM on tensor cores, the dtype/head-dim dispatch and the
-// input checks of the launchers; with the mma rung (flash_attention_mma.cu) the backward's
-// host side: its checks, its buffers, the D pre-kernel and dQ's conversion.
+// input checks of the launchers; with the mma rung (flash_attention_mma.cu) and rung 0
+// (attention_naive.cu) the backward's host side: its checks, its buffers, the D pre-kernel
+// and dQ's conversion.
 // kernels/flash_attention.cu's header explains the tiling.
 #pragma once
 
@@ -143,14 +144,14 @@ int64_t check_backward(const at::Tensor& dout, const at::Tensor& q, const at::Te
 struct BackwardBuffers {
   at::Tensor dq, dk, dv;  // [B, nH, S, Hd], [B, nKV, S, Hd] twice: the results, in q's dtype
   at::Tensor D;           // [B, nH, S] fp32: rowsum(dO * O)
-  at::Tensor dq_accum;    // [B, nH, S, Hd] fp32 zeros: where dQ's atomics land
+  at::Tensor dq_accum;    // [B, nH, S, Hd] fp32 zeros: where dQ's atomics land (fp32_dq)
 };
-BackwardBuffers backward_buffers(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+BackwardBuffers backward_buffers(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool fp32_dq = true) {
   BackwardBuffers b{at::empty(q.sizes(), q.options()), at::empty(k.sizes(), k.options()),
                     at::empty(v.sizes(), v.options()), {}, {}};
   if (q.numel() == 0) return b;  // nothing to compute
   b.D = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-  b.dq_accum = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+  if (fp32_dq) b.dq_accum = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
   return b;
 }
 

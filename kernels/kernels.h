@@ -34,14 +34,21 @@ namespace reference {
 
 namespace cuda {
 #include "kernels/ops.h"
-// The ladder's second rung (kernels/flash_attention_mma.cu), the same contract as
-// flash_attention_forward / _backward above; its reference is reference::flash_attention_*.
+// The ladder's second rung (kernels/flash_attention_mma.cu) and its rung 0, the S x S scores
+// in global memory (kernels/attention_naive.cu): the same contract as
+// flash_attention_forward / _backward above; their reference is reference::flash_attention_*.
 std::tuple<at::Tensor, at::Tensor> flash_attention_mma_forward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, double scale, bool causal);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_mma_backward(const at::Tensor& dout, const at::Tensor& q,
                                                                             const at::Tensor& k, const at::Tensor& v,
                                                                             const at::Tensor& out, const at::Tensor& lse,
                                                                             double scale, bool causal);
+std::tuple<at::Tensor, at::Tensor> attention_naive_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                           double scale, bool causal);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_naive_backward(const at::Tensor& dout, const at::Tensor& q,
+                                                                        const at::Tensor& k, const at::Tensor& v,
+                                                                        const at::Tensor& out, const at::Tensor& lse,
+                                                                        double scale, bool causal);
 }  // namespace cuda
 
 // ---- which implementation runs ---------------------------------------------------
@@ -62,10 +69,11 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets);
 // of rows at a time (chunk_rows x V), never whole. Gradients for hidden and weight.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                 int64_t chunk_rows = 4096);
-// The rungs of the hand-written FlashAttention-2 ladder (kernels/README.md), slowest first:
+// The rungs of the hand-written attention ladder (kernels/README.md), slowest first:
+//   kNaive kernels/attention_naive.cu: the S x S scores in global memory, a thread per element
 //   kWmma  kernels/flash_attention.cu: WMMA 16x16x16, S, P and O staged in shared memory
 //   kMma   kernels/flash_attention_mma.cu: mma.sync m16n8k16, S, P, O in registers, cp.async
-enum class FlashRung { kWmma, kMma };
+enum class FlashRung { kNaive, kWmma, kMma };
 // Causal attention, GQA without repeating K/V: q [B, nH, S, Hd], k, v [B, nKV, S, Hd]
 // -> (out [B, nH, S, Hd], lse [B, nH, S] fp32). Gradients for q, k, v (not through lse).
 // On CUDA tensors the rung's kernels run; elsewhere the reference.
@@ -98,9 +106,10 @@ inline bool fused_chosen(const std::string& kernels, bool cuda, bool fp64, bool 
 // The attention core under --kernels fused (--attention).
 //   kSdpa       ATen's scaled_dot_product_attention (its flash / cuDNN / memory-efficient
 //               kernels): the fastest verified on a GPU, the default
+//   kNaive      the ladder's rung 0 (FlashRung::kNaive): the S x S scores in global memory
 //   kFlashWmma  the ladder's first rung (FlashRung::kWmma)     kFlashMma  its second
-enum class Attention { kSdpa, kFlashWmma, kFlashMma };
-Attention parse_attention(const std::string& name);  // "sdpa" | "flash-wmma" | "flash-mma"
+enum class Attention { kSdpa, kNaive, kFlashWmma, kFlashMma };
+Attention parse_attention(const std::string& name);  // "sdpa" | "naive" | "flash-wmma" | "flash-mma"
 
 // --kernels fused: RMSNorm, RoPE and SwiGLU through the ops above; the attention core
 // (`attention`) and the loss too where they are still the model's defaults (a

@@ -15,9 +15,10 @@ namespace picotron::kernels {
 
 Attention parse_attention(const std::string& name) {
   if (name == "sdpa") return Attention::kSdpa;
+  if (name == "naive") return Attention::kNaive;
   if (name == "flash-wmma") return Attention::kFlashWmma;
   if (name == "flash-mma") return Attention::kFlashMma;
-  throw std::invalid_argument("--attention must be sdpa, flash-wmma or flash-mma, got '" + name + "'");
+  throw std::invalid_argument("--attention must be sdpa, naive, flash-wmma or flash-mma, got '" + name + "'");
 }
 
 std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype, Attention attention) {
@@ -27,7 +28,9 @@ std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype,
   // The hand-written rungs take bf16/fp16 and Hd 64 or 128; anything else attends through SDPA.
   const bool flash_fits = (dtype == at::kBFloat16 || dtype == at::kHalf) && (hd == 64 || hd == 128);
   const bool hand = attention != Attention::kSdpa && flash_fits;
-  const FlashRung rung = attention == Attention::kFlashMma ? FlashRung::kMma : FlashRung::kWmma;
+  const FlashRung rung = attention == Attention::kFlashMma ? FlashRung::kMma
+                         : attention == Attention::kNaive  ? FlashRung::kNaive
+                                                           : FlashRung::kWmma;
   bool replaced = false;  // the default core was found (no technique installed its own)
   for (auto& [index, layer] : model.model->layers->items) {
     layer->input_layernorm->norm = layer->post_attention_layernorm->norm = rms_norm;
@@ -46,7 +49,10 @@ std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype,
       };
   }
   if (!replaced) summary += ", attention of the technique that replaced the core";
-  else if (hand) summary += rung == FlashRung::kMma ? ", flash attention (mma rung)" : ", flash attention (wmma rung)";
+  else if (hand)
+    summary += rung == FlashRung::kMma     ? ", flash attention (mma rung)"
+               : rung == FlashRung::kNaive ? ", attention with the S x S scores in global memory (rung 0)"
+                                           : ", flash attention (wmma rung)";
   else if (attention != Attention::kSdpa)
     summary += ", attention through SDPA (the hand-written flash attention takes bf16/fp16 and Hd 64 or 128)";
   else summary += ", attention through SDPA";

@@ -1,7 +1,7 @@
 // picotron/comm.h — Comm: one process group, raw NCCL for CUDA tensors, MPI for CPU.
 //
 // Every collective is a few lines around the library call, so a student can see
-// exactly what goes over the wire. Each public collective (comm.cpp) checks its
+// exactly what goes over the wire. Each public collective (comm_collectives.cpp) checks its
 // tensors, records itself in the ledger, shortcuts a group of one, then calls its body:
 //
 //   CUDA tensor -> nccl_*: ncclAllReduce / ncclAllGather / ncclReduceScatter / ncclBroadcast /
@@ -257,7 +257,7 @@ class Comm {
   // device, no integer average; throws CommError naming the rank, op and numbers.
   void check_tensor(const torch::Tensor& t, const char* op) const;
   void check_reduce(const torch::Tensor& t, ReduceOp reduce, const char* op) const;
-  // The argument checks of each collective (comm.cpp), shared by its sync and async forms.
+  // The argument checks of each collective (comm_checks.cpp), shared by its sync and async forms.
   void check_all_gather(const torch::Tensor& out, const torch::Tensor& in) const;
   void check_reduce_scatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op) const;
   void check_p2p(const std::vector<P2POp>& ops) const;
@@ -271,7 +271,7 @@ class Comm {
 
   // The CPU path, one function per MPI call (comm_mpi.cpp). Each posts the non-blocking
   // MPI call and returns a Work whose wait() is bounded by the timeout. Arguments are
-  // already checked (comm.cpp).
+  // already checked (comm_collectives.cpp).
   Work mpi_all_reduce(torch::Tensor& t, ReduceOp op);
   Work mpi_all_gather(torch::Tensor& out, const torch::Tensor& in);
   Work mpi_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op);
@@ -284,7 +284,7 @@ class Comm {
   // The CUDA path, one function per NCCL call (comm_nccl.cpp; without CUDA they only
   // throw). async=false: the current stream, no host wait, the watchdog bounds it.
   // async=true: a side stream, and the returned Work waits on its event. Arguments are
-  // already checked (comm.cpp).
+  // already checked (comm_collectives.cpp).
   void nccl_init_world(const Distributed& dist);
   void nccl_split(Comm& sub, int color, int key);
   void nccl_abort();

@@ -513,7 +513,7 @@ picotron_cli_test(cli.bad_profile_range ${EXPECT_FAIL} "error: --profile-steps 4
 picotron_cli_test(cli.bad_profile_steps_alone ${EXPECT_FAIL} "error: --profile-steps needs --profile DIR" -- ${TRAIN} --profile-steps 1:2)
 picotron_cli_test(cli.bad_attention_aten ${EXPECT_FAIL} "error: --attention flash-mma is a kernel of kernels/: it needs --kernels fused" --
   ${TRAIN} --attention flash-mma)
-picotron_cli_test(cli.bad_attention_name ${EXPECT_FAIL} "error: --attention must be sdpa, flash-wmma or flash-mma, got 'flash3'" --
+picotron_cli_test(cli.bad_attention_name ${EXPECT_FAIL} "error: --attention must be sdpa, naive, flash-wmma or flash-mma, got 'flash3'" --
   ${TRAIN} --kernels fused --attention flash3)
 
 # bench/vs_pytorch.sh's GPU mode, its commands printed (no GPU needed): the model shapes come

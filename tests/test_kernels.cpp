@@ -138,7 +138,7 @@ TEST_CASE("kernels: attention reference = causal_attention (GQA), out, lse and g
   CHECK(rel_diff(dq, want[0]) < 1e-10);
   CHECK(rel_diff(dk, want[1]) < 1e-10);
   CHECK(rel_diff(dv, want[2]) < 1e-10);
-  for (const auto rung : {K::FlashRung::kWmma, K::FlashRung::kMma}) {  // on the CPU each rung runs the reference
+  for (const auto rung : {K::FlashRung::kNaive, K::FlashRung::kWmma, K::FlashRung::kMma}) {  // on the CPU each rung runs the reference
     auto got = grads_of(std::get<0>(K::flash_attention(q, k, v, rung)), probe, {q, k, v});
     for (int i = 0; i < 3; ++i) CHECK(rel_diff(got[i], want[i]) < 1e-10);
   }
@@ -170,7 +170,7 @@ TEST_CASE("kernels: the multi-tensor AdamW reference = AdamW::step", "[kernels]"
 TEST_CASE("kernels: a model with --kernels fused (references on the CPU) = the ATen model", "[kernels]") {
   // Each --attention; in fp64 the hand-written rungs (bf16/fp16 only) give way to SDPA,
   // and the summary says so. (The rungs' autograd wiring: the attention case above.)
-  const auto attention = GENERATE(K::Attention::kSdpa, K::Attention::kFlashWmma, K::Attention::kFlashMma);
+  const auto attention = GENERATE(K::Attention::kSdpa, K::Attention::kNaive, K::Attention::kFlashWmma, K::Attention::kFlashMma);
   LlamaConfig c = preset("tiny");
   c.num_hidden_layers = 2;
   LlamaForCausalLM plain(c), fused(c);
@@ -290,23 +290,31 @@ TEST_CASE("kernels on the GPU: cross-entropy and AdamW = their references", "[ke
   }
 }
 
-TEST_CASE("kernels on the GPU: flash attention = the reference (GQA, causal, odd S)", "[kernels][gpu]") {
+TEST_CASE("kernels on the GPU: flash attention (wmma) and rung 0 (naive) = the reference (GQA, causal, odd S)",
+          "[kernels][gpu]") {
   if (!have_gpu()) return;
+  struct Rung {
+    const char* name;
+    decltype(&K::cuda::flash_attention_forward) forward;
+    decltype(&K::cuda::flash_attention_backward) backward;
+  };
+  for (const Rung& rung : {Rung{"wmma", K::cuda::flash_attention_forward, K::cuda::flash_attention_backward},
+                           Rung{"naive", K::cuda::attention_naive_forward, K::cuda::attention_naive_backward}})
   for (auto dt : {torch::kBFloat16, torch::kHalf})
     for (auto [s, nh, nkv, hd] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 2, 1, 64}, {77, 4, 2, 64},
                                   {130, 6, 2, 128}, {1024, 16, 4, 128}})
       for (bool causal : {true, false}) {
-        INFO("flash " << c10::toString(dt) << " S " << s << " nH " << nh << " nKV " << nkv << " Hd " << hd
+        INFO(rung.name << " " << c10::toString(dt) << " S " << s << " nH " << nh << " nKV " << nkv << " Hd " << hd
                       << " causal " << causal);
         auto q = torch::randn({2, nh, s, hd}, on_gpu(dt)), k = torch::randn({2, nkv, s, hd}, on_gpu(dt)),
              v = torch::randn({2, nkv, s, hd}, on_gpu(dt));
         const double scale = 1.0 / std::sqrt(double(hd));
-        auto [o, lse] = K::cuda::flash_attention_forward(q, k, v, scale, causal);
+        auto [o, lse] = rung.forward(q, k, v, scale, causal);
         auto [o_ref, lse_ref] = K::reference::flash_attention_forward(q, k, v, scale, causal);
         CHECK(rel_diff(o, o_ref) < tolerance(dt));
         CHECK(rel_diff(lse, lse_ref) < 1e-3);
         auto dout = torch::randn_like(o);
-        auto [dq, dk, dv] = K::cuda::flash_attention_backward(dout, q, k, v, o, lse, scale, causal);
+        auto [dq, dk, dv] = rung.backward(dout, q, k, v, o, lse, scale, causal);
         auto [dq_ref, dk_ref, dv_ref] = K::reference::flash_attention_backward(dout, q, k, v, o_ref, lse_ref, scale, causal);
         CHECK(rel_diff(dv, dv_ref) < 2 * tolerance(dt));  // P and dS rounded to 16 bits before their products
         if (s == 1) {

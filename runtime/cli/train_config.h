@@ -64,7 +64,7 @@ struct TrainConfig {
   std::string pp_trace;                // write a Chrome trace of every pipeline action here (empty: none)
   std::string kernels = "auto";        // auto | aten | fused: fused CUDA kernels (kernels/README.md); auto = fused on CUDA
   std::string attention = "sdpa";      // --kernels fused: the attention core: sdpa (ATen's fastest, flash/cuDNN) |
-                                       //   flash-wmma | flash-mma (the hand-written FlashAttention-2 ladder, kernels/)
+                                       //   naive | flash-wmma | flash-mma (the hand-written ladder, kernels/)
   std::string recompute = "none";      // none | selective | full: activations recomputed in backward (picotron/recompute.h)
   std::string cp_layout = "zigzag";    // contiguous | zigzag: which tokens each cp rank holds (context_parallel/)
   std::string cp_mode = "ring";        // ring | ulysses | hybrid: how attention meets the other cp ranks' tokens

@@ -13,9 +13,11 @@
 //              4I.e                                       (silu recomputed in the backward)
 //   RoPE       its cos/sin tables only                  the same: nothing to count
 //   attention  SDPA: q, K and V repeated to nH heads,   --attention sdpa: the same core;
-//              out, log-sum-exp: 4nH.Hd.e + nH.a          flash-wmma / flash-mma (bf16/fp16, Hd 64 or 128,
-//                                                         no cp): q, k and v (nKV heads), out, and the
+//              out, log-sum-exp: 4nH.Hd.e + nH.a          naive / flash-wmma / flash-mma (bf16/fp16, Hd 64
+//                                                         or 128, no cp): q, k and v (nKV heads), out, and the
 //                                                         [B, S, nH.Hd] copy o_proj reads: (3nH + 2nKV).Hd.e + nH.a
+//                                                         (naive's S x S buffer, B.nH.S^2.4 bytes while a
+//                                                         forward or backward runs, is not counted)
 //   loss       the log-softmax [T, V] in fp32: V.a      dh [T, H] made in the forward: H.e; dW [V, H]
 //                                                         per micro-batch: V.H.e. No [T, V] tensor kept
 //   its peak   backward: d(log-softmax), d(logits),     forward, inside the chunk loop: dW's fp32 sum
@@ -24,8 +26,8 @@
 //                                                         h_c in fp32 c.H.a, their dh rows c.H.e
 //
 // Under tensor parallelism the loss stays the vocabulary-parallel one (ATen); the final
-// norm is fused either way. Selective recompute keeps the fused norms' x, 1/rms and y (the
-// kernel has nothing to recompute). A mixture of experts keeps its experts' ATen SwiGLU
+// norm is fused either way. Selective recompute wraps the fused norms too (their 1/rms is
+// recomputed): they keep x, and y for the projections. A mixture of experts keeps its experts' ATen SwiGLU
 // (memory_moe.h).
 //
 // Measured (an H100 80GB, torch 2.11.0+cu130, `build/train --device cuda --dtype bf16
@@ -52,7 +54,7 @@ bool auto_means_fused(const TrainConfig& c);
 // The pieces of the run's model that the fused kernels replace.
 struct FusedPieces {
   bool on = false;          // --kernels fused (or auto meaning fused): norms, RoPE, SwiGLU
-  bool hand_flash = false;  // the hand-written flash attention core (--attention flash-wmma | flash-mma)
+  bool hand_flash = false;  // a hand-written attention core (--attention naive | flash-wmma | flash-mma)
   bool loss = false;        // the fused linear + cross-entropy (not under tp: its loss stays)
 };
 FusedPieces fused_pieces(const TrainConfig& c);
