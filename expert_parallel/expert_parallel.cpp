@@ -185,6 +185,7 @@ std::map<std::string, torch::Tensor> DenseAndExperts::weights_by_name() {
 }
 
 std::string DenseAndExperts::summary() const {
+  if (dense_->summary().empty() && experts_->summary().empty()) return "";  // --zero 0: plain AdamW says nothing
   return "dense parameters: " + dense_->summary() + "\nexperts (ep_replicas: the ranks holding the same experts): " +
          experts_->summary();
 }

@@ -24,7 +24,8 @@
 // average every other parameter gets from data parallelism:
 //   g_expert = (1/dp) · sum over its copies = (1/N) · (average over the "expert replica" group)
 // One path, with or without ZeRO: the experts get an optimizer of their own over their
-// replica group (its average: data parallelism's or ZeRO's), after ÷N (DenseAndExperts).
+// replica group, whose average (data parallelism's or ZeRO's) with a ÷N beside it
+// (DenseAndExperts; both linear, so their order does not matter) gives that.
 //
 // Test: ctest -R "equivalence.moe|expert_parallel"; build/tests/unit_tests "[ep]"
 #pragma once

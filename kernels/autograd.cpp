@@ -142,7 +142,8 @@ struct LinearCrossEntropyFn : torch::autograd::Function<LinearCrossEntropyFn> {
   }
 };
 
-// fwd: tiled causal attention, never the S x S scores   bwd: recompute them tile by tile
+// fwd: causal attention, the rung's kernel (the flash rungs never hold the S x S scores; rung 0
+// does)   bwd: the scores recomputed from q, k and lse (tile by tile in the flash rungs)
 struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
   using Forward = decltype(&reference::flash_attention_forward);
   using Backward = decltype(&reference::flash_attention_backward);

@@ -1,8 +1,8 @@
 // kernels/flash_common.cuh — what the FlashAttention-2 forward (flash_attention.cu) and
 // backward (flash_attention_backward.cu) share: the tile sizes, the WMMA fragments, the
 // tile load, one warp's 16-row GEMM on tensor cores, the dtype/head-dim dispatch and the
-// input checks of the launchers; with the mma rung (flash_attention_mma.cu) and rung 0
-// (attention_naive.cu) the backward's host side: its checks, its buffers, the D pre-kernel
+// input checks of the launchers; with the mma rung's backward (flash_attention_mma_backward.cu)
+// and rung 0 (attention_naive.cu) the backward's host side: its checks, its buffers, the D pre-kernel
 // and dQ's conversion.
 // kernels/flash_attention.cu's header explains the tiling.
 #pragma once

@@ -23,7 +23,7 @@ Attention parse_attention(const std::string& name) {
 
 std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype, Attention attention) {
   std::string summary = "kernels: fused RMSNorm, RoPE, SwiGLU";
-  if (model.model->norm) model.model->norm->norm = rms_norm;
+  if (model.model->norm) model.model->norm->norm = kernels::rms_norm;  // (not picotron::rms_norm, ATen's)
   const int64_t hd = model.config.head_dim();
   // The hand-written rungs take bf16/fp16 and Hd 64 or 128; anything else attends through SDPA.
   const bool flash_fits = (dtype == at::kBFloat16 || dtype == at::kHalf) && (hd == 64 || hd == 128);
@@ -33,11 +33,11 @@ std::string use_fused_kernels(LlamaForCausalLMImpl& model, at::ScalarType dtype,
                                                            : FlashRung::kWmma;
   bool replaced = false;  // the default core was found (no technique installed its own)
   for (auto& [index, layer] : model.model->layers->items) {
-    layer->input_layernorm->norm = layer->post_attention_layernorm->norm = rms_norm;
+    layer->input_layernorm->norm = layer->post_attention_layernorm->norm = kernels::rms_norm;
     layer->self_attn->rotate = [](const torch::Tensor& q, const torch::Tensor& k, const RopeTables& t) {
-      return rope(q, k, t.cos, t.sin);  // q and k in one launch, on their [B, S, n, Hd] layout
+      return kernels::rope(q, k, t.cos, t.sin);  // q and k in one launch, on their [B, S, n, Hd] layout
     };
-    if (layer->mlp) layer->mlp->activation = swiglu;  // (a mixture of experts' experts: ATen)
+    if (layer->mlp) layer->mlp->activation = kernels::swiglu;  // (a mixture of experts' experts: ATen)
     using Core = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&);
     const Core* core = layer->self_attn->core.target<Core>();
     if (!core || *core != &causal_attention) continue;  // a technique's core (ring attention) stays

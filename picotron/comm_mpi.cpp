@@ -1,5 +1,5 @@
 // picotron/comm_mpi.cpp — Comm's collectives for CPU tensors: MPI, with a bounded wait.
-// The public entry points (comm.cpp) check the arguments, shortcut groups of one and
+// The public entry points (comm_collectives.cpp) check the arguments, shortcut groups of one and
 // keep the ledger, then call the mpi_* body here (CUDA tensors go to comm_nccl.cpp).
 //
 // Every CPU collective takes the same three steps:
@@ -123,7 +123,7 @@ std::unique_ptr<MpiWork> mpi_work(const char* op, const torch::Tensor& t, int wo
 
 }  // namespace
 
-// ---- collectives (arguments already checked by the entry points in comm.cpp) --------
+// ---- collectives (arguments already checked by the entry points in comm_collectives.cpp)
 
 Work Comm::mpi_all_reduce(torch::Tensor& t, ReduceOp op) {
   torch::Tensor buf = reduction_buffer(t);  // [n]: t itself, or its fp32 copy

@@ -1,6 +1,6 @@
 // picotron/comm_nccl.cpp — Comm's collectives for CUDA tensors: raw NCCL on CUDA streams.
 // Compiled only in CUDA builds (PICOTRON_WITH_CUDA); comm.cpp has the stubs otherwise.
-// The public entry points (comm.cpp) check the arguments, shortcut groups of one and
+// The public entry points (comm_collectives.cpp) check the arguments, shortcut groups of one and
 // keep the ledger, then call the nccl_* body here.
 //
 // Every function has the same shape: choose the stream, make the one NCCL call, return.
@@ -197,7 +197,7 @@ void Comm::nccl_abort() { nccl_->abort(); }
 
 size_t Comm::nccl_pending_sync_ops() const { return nccl_->pending(); }
 
-// ---- collectives (arguments already checked by the entry points in comm.cpp) --------
+// ---- collectives (arguments already checked by the entry points in comm_collectives.cpp)
 
 Work Comm::nccl_all_reduce(torch::Tensor& t, ReduceOp op, bool async) {
   c10::cuda::CUDAGuard guard(t.device());

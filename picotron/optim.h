@@ -90,7 +90,7 @@ using StateReader =
 //   norm = grad_norm(world, here) ; step(lr, clip / loss_scale)
 
 // A technique's sum over its own axis (sequence parallelism's norm gains over tp, a
-// pipeline's tied embedding over its two ends, an expert over its copies), registered once
+// pipeline's tied embedding over its two ends), registered once
 // with add_grad_sum. It is called with the gradients the optimizer holds while it syncs
 // (whole ones; under ZeRO-2/3 this rank's pieces of them, which the ranks of that axis
 // own alike): sums commute with the cp x dp average, so either place gives the same step.

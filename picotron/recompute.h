@@ -41,8 +41,9 @@ std::vector<torch::Tensor> checkpoint_all(
     const std::vector<torch::Tensor>& inputs);
 
 // Install the mode in the model: full wraps its layer runner, selective its attention
-// cores, norms and MLP activations. Call after the other techniques set their slots
-// (the attention core of context parallelism is wrapped as it is) and before ZeRO-3
+// cores, norms and MLP activations. Call after the other techniques and the fused kernels
+// (kernels/use_kernels.cpp) set their slots: it wraps the functions it finds there (context
+// parallelism's attention core, a fused norm), and a slot set later would drop it. Before ZeRO-3
 // attaches (which gathers around the runner).
 void apply_recompute(LlamaForCausalLM& model, Recompute mode);
 

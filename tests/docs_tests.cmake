@@ -55,6 +55,11 @@ endforeach()
 add_test(NAME docs.references COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_references.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(docs.references PROPERTIES LABELS docs TIMEOUT 60
   PASS_REGULAR_EXPRESSION "references ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# tests/check_source_lines.py: every FILE:LINE a page shows (--explain's and the flight
+# recorder's call sites) still holds the line or the function the page shows.
+add_test(NAME docs.source_lines COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_source_lines.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(docs.source_lines PROPERTIES LABELS docs TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "ok: source lines" FAIL_REGULAR_EXPRESSION "FAILED")
 add_test(NAME docs.counts COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_counts.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(docs.counts PROPERTIES LABELS docs TIMEOUT 60
   PASS_REGULAR_EXPRESSION "counts ok" FAIL_REGULAR_EXPRESSION "FAILED")
