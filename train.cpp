@@ -219,7 +219,7 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   if (t.pipeline) {  // the schedule decides the order of the micro-batches' forwards and backwards
     watch.phase(StepPhase::kPipeline);
     Pipeline::Hooks hooks{[&] { t.optimizer.prepare_backward(/*last_micro_batch=*/false); },
-                          [&] { t.optimizer.accumulate_grads(); }};
+                          [&] { t.optimizer.accumulate_grads(); }, {}};
     if (watch.explaining()) hooks.before_action = [&](const std::string& what) { watch.action(what); };
     loss_sum = t.pipeline->run_step(step, loader, t.scaler.scale(), hooks);
   } else {
@@ -276,7 +276,7 @@ Batches make_batches(const TrainConfig& cfg, const DataSources& sources, Mesh& m
                     mesh.coords().dp);
   if (cfg.cp > 1) train.keep_positions(my_tokens);
   print0(mesh.rank(), data_summary(cfg, train));
-  return {train, validation_batches(sources.val, cfg, mesh, my_tokens)};
+  return {train, validation_batches(sources.val, validation_settings(cfg), mesh, my_tokens)};
 }
 
 // What a step adds to its line beside the loss: a mixture of experts' tokens per expert,
@@ -294,7 +294,7 @@ void add_step_figures(StepStats& stats, Trainer& t, const Batches& data, int64_t
 void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool stepped, Comm& world) {
   if (data.val && !stepped)
     print0(world.rank(), validation_line(validation_loss(t.model, t.pipeline, t.mesh, *data.val, t.cfg.eval_batches,
-                                                         t.cfg.grad_acc_steps, t.device), t.cfg));
+                                                         t.cfg.grad_acc_steps, t.device), t.cfg.eval_batches));
   if (t.cfg.comm_report) {
     std::vector<const Comm*> extra = {t.pipeline ? &t.pipeline->embedding_group() : nullptr,
                                       experts ? &experts->ep_group() : nullptr,
@@ -316,7 +316,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   // Building the communicators (MPI_Comm_dup/split, NCCL init) has no timeout of its own: bounded here.
   RendezvousDeadline setup(rank, "building the communicators (the world, then the mesh's groups)", std::chrono::seconds(cfg.timeout_s));
   Comm world = Comm::world(dist, device, std::chrono::seconds(cfg.timeout_s));
-  FlightDump flight(cfg, world);  // every rank's last communications, written on a hang or error (--flight-recorder)
+  FlightDump flight(flight_settings(cfg), world);  // every rank's last communications, written on a hang or error (--flight-recorder)
   Mesh mesh(world, MeshShape{cfg.dp, cfg.pp, cfg.cp, cfg.tp});
   setup.disarm();
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
@@ -335,9 +335,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
 
   // ---- checkpoints (runtime/checkpoint/): resume on any mesh, save what this rank owns; what watches the steps
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
-  const int64_t start_step = start_checkpoints(cfg, end_step, *optimizer, scaler, world, dist);  // --save-dir's lock, --resume
+  Checkpointer checkpoints(checkpoint_settings(cfg), world);  // --save-dir, --save-every, --async-save (runtime/checkpoint/async_save.h)
+  const int64_t start_step = checkpoints.open(end_step, *optimizer, scaler, dist);  // --save-dir's lock, --resume
   const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
-  Checkpointer checkpoints(cfg, world);  // --save-dir, --save-every, --async-save (runtime/checkpoint/async_save.h)
   RunLog log(run_log_settings(cfg), rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
   StepWatch watch(step_watch_settings(cfg), device, explain, profile, log, start_step);  // (refuses a --profile-steps range already passed)
@@ -362,8 +362,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
 
   // ---- the end: reports, and the whole model where something needs it ----------------
   report_end(trainer, data, on_mesh.experts.get(), start_step < end_step, world);
-  save_whole_model(cfg, *optimizer, mesh.shape(), shard_plan_of, world);  // --save-params, --export-hf (runtime/checkpoint/whole_model.h)
-  use_whole_model(cfg, *optimizer, mesh.shape(), shard_plan_of, device, world, data.train);  // samples, --eval, --prompt (runtime/text/generate.h)
+  save_whole_model(whole_model_settings(cfg), *optimizer, mesh.shape(), shard_plan_of, world);  // --save-params, --export-hf (runtime/checkpoint/whole_model.h)
+  use_whole_model(text_settings(cfg), *optimizer, mesh.shape(), shard_plan_of, device, world, data.train);  // samples, --eval, --prompt (runtime/text/generate.h)
   return 0;
 }
 

@@ -28,7 +28,6 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "runtime/cli/train_config.h"
 #include "picotron/distributed.h"
 #include "picotron/flight_recorder.h"
 #include "pipeline_parallel/p2p_program.h"
@@ -99,9 +98,9 @@ int main(int argc, char** argv) {
     std::printf("flight recorder: %.0f ns per entry (issue + waiting + completed, %d entries, ring of 4096)\n", ns, n);
     return 0;
   }
-  TrainConfig cfg;
-  cfg.flight_recorder = argv[2];
-  cfg.flight_dump_at_end = mode == "clean";
+  FlightSettings cfg;
+  cfg.dir = argv[2];
+  cfg.dump_at_end = mode == "clean";
   cfg.timeout_s = argc > 4 && !std::strcmp(argv[3], "--timeout-s") ? std::atoi(argv[4]) : 2;
   Distributed dist(detect_launch(process_environment()));
   try {

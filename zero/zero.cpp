@@ -17,7 +17,7 @@ std::unique_ptr<Zero1Optimizer> make_zero_optimizer(int stage, Comm& group,
     case 2: return std::make_unique<Zero2Optimizer>(std::move(groups), named, opts, plan, here, bucket_mb, offload);
     case 3: return std::make_unique<Zero3Optimizer>(std::move(groups), named, opts, plan, here, offload, model);
   }
-  TORCH_CHECK(false, "--zero ", stage, " does not exist (0, 1, 2 or 3)");
+  throw std::invalid_argument("--zero " + std::to_string(stage) + " does not exist (0, 1, 2 or 3)");
 }
 
 }  // namespace picotron

@@ -50,7 +50,7 @@ Zero3Optimizer::Zero3Optimizer(ZeroGroups groups, const std::vector<std::pair<st
                      /*stage=*/3, unit_ids(named_params)) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : named_params)
-    if (units_.empty() || units_.back().name != zero3_unit(name)) units_.push_back(Unit{zero3_unit(name), Held::kGathered, std::nullopt});
+    if (units_.empty() || units_.back().name != zero3_unit(name)) units_.push_back(Unit{zero3_unit(name), Held::kGathered, std::nullopt, {}});
   // My part of every unit, kept for good; the units themselves come and go.
   shard_param_ = torch::empty({layout_.shard}, bucket_param_.front().options());  // [P_pad / N]
   for (size_t b = 0; b < layout_.buckets.size(); ++b)

@@ -21,12 +21,12 @@ Checkpointer::~Checkpointer() {
 
 void Checkpointer::after_step(int64_t step_done, int64_t end_step, const TrainingCounters& counters,
                               const std::vector<StatePiece>& owned) {
-  if (!cfg_.async_save) {  // in the step: training waits for the whole write
-    if (checkpoint_due(cfg_, step_done, end_step)) save_checkpoint(cfg_, counters, owned, world_);
+  if (!settings_.async) {  // in the step: training waits for the whole write
+    if (checkpoint_due(settings_, step_done, end_step)) save_checkpoint(settings_, counters, owned, world_);
     return;
   }
   if (pending_ && on_every_rank(pending_->done.load(), world_)) complete();  // every rank's file is written
-  if (!checkpoint_due(cfg_, step_done, end_step)) return;
+  if (!checkpoint_due(settings_, step_done, end_step)) return;
   if (pending_) complete();  // the next save waits for the previous one
   start(counters, owned);
 }
@@ -47,7 +47,7 @@ void Checkpointer::start(const TrainingCounters& counters, const std::vector<Sta
     copy.data = piece.data.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();  // [flat_length]
     p.host.push_back(std::move(copy));
   }
-  p.tmp = begin_save(cfg_.save_dir, counters.step, world_);
+  p.tmp = begin_save(settings_.save_dir, counters.step, world_);
   p.stall_s = stall.seconds();
   p.started_s = clock_.seconds();
   p.thread = std::thread([&p, rank = world_.rank(), size = world_.size()] {
@@ -63,7 +63,7 @@ void Checkpointer::complete() {
   const Timer waited;
   p.thread.join();
   const double wait_s = waited.seconds(), written_s = clock_.seconds() - p.started_s;
-  const std::string where = finish_save(cfg_.save_dir, cfg_, p.counters, p.problem, world_);
+  const std::string where = finish_save(settings_.save_dir, settings_, p.counters, p.problem, world_);
   print0(world_.rank(), "saved checkpoint " + where + " (" + human_bytes(double(directory_bytes(where))) + ", " +
                             std::to_string(world_.size()) + " file(s); in the background: the step waited " +
                             seconds_text(p.stall_s) + " for the copy, the write took " + seconds_text(written_s) +

@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "picotron/comm.h"
-#include "runtime/cli/train_config.h"
 #include "picotron/optim.h"
 #include "picotron/utils.h"
 #include "runtime/checkpoint/resume.h"
@@ -35,11 +34,16 @@ namespace picotron {
 
 class Checkpointer {
  public:
-  Checkpointer(const TrainConfig& cfg, Comm& world) : cfg_(cfg), world_(world) {}
+  Checkpointer(CheckpointSettings settings, Comm& world) : settings_(std::move(settings)), world_(world) {}
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
   ~Checkpointer();  // an unwinding run: waits for the write, leaves it unfinished (.tmp)
 
+  // The start of the run, on every rank: rank 0 locks --save-dir, then --resume loads the
+  // checkpoint (start_checkpoints, resume.h). Returns the step to start at: 0 without --resume.
+  int64_t open(int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Distributed& dist) {
+    return start_checkpoints(settings_, end_step, optimizer, scaler, world_, dist);
+  }
   // After step `step_done` (1-based), on every rank: finishes a background write that
   // every rank has ended; saves when --save-every or the end of the run says so
   // (checkpoint_due), in the step or in the background.
@@ -62,7 +66,7 @@ class Checkpointer {
   void start(const TrainingCounters& counters, const std::vector<StatePiece>& owned);
   void complete();  // join, finish_save, the "saved checkpoint" line
 
-  const TrainConfig& cfg_;
+  const CheckpointSettings settings_;
   Comm& world_;
   std::unique_ptr<Pending> pending_;
   Timer clock_;

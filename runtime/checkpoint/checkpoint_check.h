@@ -39,7 +39,7 @@ struct CheckpointReport {
   std::string path;
   TrainingCounters counters;
   int world_size = 0;
-  nlohmann::json config;  // the run's model, schedule and mesh (checkpoint_format::config_json)
+  nlohmann::json config;  // the run's model, schedule and mesh (CheckpointSettings::run, runtime/cli/settings.cpp: run_record)
   std::vector<CheckpointFileReport> files;
   int64_t bytes = 0;  // every file, the manifest included
   bool older_checksums = false;  // FNV-1a with the older offset basis (runtime/checkpoint/safetensors.h)

@@ -16,8 +16,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/cli/train_config.h"
-
 namespace picotron::checkpoint_format {
 
 namespace fs = std::filesystem;
@@ -56,36 +54,6 @@ inline std::vector<int64_t> finished_steps(const fs::path& dir) {
   }
   std::sort(steps.begin(), steps.end());
   return steps;
-}
-
-inline json config_json(const TrainConfig& c) {
-  const LlamaConfig& m = c.llama;
-  return {{"model", c.model},
-          {"hidden_size", m.hidden_size},
-          {"intermediate_size", m.intermediate_size},
-          {"num_hidden_layers", m.num_hidden_layers},
-          {"num_attention_heads", m.num_attention_heads},
-          {"num_key_value_heads", m.num_key_value_heads},
-          {"vocab_size", m.vocab_size},
-          {"rope_theta", m.rope_theta},
-          {"max_position_embeddings", m.max_position_embeddings},
-          {"rms_norm_eps", m.rms_norm_eps},
-          {"tie_word_embeddings", m.tie_word_embeddings},
-          {"num_local_experts", m.num_local_experts},
-          {"num_experts_per_tok", m.num_experts_per_tok},
-          {"dtype", precision_name(c.dtype)},
-          {"steps", c.steps},
-          {"lr", c.lr},
-          {"warmup_steps", c.warmup_steps},
-          {"min_lr", c.min_lr},
-          {"weight_decay", c.weight_decay},
-          {"beta1", c.beta1},
-          {"beta2", c.beta2},
-          {"seed", c.seed},
-          {"data", c.data},
-          {"seq_len", c.seq_len},
-          {"global_batch_rows", c.micro_batch_size * c.grad_acc_steps * c.dp},
-          {"mesh", {{"dp", c.dp}, {"tp", c.tp}, {"pp", c.pp}, {"cp", c.cp}, {"zero", c.zero}}}};
 }
 
 }  // namespace picotron::checkpoint_format

@@ -15,7 +15,6 @@
 #include "picotron/init.h"
 #include "picotron/output_file.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -61,119 +60,147 @@ std::map<std::string, std::string> weight_files(const fs::path& dir) {
 
 }  // namespace
 
-std::vector<std::string> apply_hf_config(TrainConfig& cfg) {
-  std::vector<std::string> problems;
-  const fs::path path = fs::path(cfg.init_from) / "config.json";
-  json j;
-  try {
-    j = read_json(path);
-  } catch (const std::exception& e) {
-    return {"--init-from " + cfg.init_from + ": " + e.what()};
-  }
-  const std::string where = path.string();
-  if (!j.is_object()) return {where + ": not a JSON object (a Hugging Face config.json is {\"hidden_size\": ...})"};
+namespace {
+
+// A size in config.json: a positive integer (a float such as 1e30 would overflow int64, a 0
+// would be blamed on a flag nobody gave); `fallback` when the field is absent.
+int64_t size_field(const json& j, const char* field, std::optional<int64_t> fallback = std::nullopt) {
+  if (!j.contains(field) && fallback) return *fallback;
+  if (!j.contains(field)) throw std::runtime_error(std::string(field) + " is missing");
+  const json& v = j.at(field);
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+    throw std::runtime_error(std::string(field) + " must be a positive integer, got " + v.dump());
+  return v.get<int64_t>();
+}
+
+// A real in config.json: positive and finite, named as config.json's.
+double positive_field(const json& j, const char* field, double fallback) {
+  if (!j.contains(field) || j.at(field).is_null()) return fallback;
+  const json& v = j.at(field);
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
+    throw std::runtime_error(std::string(field) + " must be a positive number, got " + v.dump());
+  return v.get<double>();
+}
+
+// What this model is not: another architecture, another activation, scaled RoPE, biases.
+void check_architecture(const json& j, const std::string& where, bool mixtral, std::vector<std::string>& problems) {
+  const std::string type = j.value("model_type", "llama");
+  if (type != "llama" && !mixtral) problems.push_back(where + ": model_type '" + type + "' is neither llama nor mixtral");
+  if (mixtral && j.contains("architectures") &&
+      !(j.at("architectures").is_array() && j.at("architectures").size() == 1 &&
+        j.at("architectures")[0] == "MixtralForCausalLM"))
+    problems.push_back(where + ": model_type mixtral with architectures " + j.at("architectures").dump() +
+                       " (expected [\"MixtralForCausalLM\"])");
+  if (j.value("hidden_act", "silu") != "silu")
+    problems.push_back(where + ": hidden_act '" + j.value("hidden_act", "") + "' (this model is SwiGLU: silu)");
+  if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
+    problems.push_back(where + ": rope_scaling is not supported (plain RoPE only)");
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (j.value(bias, false)) problems.push_back(where + ": " + bias + " is true (this model has no biases)");
+}
+
+// Mixtral's fields: E experts per layer, top-k routing, the load-balancing loss's weight.
+void read_mixtral_fields(const json& j, const std::string& where, int64_t seq_len, LlamaConfig& m,
+                         std::vector<std::string>& problems) {
+  m.num_local_experts = size_field(j, "num_local_experts", int64_t(8));
+  m.num_experts_per_tok = size_field(j, "num_experts_per_tok", int64_t(2));
+  const json coef = j.value("router_aux_loss_coef", json(0.001));
+  if (!coef.is_number() || !std::isfinite(coef.get<double>()) || coef.get<double>() < 0)
+    throw std::runtime_error("router_aux_loss_coef must be a number >= 0, got " + coef.dump());
+  m.router_aux_loss_coef = coef.get<double>();
+  // Attention here is causal over the whole sequence: a sliding window shorter than
+  // it would let transformers' model see less than ours does.
+  const json window = j.value("sliding_window", json(nullptr));
+  if (!window.is_null() && (!window.is_number_integer() || window.get<int64_t>() < seq_len))
+    problems.push_back(where + ": sliding_window " + window.dump() + " is shorter than --seq-len " +
+                       std::to_string(seq_len) + " (attention here sees the whole sequence: use null or >= it)");
+  // Jitter multiplies the router's input by noise in training: not this model's math.
+  const json jitter = j.value("router_jitter_noise", json(0.0));
+  if (!jitter.is_number() || jitter.get<double>() != 0)
+    problems.push_back(where + ": router_jitter_noise " + jitter.dump() + " (only 0 is supported: no noise on the router)");
+}
+
+// LLaMA or Mixtral (a LLaMA whose MLPs are mixtures of experts, expert_parallel/moe.h). A
+// field config.json leaves out takes the default of transformers' own config class
+// (LlamaConfig's, MixtralConfig's). Throws on the first size or real that is not one.
+LlamaConfig parse_hf_config(const json& j, const std::string& where, int64_t seq_len, std::vector<std::string>& problems) {
+  const bool mixtral = j.value("model_type", "llama") == "mixtral";
+  check_architecture(j, where, mixtral, problems);
   LlamaConfig m;
-  try {
-    // LLaMA or Mixtral (a LLaMA whose MLPs are mixtures of experts, expert_parallel/moe.h). A
-    // field config.json leaves out takes the default of transformers' own config class.
-    const std::string type = j.value("model_type", "llama");
-    const bool mixtral = type == "mixtral";
-    if (type != "llama" && !mixtral)
-      problems.push_back(where + ": model_type '" + type + "' is neither llama nor mixtral");
-    if (mixtral && j.contains("architectures") &&
-        !(j.at("architectures").is_array() && j.at("architectures").size() == 1 &&
-          j.at("architectures")[0] == "MixtralForCausalLM"))
-      problems.push_back(where + ": model_type mixtral with architectures " + j.at("architectures").dump() +
-                         " (expected [\"MixtralForCausalLM\"])");
-    if (j.value("hidden_act", "silu") != "silu")
-      problems.push_back(where + ": hidden_act '" + j.value("hidden_act", "") + "' (this model is SwiGLU: silu)");
-    if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null())
-      problems.push_back(where + ": rope_scaling is not supported (plain RoPE only)");
-    for (const char* bias : {"attention_bias", "mlp_bias"})
-      if (j.value(bias, false)) problems.push_back(where + ": " + bias + " is true (this model has no biases)");
-    // Sizes: positive integers (a float such as 1e30 would overflow int64, a 0 would be
-    // blamed on a flag nobody gave).
-    const auto size = [&](const char* field, std::optional<int64_t> fallback = std::nullopt) -> int64_t {
-      if (!j.contains(field) && fallback) return *fallback;
-      if (!j.contains(field)) throw std::runtime_error(std::string(field) + " is missing");
-      const json& v = j.at(field);
-      if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-        throw std::runtime_error(std::string(field) + " must be a positive integer, got " + v.dump());
-      return v.get<int64_t>();
-    };
-    m.hidden_size = size("hidden_size");
-    m.intermediate_size = size("intermediate_size");
-    m.num_hidden_layers = size("num_hidden_layers");
-    m.num_attention_heads = size("num_attention_heads");
-    m.num_key_value_heads = size("num_key_value_heads", m.num_attention_heads);
-    m.vocab_size = size("vocab_size");
-    // Reals: positive and finite, named as config.json's (not blamed on a flag nobody gave).
-    const auto positive = [&](const char* field, double fallback) -> double {
-      if (!j.contains(field) || j.at(field).is_null()) return fallback;
-      const json& v = j.at(field);
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
-        throw std::runtime_error(std::string(field) + " must be a positive number, got " + v.dump());
-      return v.get<double>();
-    };
-    // transformers' defaults: LlamaConfig's, MixtralConfig's.
-    m.rope_theta = positive("rope_theta", mixtral ? 1e6 : 10000.0);
-    m.max_position_embeddings = size("max_position_embeddings", mixtral ? int64_t(4096 * 32) : int64_t(2048));
-    m.rms_norm_eps = positive("rms_norm_eps", mixtral ? 1e-5 : 1e-6);
-    m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // the default of both
-    if (mixtral) {  // E experts per layer, top-k routing, the load-balancing loss's weight
-      m.num_local_experts = size("num_local_experts", int64_t(8));
-      m.num_experts_per_tok = size("num_experts_per_tok", int64_t(2));
-      const json coef = j.value("router_aux_loss_coef", json(0.001));
-      if (!coef.is_number() || !std::isfinite(coef.get<double>()) || coef.get<double>() < 0)
-        throw std::runtime_error("router_aux_loss_coef must be a number >= 0, got " + coef.dump());
-      m.router_aux_loss_coef = coef.get<double>();
-      // Attention here is causal over the whole sequence: a sliding window shorter than
-      // it would let transformers' model see less than ours does.
-      const json window = j.value("sliding_window", json(nullptr));
-      if (!window.is_null() && (!window.is_number_integer() || window.get<int64_t>() < cfg.seq_len))
-        problems.push_back(where + ": sliding_window " + window.dump() + " is shorter than --seq-len " +
-                           std::to_string(cfg.seq_len) + " (attention here sees the whole sequence: use null or >= it)");
-      // Jitter multiplies the router's input by noise in training: not this model's math.
-      const json jitter = j.value("router_jitter_noise", json(0.0));
-      if (!jitter.is_number() || jitter.get<double>() != 0)
-        problems.push_back(where + ": router_jitter_noise " + jitter.dump() + " (only 0 is supported: no noise on the router)");
-    }
-    if (j.contains("head_dim") && !j.at("head_dim").is_null() &&
-        j.at("head_dim").get<int64_t>() * m.num_attention_heads != m.hidden_size)
-      problems.push_back(where + ": head_dim " + j.at("head_dim").dump() + " is not hidden_size / num_attention_heads");
-  } catch (const std::exception& e) {
-    problems.push_back(where + ": " + std::string(e.what()).substr(0, 160));
-    return problems;
-  }
-  // A shape flag given on the command line must agree with the folder's config.
-  const LlamaConfig& flags = cfg.llama;
+  m.hidden_size = size_field(j, "hidden_size");
+  m.intermediate_size = size_field(j, "intermediate_size");
+  m.num_hidden_layers = size_field(j, "num_hidden_layers");
+  m.num_attention_heads = size_field(j, "num_attention_heads");
+  m.num_key_value_heads = size_field(j, "num_key_value_heads", m.num_attention_heads);
+  m.vocab_size = size_field(j, "vocab_size");
+  m.rope_theta = positive_field(j, "rope_theta", mixtral ? 1e6 : 10000.0);
+  m.max_position_embeddings = size_field(j, "max_position_embeddings", mixtral ? int64_t(4096 * 32) : int64_t(2048));
+  m.rms_norm_eps = positive_field(j, "rms_norm_eps", mixtral ? 1e-5 : 1e-6);
+  m.tie_word_embeddings = j.value("tie_word_embeddings", false);  // the default of both
+  if (mixtral) read_mixtral_fields(j, where, seq_len, m, problems);
+  if (j.contains("head_dim") && !j.at("head_dim").is_null() &&
+      j.at("head_dim").get<int64_t>() * m.num_attention_heads != m.hidden_size)
+    problems.push_back(where + ": head_dim " + j.at("head_dim").dump() + " is not hidden_size / num_attention_heads");
+  return m;
+}
+
+// A shape flag given on the command line must agree with the folder's config.
+void check_shape_flags(const HfShapeFlags& flags, const LlamaConfig& m, const std::string& where,
+                       std::vector<std::string>& problems) {
   auto check = [&](const char* flag, const char* field, auto given, auto theirs) {
-    for (const auto& f : cfg.shape_flags)
+    for (const auto& f : flags.given)
       if (f == flag && given != theirs) {
         std::ostringstream o;
         o << "--" << flag << " " << given << " disagrees with " << where << " (" << field << " " << theirs << ")";
         problems.push_back(o.str());
       }
   };
-  check("hidden-size", "hidden_size", flags.hidden_size, m.hidden_size);
-  check("intermediate-size", "intermediate_size", flags.intermediate_size, m.intermediate_size);
-  check("num-hidden-layers", "num_hidden_layers", flags.num_hidden_layers, m.num_hidden_layers);
-  check("num-attention-heads", "num_attention_heads", flags.num_attention_heads, m.num_attention_heads);
-  check("num-key-value-heads", "num_key_value_heads", flags.num_key_value_heads, m.num_key_value_heads);
-  check("vocab-size", "vocab_size", flags.vocab_size, m.vocab_size);
-  check("rope-theta", "rope_theta", flags.rope_theta, m.rope_theta);
-  check("max-position-embeddings", "max_position_embeddings", flags.max_position_embeddings, m.max_position_embeddings);
-  check("rms-norm-eps", "rms_norm_eps", flags.rms_norm_eps, m.rms_norm_eps);
-  check("tie-word-embeddings", "tie_word_embeddings", flags.tie_word_embeddings, m.tie_word_embeddings);
-  check("num-local-experts", "num_local_experts", flags.num_local_experts, m.num_local_experts);
-  check("num-experts-per-tok", "num_experts_per_tok", flags.num_experts_per_tok, m.num_experts_per_tok);
-  check("router-aux-loss-coef", "router_aux_loss_coef", flags.router_aux_loss_coef, m.router_aux_loss_coef);
-  for (const auto& f : cfg.shape_flags)
-    if (f == "model") problems.push_back("--model " + cfg.model + " and --init-from " + cfg.init_from +
-                                         " both give the model's shape: use one");
-  cfg.llama = m;
-  cfg.model = fs::path(cfg.init_from).filename().string();
-  return problems;
+  const LlamaConfig& v = flags.values;
+  check("hidden-size", "hidden_size", v.hidden_size, m.hidden_size);
+  check("intermediate-size", "intermediate_size", v.intermediate_size, m.intermediate_size);
+  check("num-hidden-layers", "num_hidden_layers", v.num_hidden_layers, m.num_hidden_layers);
+  check("num-attention-heads", "num_attention_heads", v.num_attention_heads, m.num_attention_heads);
+  check("num-key-value-heads", "num_key_value_heads", v.num_key_value_heads, m.num_key_value_heads);
+  check("vocab-size", "vocab_size", v.vocab_size, m.vocab_size);
+  check("rope-theta", "rope_theta", v.rope_theta, m.rope_theta);
+  check("max-position-embeddings", "max_position_embeddings", v.max_position_embeddings, m.max_position_embeddings);
+  check("rms-norm-eps", "rms_norm_eps", v.rms_norm_eps, m.rms_norm_eps);
+  check("tie-word-embeddings", "tie_word_embeddings", v.tie_word_embeddings, m.tie_word_embeddings);
+  check("num-local-experts", "num_local_experts", v.num_local_experts, m.num_local_experts);
+  check("num-experts-per-tok", "num_experts_per_tok", v.num_experts_per_tok, m.num_experts_per_tok);
+  check("router-aux-loss-coef", "router_aux_loss_coef", v.router_aux_loss_coef, m.router_aux_loss_coef);
+  for (const auto& f : flags.given)
+    if (f == "model")
+      problems.push_back("--model " + flags.preset + " and --init-from " + flags.dir + " both give the model's shape: use one");
+}
+
+}  // namespace
+
+HfShape read_hf_config(const HfShapeFlags& flags) {
+  HfShape out;
+  const fs::path path = fs::path(flags.dir) / "config.json";
+  json j;
+  try {
+    j = read_json(path);
+  } catch (const std::exception& e) {
+    out.problems = {"--init-from " + flags.dir + ": " + e.what()};
+    return out;
+  }
+  const std::string where = path.string();
+  if (!j.is_object()) {
+    out.problems = {where + ": not a JSON object (a Hugging Face config.json is {\"hidden_size\": ...})"};
+    return out;
+  }
+  LlamaConfig m;
+  try {
+    m = parse_hf_config(j, where, flags.seq_len, out.problems);
+  } catch (const std::exception& e) {
+    out.problems.push_back(where + ": " + std::string(e.what()).substr(0, 160));
+    return out;
+  }
+  check_shape_flags(flags, m, where, out.problems);
+  out.model = m;
+  return out;
 }
 
 void load_hf_weights(const std::string& dir, torch::nn::Module& model, const ShardPlan& plan, const LlamaConfig& c) {

@@ -23,20 +23,32 @@
 //                      loss and one training step)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/cli/train_config.h"
 #include "picotron/shard.h"
 
 namespace picotron {
 
-// Reads DIR/config.json into cfg.llama. Returns the problems, one line each (missing or
-// corrupt file, an architecture this model is not, a shape flag that disagrees).
-std::vector<std::string> apply_hf_config(TrainConfig& cfg);
+// What --init-from's config.json is read against: the run's flags about the shape.
+struct HfShapeFlags {
+  std::string dir;  // --init-from DIR
+  int64_t seq_len = 0;  // --seq-len: a Mixtral sliding window must cover it
+  std::vector<std::string> given;  // the shape flags on the command line ("model": --model)
+  LlamaConfig values;  // the shape those flags (and the preset) describe
+  std::string preset;  // --model's value
+};
+struct HfShape {
+  std::optional<LlamaConfig> model;  // DIR/config.json's shape, when the file could be read
+  std::vector<std::string> problems;  // one line each: a missing or corrupt file, an architecture
+                                      // this model is not, a shape flag that disagrees
+};
+// Reads and checks DIR/config.json (the start-up's resolve_config puts its shape into the run's config).
+HfShape read_hf_config(const HfShapeFlags& flags);
 
 // Copies every parameter of `plan` (its slice of the full tensor) from DIR's safetensors
 // into `model`, converting the dtype. Throws one line naming the file and tensor: a

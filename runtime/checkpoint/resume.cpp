@@ -21,7 +21,6 @@
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "picotron/output_file.h"
 #include "picotron/utils.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -110,7 +109,7 @@ std::string write_rank_file(const std::string& tmp, int64_t step, int rank, int 
 
 // 3. every rank says whether it wrote its file (collective); rank 0 writes the manifest
 //    from every file's pieces, then renames: the checkpoint exists, whole, or not at all.
-std::string finish_save(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
+std::string finish_save(const std::string& dir, const CheckpointSettings& settings, const TrainingCounters& counters,
                         const std::string& write_problem, Comm& world) {
   const int rank = world.rank();
   const fs::path final_dir = fs::path(dir) / step_name(counters.step);
@@ -127,7 +126,7 @@ std::string finish_save(const std::string& dir, const TrainConfig& cfg, const Tr
                        {"loss_scale", counters.loss_scale},
                        {"loss_scale_clean_steps", counters.loss_scale_clean_steps},
                        {"world_size", world.size()},
-                       {"config", config_json(cfg)},
+                       {"config", settings.run},
                        {"files", json::array()},
                        {"tensors", json::object()}};
       for (int r = 0; r < world.size(); ++r) {
@@ -151,7 +150,7 @@ std::string finish_save(const std::string& dir, const TrainConfig& cfg, const Tr
       fs::rename(tmp, final_dir);
       // keep the newest --keep-checkpoints; unfinished saves of earlier steps go too
       const auto steps = finished_steps(dir);
-      for (size_t i = 0; i + size_t(cfg.keep_checkpoints) < steps.size(); ++i)
+      for (size_t i = 0; i + size_t(settings.keep) < steps.size(); ++i)
         remove_tree(fs::path(dir) / step_name(steps[i]));
       std::vector<fs::path> unfinished;  // (collected first: removing while iterating is undefined)
       for (const auto& entry : fs::directory_iterator(dir)) {
@@ -170,11 +169,11 @@ std::string finish_save(const std::string& dir, const TrainConfig& cfg, const Tr
   return final_dir.string();
 }
 
-std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
-                            const std::vector<StatePiece>& owned, Comm& world) {
+std::string save_checkpoint(const std::string& dir, const CheckpointSettings& settings,
+                            const TrainingCounters& counters, const std::vector<StatePiece>& owned, Comm& world) {
   const std::string tmp = begin_save(dir, counters.step, world);
   const std::string problem = write_rank_file(tmp, counters.step, world.rank(), world.size(), owned);
-  return finish_save(dir, cfg, counters, problem, world);
+  return finish_save(dir, settings, counters, problem, world);
 }
 
 int64_t directory_bytes(const std::string& dir) {
@@ -204,15 +203,15 @@ int lock_save_dir(const std::string& dir) {
   return fd;
 }
 
-bool checkpoint_due(const TrainConfig& cfg, int64_t step_done, int64_t end_step) {
-  if (cfg.save_dir.empty()) return false;
-  return (cfg.save_every > 0 && step_done % cfg.save_every == 0) || step_done == end_step;
+bool checkpoint_due(const CheckpointSettings& settings, int64_t step_done, int64_t end_step) {
+  if (settings.save_dir.empty()) return false;
+  return (settings.save_every > 0 && step_done % settings.save_every == 0) || step_done == end_step;
 }
 
-void save_checkpoint(const TrainConfig& cfg, const TrainingCounters& counters, const std::vector<StatePiece>& owned,
-                     Comm& world) {
+void save_checkpoint(const CheckpointSettings& settings, const TrainingCounters& counters,
+                     const std::vector<StatePiece>& owned, Comm& world) {
   const Timer clock;
-  const std::string where = save_checkpoint(cfg.save_dir, cfg, counters, owned, world);
+  const std::string where = save_checkpoint(settings.save_dir, settings, counters, owned, world);
   print0(world.rank(), "saved checkpoint " + where + " (" + human_bytes(double(directory_bytes(where))) + ", " +
                            std::to_string(world.size()) + " file(s), " + seconds_text(clock.seconds()) + ")");
 }

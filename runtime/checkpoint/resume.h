@@ -33,7 +33,6 @@
 #include <torch/torch.h>
 
 #include "picotron/comm.h"
-#include "runtime/cli/train_config.h"
 #include "picotron/optim.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "picotron/shard.h"
@@ -41,6 +40,19 @@
 namespace picotron {
 
 class Distributed;
+
+// What the checkpoints read of the run's flags, cut from them in runtime/cli/settings.h.
+struct CheckpointSettings {
+  std::string save_dir;  // --save-dir ("": no checkpoints)
+  int64_t save_every = 0;  // --save-every (0: only the run's last step)
+  int keep = 2;  // --keep-checkpoints: the newest K are kept
+  bool async = false;  // --async-save (runtime/checkpoint/async_save.h)
+  std::string resume;  // --resume
+  int64_t steps = 0;  // --steps, for "resumed from ...: step N of M"
+  // The run's model, schedule and mesh (runtime/cli/settings.h: run_record), written into
+  // each manifest as "config" and compared with it on --resume.
+  nlohmann::json run;
+};
 
 // What a checkpoint carries besides tensors.
 struct TrainingCounters {
@@ -53,8 +65,8 @@ struct TrainingCounters {
 // Writes D/step-NNNNNN atomically (collective over `world`): every rank its file into
 // step-NNNNNN.tmp, then rank 0 the manifest, the rename, and the pruning to the newest
 // `keep`. Returns the checkpoint's path. Throws one line on failure.
-std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
-                            const std::vector<StatePiece>& owned, Comm& world);
+std::string save_checkpoint(const std::string& dir, const CheckpointSettings& settings,
+                            const TrainingCounters& counters, const std::vector<StatePiece>& owned, Comm& world);
 
 // save_checkpoint's three phases, so that the middle one can run in the background
 // (runtime/checkpoint/async_save.h): begin_save (collective) makes D/step-NNNNNN.tmp and returns it;
@@ -64,20 +76,20 @@ std::string save_checkpoint(const std::string& dir, const TrainConfig& cfg, cons
 std::string begin_save(const std::string& dir, int64_t step, Comm& world);
 std::string write_rank_file(const std::string& tmp, int64_t step, int rank, int world_size,
                             const std::vector<StatePiece>& owned);
-std::string finish_save(const std::string& dir, const TrainConfig& cfg, const TrainingCounters& counters,
+std::string finish_save(const std::string& dir, const CheckpointSettings& settings, const TrainingCounters& counters,
                         const std::string& write_problem, Comm& world);
 
 // --save-dir: whether the step just done (1-based) is saved: every --save-every steps,
 // and the run's last.
-bool checkpoint_due(const TrainConfig& cfg, int64_t step_done, int64_t end_step);
+bool checkpoint_due(const CheckpointSettings& settings, int64_t step_done, int64_t end_step);
 // --save-dir D: rank 0 holds an exclusive lock on D/.picotron-lock (flock) for the whole
 // run, so a second run saving into D at the same time stops at start with one line
 // naming the first one's pid, instead of the two pruning each other's checkpoints.
 // Returns the lock's file descriptor (kept open until the process ends).
 int lock_save_dir(const std::string& dir);
 // save_checkpoint into --save-dir, then rank 0 prints where, its size and the time taken.
-void save_checkpoint(const TrainConfig& cfg, const TrainingCounters& counters, const std::vector<StatePiece>& owned,
-                     Comm& world);
+void save_checkpoint(const CheckpointSettings& settings, const TrainingCounters& counters,
+                     const std::vector<StatePiece>& owned, Comm& world);
 
 // The bytes of the files in a directory (a checkpoint's size).
 int64_t directory_bytes(const std::string& dir);
@@ -103,8 +115,8 @@ class CheckpointReader {
   // (length < 0: the whole box), in the stored dtype, on the CPU.
   torch::Tensor read(const std::string& key, const ShardRecord& record, int64_t first = 0, int64_t length = -1);
   // Problems that stop a resume (a different model shape), and warnings (a different
-  // schedule or batch): one line each.
-  std::vector<std::string> incompatibilities(const TrainConfig& cfg, std::vector<std::string>* warnings) const;
+  // schedule or batch), against the run's record (CheckpointSettings::run): one line each.
+  std::vector<std::string> incompatibilities(const nlohmann::json& run, std::vector<std::string>* warnings) const;
 
  private:
   std::string dir_;
@@ -125,13 +137,13 @@ void load_state(CheckpointReader& reader, Optimizer& optimizer);
 // rank's pieces and the loss scale. Any rank's problem (a missing or corrupt file, another
 // model, nothing left to train) stops every rank with its line, together (exit 2).
 // Returns the step to start at.
-int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Comm& world,
+int64_t resume_run(const CheckpointSettings& settings, int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Comm& world,
                    Distributed& dist);
 
 // The start of a run's checkpoints: rank 0 locks --save-dir (lock_save_dir), then
 // --resume loads the checkpoint (resume_run). Returns the step to start at: 0 without
 // --resume.
-int64_t start_checkpoints(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler,
+int64_t start_checkpoints(const CheckpointSettings& settings, int64_t end_step, Optimizer& optimizer, LossScaler& scaler,
                           Comm& world, Distributed& dist);
 
 }  // namespace picotron

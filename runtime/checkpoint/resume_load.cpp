@@ -12,7 +12,6 @@
 #include "picotron/distributed.h"
 #include "picotron/output_file.h"
 #include "picotron/utils.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -154,8 +153,8 @@ torch::Tensor CheckpointReader::read(const std::string& key, const ShardRecord& 
   return flat_box(cached_);
 }
 
-std::vector<std::string> CheckpointReader::incompatibilities(const TrainConfig& cfg, std::vector<std::string>* warnings) const {
-  const json have = config(), want = config_json(cfg);
+std::vector<std::string> CheckpointReader::incompatibilities(const json& want, std::vector<std::string>* warnings) const {
+  const json& have = config();
   std::vector<std::string> problems;
   for (const char* field : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                             "num_key_value_heads", "vocab_size", "tie_word_embeddings", "rope_theta", "rms_norm_eps",
@@ -182,7 +181,7 @@ void load_state(CheckpointReader& reader, Optimizer& optimizer) {
 // --resume: every rank checks the whole checkpoint (checkpoint_check.h), then loads its
 // pieces; any rank's problem (a missing or corrupt file, a different model) stops every
 // rank with its line, together, before any step. Returns the step to start at.
-int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Comm& world,
+int64_t resume_run(const CheckpointSettings& settings, int64_t end_step, Optimizer& optimizer, LossScaler& scaler, Comm& world,
                    Distributed& dist) {
   const Timer clock;
   std::string problem, where;
@@ -197,9 +196,9 @@ int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimize
   std::unique_ptr<CheckpointReader> reader;
   double check_seconds = 0;
   try {  // 1. the checkpoint against the flags, and every file against the manifest
-    where = resolve_checkpoint(cfg.resume);
+    where = resolve_checkpoint(settings.resume);
     reader = std::make_unique<CheckpointReader>(where);
-    const auto bad = reader->incompatibilities(cfg, &warnings);
+    const auto bad = reader->incompatibilities(settings.run, &warnings);
     for (const auto& b : bad) problem += (problem.empty() ? "" : "; ") + b;
     counters = reader->counters();
     if (problem.empty() && counters.step >= end_step)
@@ -221,17 +220,17 @@ int64_t resume_run(const TrainConfig& cfg, int64_t end_step, Optimizer& optimize
   scaler.restore(counters.loss_scale, int(counters.loss_scale_clean_steps));
   if (dist.rank() == 0) {
     for (const auto& w : warnings) std::cout << w << std::endl;
-    std::cout << "resumed from " << where << ": step " << counters.step << " of " << cfg.steps << " ("
+    std::cout << "resumed from " << where << ": step " << counters.step << " of " << settings.steps << " ("
               << seconds_text(clock.seconds()) << ", of which checking every file " << seconds_text(check_seconds) << ")"
               << std::endl;
   }
   return counters.step;
 }
 
-int64_t start_checkpoints(const TrainConfig& cfg, int64_t end_step, Optimizer& optimizer, LossScaler& scaler,
-                          Comm& world, Distributed& dist) {
-  if (!cfg.save_dir.empty() && world.rank() == 0) lock_save_dir(cfg.save_dir);  // one run per --save-dir at a time
-  return cfg.resume.empty() ? 0 : resume_run(cfg, end_step, optimizer, scaler, world, dist);
+int64_t start_checkpoints(const CheckpointSettings& settings, int64_t end_step, Optimizer& optimizer,
+                          LossScaler& scaler, Comm& world, Distributed& dist) {
+  if (!settings.save_dir.empty() && world.rank() == 0) lock_save_dir(settings.save_dir);  // one run per --save-dir at a time
+  return settings.resume.empty() ? 0 : resume_run(settings, end_step, optimizer, scaler, world, dist);
 }
 
 }  // namespace picotron

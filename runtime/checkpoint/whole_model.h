@@ -8,14 +8,20 @@
 // Test: ctest -R equivalence (every case compares --save-params files); ctest -R hf_
 #pragma once
 
-#include "runtime/cli/train_config.h"
 #include "picotron/optim.h"
 #include "runtime/checkpoint/checkpoint.h"
 
 namespace picotron {
 
+// What the end of a run's files read of the run's flags (cut from them in runtime/cli/settings.h).
+struct WholeModelSettings {
+  LlamaConfig llama;  // the model whose shards are gathered
+  std::string save_params;  // --save-params F ("": none)
+  std::string export_hf;  // --export-hf DIR ("": none)
+};
+
 // Collective over `world` when either flag is given; a no-op otherwise.
-void save_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+void save_whole_model(const WholeModelSettings& settings, Optimizer& optimizer, const MeshShape& shape,
                       const ShardPlanOf& shard_plan_of, Comm& world);
 
 }  // namespace picotron

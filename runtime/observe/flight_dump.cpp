@@ -12,7 +12,6 @@
 #include <iostream>
 
 #include "picotron/flight_recorder.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -29,16 +28,11 @@ extern "C" void on_signal(int sig) {  // async-signal-safe: one write(2)
 }
 }  // namespace
 
-std::string flight_dir(const TrainConfig& cfg) {
-  if (cfg.flight_recorder == "off") return "";
-  if (!cfg.flight_recorder.empty()) return cfg.flight_recorder;
-  return cfg.save_dir.empty() ? "flight" : cfg.save_dir + "/flight";
-}
-
-FlightDump::FlightDump(const TrainConfig& cfg, Comm& world) : rank_(world.rank()), at_end_(cfg.flight_dump_at_end) {
-  const std::string dir = flight_dir(cfg);
+FlightDump::FlightDump(const FlightSettings& settings, Comm& world)
+    : rank_(world.rank()), at_end_(settings.dump_at_end) {
+  const std::string& dir = settings.dir;
   if (dir.empty()) return;
-  recorder_ = std::make_shared<FlightRecorder>(world.rank(), world.size(), cfg.flight_entries, cfg.timeout_s);
+  recorder_ = std::make_shared<FlightRecorder>(world.rank(), world.size(), settings.entries, settings.timeout_s);
   std::error_code ignored;  // absolute: the timeout line's path works from any directory
   const std::filesystem::path absolute = std::filesystem::absolute(dir, ignored);
   recorder_->set_dump_dir(absolute.empty() ? dir : absolute.lexically_normal().string());

@@ -28,20 +28,24 @@
 #include <thread>
 
 #include "picotron/comm.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
 class FlightRecorder;
 
-// --flight-recorder as a directory ("" when off).
-std::string flight_dir(const TrainConfig& cfg);
+// What the flight recorder reads of the run's flags (cut from them in runtime/cli/settings.h).
+struct FlightSettings {
+  std::string dir;  // --flight-recorder, else <--save-dir>/flight, else flight/ ("": off, --flight-recorder off)
+  int64_t entries = 4096;  // --flight-entries: the communications each rank keeps
+  int64_t timeout_s = 0;  // --timeout-s: a call older than this is named as the one waiting
+  bool dump_at_end = false;  // --flight-dump-at-end: write the files after a run that went well too
+};
 
 class FlightDump {
  public:
   // Gives `world` a recorder (the groups split from it later record too) and starts
   // watching for SIGTERM / SIGINT. Off: does nothing.
-  FlightDump(const TrainConfig& cfg, Comm& world);
+  FlightDump(const FlightSettings& settings, Comm& world);
   FlightDump(const FlightDump&) = delete;
   FlightDump& operator=(const FlightDump&) = delete;
   ~FlightDump();  // unwinding an error, or --flight-dump-at-end: writes the file

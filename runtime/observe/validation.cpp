@@ -4,26 +4,27 @@
 #include <cmath>
 
 #include "picotron/utils.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
-std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source, const TrainConfig& cfg,
-                                              Mesh& mesh, const std::vector<int64_t>& cp_positions) {
+std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source,
+                                              const ValidationSettings& settings, Mesh& mesh,
+                                              const std::vector<int64_t>& cp_positions) {
   if (!source) return std::nullopt;
+  const ValidationSettings& s = settings;
   std::optional<BatchLoader> val;
-  val.emplace(source, cfg.seed, cfg.seq_len, cfg.micro_batch_size, cfg.grad_acc_steps, mesh.shape().dp, mesh.coords().dp);
-  if (cfg.cp > 1) val->keep_positions(cp_positions);
-  print0(mesh.world().rank(), "validation: " + source->describe() + "; " + std::to_string(cfg.eval_batches) +
+  val.emplace(source, s.seed, s.seq_len, s.micro_batch_size, s.grad_acc_steps, mesh.shape().dp, mesh.coords().dp);
+  if (mesh.shape().cp > 1) val->keep_positions(cp_positions);
+  print0(mesh.world().rank(), "validation: " + source->describe() + "; " + std::to_string(s.batches) +
                                   " global batches, " +
-                                  (cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) + " steps and " : "") +
+                                  (s.every > 0 ? "every " + std::to_string(s.every) + " steps and " : "") +
                                   "after the last step");
   return val;
 }
 
-std::string validation_line(double loss, const TrainConfig& cfg) {
+std::string validation_line(double loss, int64_t batches) {
   return "validation loss " + std::to_string(loss) + " (perplexity " + std::to_string(std::exp(loss)) + ") over " +
-         std::to_string(cfg.eval_batches) + " global batches";
+         std::to_string(batches) + " global batches";
 }
 
 double validation_loss(LlamaForCausalLM& model, Pipeline* pipeline, Mesh& mesh, const BatchLoader& val,

@@ -17,7 +17,6 @@
 
 #include <torch/torch.h>
 
-#include "runtime/cli/train_config.h"
 #include "picotron/data.h"
 #include "picotron/mesh.h"
 #include "picotron/model.h"
@@ -25,13 +24,24 @@
 
 namespace picotron {
 
+// What --val-data's loss reads of the run's flags (cut from them in runtime/cli/settings.h).
+struct ValidationSettings {
+  int64_t every = 0;  // --eval-every (0: after the last step only)
+  int64_t batches = 4;  // --eval-batches: the same K global batches each time
+  uint64_t seed = 0;  // --seed, --seq-len, --micro-batch-size, --grad-acc-steps: the batches
+  int64_t seq_len = 0;  //   are cut as the training batches are
+  int64_t micro_batch_size = 0;
+  int64_t grad_acc_steps = 0;
+};
+
 // The validation batches of this rank: --val-data's global batches cut as the training
 // batches are (dp rank, micro-batches; cp: this rank's positions `cp_positions`), or
 // nothing without --val-data. Rank 0 says what and how often.
-std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source, const TrainConfig& cfg,
-                                              Mesh& mesh, const std::vector<int64_t>& cp_positions);
+std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source,
+                                              const ValidationSettings& settings, Mesh& mesh,
+                                              const std::vector<int64_t>& cp_positions);
 // "validation loss 4.7 (perplexity 110) over K global batches": --steps 0's report.
-std::string validation_line(double loss, const TrainConfig& cfg);
+std::string validation_line(double loss, int64_t batches);
 // `pipeline`: null unless pp > 1. Collective over the world.
 double validation_loss(LlamaForCausalLM& model, Pipeline* pipeline, Mesh& mesh, const BatchLoader& val,
                        int64_t batches, int64_t grad_acc_steps, torch::Device device);

@@ -279,9 +279,9 @@ std::string blame_config_json(const std::string& problem, const std::string& ini
 namespace {
 // `part`'s changes to the config, read off its printed fields (config_fields) before and after.
 std::vector<std::string> changes_by(const TrainConfig& cfg, const std::string& why, const std::function<void()>& part) {
-  const auto before = config_fields(RunConfig{cfg});
+  const auto before = config_fields(RunConfig{cfg, {}});
   part();
-  const auto after = config_fields(RunConfig{cfg});
+  const auto after = config_fields(RunConfig{cfg, {}});
   std::vector<std::string> changes;
   for (size_t i = 0; i < before.size() && i < after.size(); ++i)
     if (before[i].second != after[i].second)
@@ -292,11 +292,20 @@ std::vector<std::string> changes_by(const TrainConfig& cfg, const std::string& w
 
 ResolvedConfig resolve_config(RunConfig& cfg) {
   ResolvedConfig r;
-  if (!cfg.init_from.empty())  // the shape comes from its config.json (which the problems name)
-    r.changes = changes_by(cfg, "config.json", [&] { r.problems = apply_hf_config(cfg); });
+  const auto shape_from_hf = [&] {  // --init-from: the shape comes from its config.json (which the problems name)
+    const HfShape hf = read_hf_config({cfg.init_from, cfg.seq_len, cfg.shape_flags, cfg.llama, cfg.model});
+    r.problems = hf.problems;
+    if (!hf.model) return;
+    cfg.llama = *hf.model;
+    cfg.model = std::filesystem::path(cfg.init_from).filename().string();
+  };
+  const auto vocab_from_tokenizer = [&] {  // V follows the data (runtime/text/tokenizer.h)
+    const bool vocab_given = std::count(cfg.shape_flags.begin(), cfg.shape_flags.end(), "vocab-size") > 0;
+    r.problems = apply_tokenizer({cfg.tokenizer, cfg.data, cfg.init_from, vocab_given, cfg.tp}, cfg.llama);
+  };
+  if (!cfg.init_from.empty()) r.changes = changes_by(cfg, "config.json", shape_from_hf);
   if (!r.problems.empty()) return r;
-  for (auto& c : changes_by(cfg, "the tokenizer", [&] { r.problems = apply_tokenizer(cfg); }))  // V follows the data
-    r.changes.push_back(c);
+  for (auto& c : changes_by(cfg, "the tokenizer", vocab_from_tokenizer)) r.changes.push_back(c);
   return r;
 }
 

@@ -18,7 +18,6 @@
 
 #include "picotron/data.h"
 #include "picotron/utils.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -81,37 +80,37 @@ std::string one_line(std::string text) {  // a sample on one line: newlines and 
 }
 }  // namespace
 
-bool prints_samples(const TrainConfig& cfg) {
-  return cfg.generate > 0 && (cfg.data == "arithmetic" || cfg.llama.vocab_size <= 256 || !cfg.tokenizer.empty());
+bool prints_samples(const TextSettings& settings) {
+  return settings.generate > 0 && (settings.data == "arithmetic" || settings.llama.vocab_size <= 256 || !settings.tokenizer.empty());
 }
 
-void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader) {
+void print_samples(LlamaForCausalLM& model, const TextSettings& settings, const BatchLoader& loader) {
   model->eval();
-  if (cfg.data == "arithmetic") {
-    const auto report = evaluate_arithmetic(model, /*total=*/100, cfg.generate, cfg.seed + 1);
+  if (settings.data == "arithmetic") {
+    const auto report = evaluate_arithmetic(model, /*total=*/100, settings.generate, settings.seed + 1);
     std::cout << "samples (greedy):\n";
     for (const auto& e : report.examples) std::cout << "  " << e << "\n";
     std::cout << "arithmetic accuracy: " << report.correct << "/" << report.total << " problems answered exactly"
               << std::endl;
-  } else if (!cfg.tokenizer.empty()) {  // text through the tokenizer: [prompt] continuation
-    const Tokenizer tok = Tokenizer::load(cfg.tokenizer);
-    std::cout << "samples (temperature 0.8, " << cfg.tokenizer << "):\n";
-    for (int i = 0; i < cfg.generate; ++i) {
-      const int64_t n = std::min<int64_t>(8, cfg.seq_len);
-      const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
+  } else if (!settings.tokenizer.empty()) {  // text through the tokenizer: [prompt] continuation
+    const Tokenizer tok = Tokenizer::load(settings.tokenizer);
+    std::cout << "samples (temperature 0.8, " << settings.tokenizer << "):\n";
+    for (int i = 0; i < settings.generate; ++i) {
+      const int64_t n = std::min<int64_t>(8, settings.seq_len);
+      const auto prompt = loader.micro_batch(settings.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
       std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + n);
-      const auto out = continue_tokens(model, p, 48, -1, 0.8, cfg.seed + i);
+      const auto out = continue_tokens(model, p, 48, -1, 0.8, settings.seed + i);
       std::cout << "  [" << one_line(tok.decode(p)) << "] " << one_line(tok.decode(out)) << "\n";
     }
     std::cout << std::flush;
-  } else if (cfg.llama.vocab_size <= 256) {
+  } else if (settings.llama.vocab_size <= 256) {
     std::cout << "samples (temperature 0.8):\n";
-    for (int i = 0; i < cfg.generate; ++i) {
-      const int64_t n = std::min<int64_t>(8, cfg.seq_len);
+    for (int i = 0; i < settings.generate; ++i) {
+      const int64_t n = std::min<int64_t>(8, settings.seq_len);
       // A prompt from rows no step trained on (step index past the last one).
-      const auto prompt = loader.micro_batch(cfg.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
+      const auto prompt = loader.micro_batch(settings.steps + i, 0, 0).inputs[0].narrow(0, 0, n).contiguous();
       std::vector<int64_t> p(prompt.data_ptr<int64_t>(), prompt.data_ptr<int64_t>() + n);
-      const auto out = continue_tokens(model, p, 64, -1, 0.8, cfg.seed + i);
+      const auto out = continue_tokens(model, p, 64, -1, 0.8, settings.seed + i);
       std::cout << "  [" << bytes_to_text(p) << "] " << bytes_to_text(out) << "\n";
     }
     std::cout << std::flush;
@@ -197,20 +196,20 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
   }
 }
 
-void use_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+void use_whole_model(const TextSettings& settings, Optimizer& optimizer, const MeshShape& shape,
                      const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader) {
-  if (!prints_samples(cfg) && cfg.eval.empty() && cfg.prompt_ids.empty() && cfg.prompt.empty()) return;
-  const auto dtype = scalar_type(cfg.dtype);
-  const auto full = gather_full_tensors(optimizer.weights_by_name(), cfg.llama, shape, shard_plan_of, dtype, world);
+  if (!prints_samples(settings) && settings.eval.empty() && settings.prompt_ids.empty() && settings.prompt.empty()) return;
+  const auto dtype = scalar_type(settings.dtype);
+  const auto full = gather_full_tensors(optimizer.weights_by_name(), settings.llama, shape, shard_plan_of, dtype, world);
   if (world.rank() != 0) return;
   const auto opts = torch::TensorOptions().device(device).dtype(dtype);
-  LlamaForCausalLM whole(cfg.llama, replicated_plan(cfg.llama), opts);
-  add_experts(*whole, replicated_plan(cfg.llama), opts);  // a mixture of experts' blocks (none otherwise)
+  LlamaForCausalLM whole(settings.llama, replicated_plan(settings.llama), opts);
+  add_experts(*whole, replicated_plan(settings.llama), opts);  // a mixture of experts' blocks (none otherwise)
   load_parameters(*whole, full);
-  if (!cfg.eval.empty()) print_eval(whole, cfg.eval, cfg.eval_logits);
-  if (!cfg.prompt_ids.empty()) print_continuation(whole, cfg.prompt_ids, cfg.generate);
-  else if (!cfg.prompt.empty()) print_text_continuation(whole, cfg.tokenizer, cfg.prompt, cfg.generate);
-  else if (prints_samples(cfg)) print_samples(whole, cfg, loader);
+  if (!settings.eval.empty()) print_eval(whole, settings.eval, settings.eval_logits);
+  if (!settings.prompt_ids.empty()) print_continuation(whole, settings.prompt_ids, settings.generate);
+  else if (!settings.prompt.empty()) print_text_continuation(whole, settings.tokenizer, settings.prompt, settings.generate);
+  else if (prints_samples(settings)) print_samples(whole, settings, loader);
 }
 
 }  // namespace picotron

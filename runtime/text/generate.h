@@ -17,7 +17,6 @@
 #include "picotron/model.h"
 #include "picotron/optim.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -35,6 +34,21 @@ struct ArithmeticReport {
 // how many answers the model has learned, not generalisation to unseen sums.
 ArithmeticReport evaluate_arithmetic(LlamaForCausalLM& model, int total, int num_examples, uint64_t seed);
 
+// What the end of a run's text reads of the run's flags (cut from them in runtime/cli/settings.h).
+struct TextSettings {
+  LlamaConfig llama;  // the model, rebuilt whole on rank 0
+  Precision dtype = Precision::kFP32;  // --dtype: its weights
+  int generate = 4;  // --generate N: samples, or the new tokens of --prompt / --prompt-ids
+  std::string data;  // --data ("arithmetic": the answers are checked)
+  std::string tokenizer;  // --tokenizer: samples and --prompt as text
+  int64_t seq_len = 0;  // --seq-len, --steps: a sample's prompt is the first min(8, S) tokens
+  int64_t steps = 0;  //   of a row no step trained on (step index --steps + i)
+  uint64_t seed = 0;  // --seed: the samples' draws
+  std::string eval, eval_logits;  // --eval, --eval-logits
+  std::vector<int64_t> prompt_ids;  // --prompt-ids
+  std::string prompt;  // --prompt
+};
+
 // Byte tokens -> printable text (non-printable bytes as \xNN, newlines as "\n").
 std::string bytes_to_text(const std::vector<int64_t>& tokens);
 
@@ -43,10 +57,10 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens);
 //   --tokenizer: N continuations of prompts from the data, as text (runtime/text/tokenizer.h);
 //   other byte-level data (V <= 256): N continuations of prompts from the data;
 //   larger vocabularies without a tokenizer: nothing.
-void print_samples(LlamaForCausalLM& model, const TrainConfig& cfg, const BatchLoader& loader);
-// Whether print_samples prints anything for this config (decided before gathering a
+void print_samples(LlamaForCausalLM& model, const TextSettings& settings, const BatchLoader& loader);
+// Whether print_samples prints anything for these settings (decided before gathering a
 // whole model onto rank 0 for it). Pure: every rank gets the same answer.
-bool prints_samples(const TrainConfig& cfg);
+bool prints_samples(const TextSettings& settings);
 // --prompt-ids: "prompt ids: 1 2 3 -> 4 5 6" (greedy, `max_new` tokens; and the bytes when
 // the vocabulary is bytes). Ids in, ids out (--prompt with --tokenizer takes text).
 void print_continuation(LlamaForCausalLM& model, const std::vector<int64_t>& prompt, int64_t max_new);
@@ -62,7 +76,7 @@ void print_eval(LlamaForCausalLM& model, const std::string& path, const std::str
 // The end of a run: samples, --eval, --prompt / --prompt-ids from a whole model on rank
 // 0 (its weights gathered from every rank's shards, whatever the mesh trained). Collective
 // over `world` when any of them is asked for; a no-op otherwise.
-void use_whole_model(const TrainConfig& cfg, Optimizer& optimizer, const MeshShape& shape,
+void use_whole_model(const TextSettings& settings, Optimizer& optimizer, const MeshShape& shape,
                      const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader);
 
 }  // namespace picotron

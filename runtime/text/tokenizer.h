@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/cli/train_config.h"
+#include "picotron/config.h"
 
 namespace picotron {
 
@@ -67,11 +67,18 @@ inline int64_t padded_vocab(int64_t entries, int tp) {
   return (entries + multiple - 1) / multiple * multiple;
 }
 
-// --tokenizer DIR, or a manifest.json (scripts/prepare_data.py) in or just above the
-// --data folder: the vocabulary follows the data. Without --vocab-size or --init-from,
-// cfg's vocab_size becomes padded_vocab(the tokenizer's entries, tp); with them, a
-// tokenizer larger than the model's vocabulary is a problem. One line each.
-std::vector<std::string> apply_tokenizer(TrainConfig& cfg);
+// What the vocabulary's size is resolved from (the start-up's resolve_config fills it).
+struct VocabFlags {
+  std::string tokenizer;  // --tokenizer DIR
+  std::string data;  // --data: a manifest.json (scripts/prepare_data.py) in or just above its folder
+  std::string init_from;  // --init-from: its config.json fixed the vocabulary
+  bool vocab_size_given = false;  // --vocab-size fixed it
+  int tp = 1;  // --tp: the padding is a multiple of it
+};
+// --tokenizer DIR, or the manifest beside --data: the vocabulary follows the data. Unless
+// --vocab-size or --init-from fixed it, `llama.vocab_size` becomes padded_vocab(the
+// tokenizer's entries, tp); when fixed, a tokenizer larger than it is a problem. One line each.
+std::vector<std::string> apply_tokenizer(const VocabFlags& flags, LlamaConfig& llama);
 
 // GPT-2's map from a byte to a printable character (as UTF-8), and back.
 const std::vector<std::string>& byte_to_char();

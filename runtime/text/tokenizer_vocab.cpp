@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "picotron/output_file.h"
-#include "runtime/cli/train_config.h"
 
 namespace picotron {
 
@@ -32,13 +31,13 @@ std::string find_manifest(const std::string& data) {
 // The vocabulary follows the data: --tokenizer, or the manifest beside --data. Without
 // --vocab-size or --init-from, V is the tokenizer's rounded up (padded_vocab); with them,
 // a tokenizer larger than V is one line.
-std::vector<std::string> apply_tokenizer(TrainConfig& cfg) {
-  std::string source = cfg.tokenizer;
+std::vector<std::string> apply_tokenizer(const VocabFlags& flags, LlamaConfig& llama) {
+  std::string source = flags.tokenizer;
   int64_t entries = 0;
   try {
-    if (!cfg.tokenizer.empty()) {
-      entries = Tokenizer::load(cfg.tokenizer).vocab_size();
-    } else if (source = find_manifest(cfg.data); !source.empty()) {
+    if (!flags.tokenizer.empty()) {
+      entries = Tokenizer::load(flags.tokenizer).vocab_size();
+    } else if (source = find_manifest(flags.data); !source.empty()) {
       std::ifstream in = open_input_file("manifest " + source, source);
       const json manifest = parse_json(in, source);
       if (!manifest.contains("vocab_size") || !manifest["vocab_size"].is_number_integer() || manifest["vocab_size"] <= 0)
@@ -50,12 +49,11 @@ std::vector<std::string> apply_tokenizer(TrainConfig& cfg) {
   } catch (const std::exception& e) {
     return {std::string(e.what()).substr(0, std::string(e.what()).find('\n'))};
   }
-  const bool fixed = !cfg.init_from.empty() ||
-                     std::find(cfg.shape_flags.begin(), cfg.shape_flags.end(), "vocab-size") != cfg.shape_flags.end();
-  if (!fixed) cfg.llama.vocab_size = padded_vocab(entries, cfg.tp);
-  else if (entries > cfg.llama.vocab_size)
+  const bool fixed = !flags.init_from.empty() || flags.vocab_size_given;
+  if (!fixed) llama.vocab_size = padded_vocab(entries, flags.tp);
+  else if (entries > llama.vocab_size)
     return {source + ": the tokenizer has " + std::to_string(entries) + " entries but the model's vocab_size is " +
-            std::to_string(cfg.llama.vocab_size) + (cfg.init_from.empty() ? " (--vocab-size)" : " (" + cfg.init_from + ")")};
+            std::to_string(llama.vocab_size) + (flags.init_from.empty() ? " (--vocab-size)" : " (" + flags.init_from + ")")};
   return {};
 }
 
