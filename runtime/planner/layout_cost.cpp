@@ -128,86 +128,56 @@ int64_t busiest_pipeline_sends(const TrainConfig& c) {
   return sends;
 }
 
-StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu, int64_t pipeline_sends) {
+namespace {
+
+// What every term of the step time shares: a micro-batch's tokens per rank and their work.
+struct StepShape {
+  double T = 0;  // tokens per micro-batch per rank
+  double micro = 0;  // micro-batches per step
+  double e = 0, a = 0;  // bytes of a weight / activation element, of a gradient (fp32, fp64)
+  double share = 0, rate = 0;  // tokens' work per GPU; FLOP/s sustained
+  double F_attention = 0;  // the attention core's FLOPs per token
+  double forward_per_micro = 0, backward_per_micro = 0;  // seconds of compute
+  bool full = false, selective = false;  // --recompute
+};
+
+// ---- context parallelism: ring (k, v round the cp group, hidden behind the attention),
+// ulysses (all-to-alls before and after the attention, which waits for them), or both ----
+double cp_time(const TrainConfig& c, const Hardware& hw, const StepShape& w) {
+  if (c.cp == 1) return 0;
   const LlamaConfig& m = c.llama;
-  const int N = c.dp * c.tp * c.pp * c.cp;
-  const double e = element_bytes(c), a = c.dtype == Precision::kFP64 ? 8 : 4;
-  const double micro = double(c.grad_acc_steps);
-  const double T = double(c.micro_batch_size) * double(c.seq_len) / c.cp;  // tokens per micro-batch per rank
+  const double L = double(m.num_hidden_layers), T = w.T, e = w.e, micro = w.micro;
+  const bool full = w.full, selective = w.selective;
+  double time = 0;
+  const CpMode mode = parse_cp_mode(c.cp_mode);
+  const int U = cp_ulysses_size(mode, c.cp, c.cp_ulysses), R = c.cp / U;  // all-to-all group, ring
+  const double layers = L / c.pp, hd = double(m.head_dim());
+  const double heads = double(m.num_attention_heads) / c.tp;
+  const int64_t kv_heads = m.num_key_value_heads / c.tp;
+  const double f = double(U / std::gcd(kv_heads, int64_t(U)));  // GQA: kv heads repeated until U divides them
+  const double kv = f * double(kv_heads);
+  if (U > 1) {  // q, k, v out and o back, forward; their gradients backward; the core's forward again
+    const double passes = full || selective ? 3 : 2;
+    const double elements = passes * ring(U) * T * hd * (2 * heads + 2 * kv);
+    time += layers * micro * elements * e / link(spans_nodes(c.tp, U, hw), hw);
+  }
+  if (R > 1) {  // the ring over R ranks, on U·T tokens of kv/U heads
+    const double block = 2 * (U * T) * (kv / U) * hd * e;  // k and v
+    const double sends = (3.0 * R - 2) + (full ? R - 1 : 0);
+    const double comm = layers * micro * sends * block / link(cp_crosses_nodes(c, hw), hw);
+    const double attention = w.share * (w.F_attention + (full || selective ? w.F_attention / 3 : 0)) / w.rate;
+    time += std::max(0.0, comm - attention);
+  }
+  return time;
+}
+
+// ---- data parallelism / ZeRO over cp x dp (HSDP: over the shard group of n ranks, then
+// the replicas' all-reduce of the slices) ----
+double dp_time(const TrainConfig& c, const Hardware& hw, const StepShape& w, double params_per_gpu) {
+  const LlamaConfig& m = c.llama;
   const double H = double(m.hidden_size), L = double(m.num_hidden_layers);
-  const bool full = c.recompute == "full", selective = c.recompute == "selective";
-
-  // ---- compute: 1/3 forward, 2/3 backward; recompute adds forward work to the backward ----
-  // A mixture of experts under tp keeps its experts whole (tensor_parallel.cpp): without sp
-  // every tp rank runs them on all its tokens, tp times the experts' 6 k 3HI L per token.
-  const double F_experts = m.is_moe() ? 18.0 * double(m.num_experts_per_tok) * H * double(m.intermediate_size) * L : 0;
-  const double F = model_flops_per_token(c) + (c.tp > 1 && !c.sp ? (c.tp - 1) * F_experts : 0);
-  const double F_attention = model_flops_per_token(c) - flops_per_token(m, 0);  // 12 L H S
-  const double R = full ? F / 3 : selective ? F_attention / 3 : 0;
-  const double rate = hw.peak_flops * compute_efficiency(c);  // FLOP/s sustained
-  const double share = tokens_per_step(c) / N;                 // tokens' work per GPU
-  StepTime t;
-  t.compute = share * (F + R) / rate * pipeline_imbalance(c);  // the pipeline runs at its busiest stage's pace
-  const double forward = share * F / 3 / rate;
-  const double backward_per_micro = (t.compute - forward) / micro;
-  const double forward_per_micro = forward / micro;
-
-  // ---- pipeline bubble (schedules.h's formula, in units of this rank's compute) ----
-  if (c.pp > 1)
-    t.bubble = bubble_formula(parse_schedule(c.pp_schedule), c.pp, int(c.grad_acc_steps), c.pp_virtual_stages) *
-               t.compute;
-
-  // ---- tensor parallelism: all-reduces of [T, H] on the critical path ----
-  if (c.tp > 1) {
-    const double layers = L / c.pp;
-    const double passes = full ? 3 : 2;  // forward, backward (+ the recomputed forward)
-    const double blocks = m.is_moe() ? 1 : 2;  // attention and MLP; a MoE block has no f/g
-    const double elements = passes * (blocks * layers + 1) * T * H * micro;
-    t.tp = 2 * ring(c.tp) * elements * e / link(tp_crosses_nodes(c, hw), hw);
-  }
-
-  // ---- context parallelism: ring (k, v round the cp group, hidden behind the attention),
-  // ulysses (all-to-alls before and after the attention, which waits for them), or both ----
-  if (c.cp > 1) {
-    const CpMode mode = parse_cp_mode(c.cp_mode);
-    const int U = cp_ulysses_size(mode, c.cp, c.cp_ulysses), R = c.cp / U;  // all-to-all group, ring
-    const double layers = L / c.pp, hd = double(m.head_dim());
-    const double heads = double(m.num_attention_heads) / c.tp;
-    const int64_t kv_heads = m.num_key_value_heads / c.tp;
-    const double f = double(U / std::gcd(kv_heads, int64_t(U)));  // GQA: kv heads repeated until U divides them
-    const double kv = f * double(kv_heads);
-    if (U > 1) {  // q, k, v out and o back, forward; their gradients backward; the core's forward again
-      const double passes = full || selective ? 3 : 2;
-      const double elements = passes * ring(U) * T * hd * (2 * heads + 2 * kv);
-      t.cp += layers * micro * elements * e / link(spans_nodes(c.tp, U, hw), hw);
-    }
-    if (R > 1) {  // the ring over R ranks, on U·T tokens of kv/U heads
-      const double block = 2 * (U * T) * (kv / U) * hd * e;  // k and v
-      const double sends = (3.0 * R - 2) + (full ? R - 1 : 0);
-      const double comm = layers * micro * sends * block / link(cp_crosses_nodes(c, hw), hw);
-      const double attention = share * (F_attention + (full || selective ? F_attention / 3 : 0)) / rate;
-      t.cp += std::max(0.0, comm - attention);
-    }
-  }
-
-  // ---- pipeline: activations and their gradients between stages ----
-  if (c.pp > 1) {
-    const int64_t sends = pipeline_sends >= 0 ? pipeline_sends : busiest_pipeline_sends(c);
-    const double tensor = T * H * e / (c.sp ? c.tp : 1);
-    const double bw = link(pp_crosses_nodes(c, hw), hw);
-    t.pp = double(sends) * tensor / bw;
-    if (m.tie_word_embeddings)  // dL/dE summed between the first and the last stage
-      t.pp += 2 * ring(2) * double(m.vocab_size) / c.tp * H * a / bw;
-  }
-
-  // ---- expert parallelism: the tokens' all-to-alls to their experts and back ----
-  t.ep = expert_all_to_all_time(c, hw);
-
-  // ---- ZeRO-Offload: the optimizer step on the CPU ----
-  t.offload = offload_time(c, params_per_gpu);
-
-  // ---- data parallelism / ZeRO over cp x dp (HSDP: over the shard group of n ranks, then
-  // the replicas' all-reduce of the slices) ----
+  const double e = w.e, a = w.a, micro = w.micro;
+  double time = 0;
   const int n = c.zero > 0 ? zero_shard_ranks(c) : c.dp * c.cp;
   const int replicas = c.dp * c.cp / n;
   const double experts = m.is_moe() && c.ep > 1 ? L / c.pp * double(m.num_local_experts) / c.ep * 3 * H * double(m.intermediate_size)
@@ -223,22 +193,83 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
     const double gather_back =
         c.zero_hpz > 0 ? ring(c.zero_hpz * c.cp) * P * e / link(dp_block_crosses_nodes(c, hw, c.zero_hpz), hw) : gather;
     if (c.zero == 0) {
-      t.dp = std::max(bucket, 2 * reduce_scatter - backward_per_micro);
+      time = std::max(bucket, 2 * reduce_scatter - w.backward_per_micro);
     } else if (c.zero == 1) {
-      t.dp = reduce_scatter + gather;
+      time = reduce_scatter + gather;
     } else if (c.zero == 2) {
-      t.dp = micro * std::max(bucket, reduce_scatter - backward_per_micro) + gather;
+      time = micro * std::max(bucket, reduce_scatter - w.backward_per_micro) + gather;
     } else {
       const double unit = gather / std::max(1.0, L / c.pp);  // one layer's gather, never hidden
       const double unit_back = gather_back / std::max(1.0, L / c.pp);
-      t.dp = micro * (std::max(unit, gather - forward_per_micro) +
-                      std::max(unit_back, gather_back + reduce_scatter - backward_per_micro));
+      time = micro * (std::max(unit, gather - w.forward_per_micro) +
+                      std::max(unit_back, gather_back + reduce_scatter - w.backward_per_micro));
     }
   }
   if (replicas > 1) {  // HSDP: my fp32 slice all-reduced over the replicas once per step, after the backward
     const double slice = (params_per_gpu - experts) / n + (experts > 0 ? experts / (n / c.ep) : 0);
-    t.dp += 2 * ring(replicas) * slice * a / link(dp_crosses_nodes(c, hw), hw);
+    time += 2 * ring(replicas) * slice * a / link(dp_crosses_nodes(c, hw), hw);
   }
+  return time;
+}
+
+}  // namespace
+
+StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_per_gpu, int64_t pipeline_sends) {
+  const LlamaConfig& m = c.llama;
+  const int N = c.dp * c.tp * c.pp * c.cp;
+  StepShape w;
+  w.e = element_bytes(c), w.a = c.dtype == Precision::kFP64 ? 8 : 4;
+  w.micro = double(c.grad_acc_steps);
+  w.T = double(c.micro_batch_size) * double(c.seq_len) / c.cp;  // tokens per micro-batch per rank
+  const double H = double(m.hidden_size), L = double(m.num_hidden_layers);
+  w.full = c.recompute == "full", w.selective = c.recompute == "selective";
+
+  // ---- compute: 1/3 forward, 2/3 backward; recompute adds forward work to the backward ----
+  // A mixture of experts under tp keeps its experts whole (tensor_parallel.cpp): without sp
+  // every tp rank runs them on all its tokens, tp times the experts' 6 k 3HI L per token.
+  const double F_experts = m.is_moe() ? 18.0 * double(m.num_experts_per_tok) * H * double(m.intermediate_size) * L : 0;
+  const double F = model_flops_per_token(c) + (c.tp > 1 && !c.sp ? (c.tp - 1) * F_experts : 0);
+  w.F_attention = model_flops_per_token(c) - flops_per_token(m, 0);  // 12 L H S
+  const double R = w.full ? F / 3 : w.selective ? w.F_attention / 3 : 0;
+  w.rate = hw.peak_flops * compute_efficiency(c);  // FLOP/s sustained
+  w.share = tokens_per_step(c) / N;                 // tokens' work per GPU
+  StepTime t;
+  t.compute = w.share * (F + R) / w.rate * pipeline_imbalance(c);  // the pipeline runs at its busiest stage's pace
+  const double forward = w.share * F / 3 / w.rate;
+  w.backward_per_micro = (t.compute - forward) / w.micro;
+  w.forward_per_micro = forward / w.micro;
+
+  // ---- pipeline bubble (schedules.h's formula, in units of this rank's compute) ----
+  if (c.pp > 1)
+    t.bubble = bubble_formula(parse_schedule(c.pp_schedule), c.pp, int(c.grad_acc_steps), c.pp_virtual_stages) *
+               t.compute;
+
+  // ---- tensor parallelism: all-reduces of [T, H] on the critical path ----
+  if (c.tp > 1) {
+    const double layers = L / c.pp;
+    const double passes = w.full ? 3 : 2;  // forward, backward (+ the recomputed forward)
+    const double blocks = m.is_moe() ? 1 : 2;  // attention and MLP; a MoE block has no f/g
+    const double elements = passes * (blocks * layers + 1) * w.T * H * w.micro;
+    t.tp = 2 * ring(c.tp) * elements * w.e / link(tp_crosses_nodes(c, hw), hw);
+  }
+  t.cp = cp_time(c, hw, w);
+
+  // ---- pipeline: activations and their gradients between stages ----
+  if (c.pp > 1) {
+    const int64_t sends = pipeline_sends >= 0 ? pipeline_sends : busiest_pipeline_sends(c);
+    const double tensor = w.T * H * w.e / (c.sp ? c.tp : 1);
+    const double bw = link(pp_crosses_nodes(c, hw), hw);
+    t.pp = double(sends) * tensor / bw;
+    if (m.tie_word_embeddings)  // dL/dE summed between the first and the last stage
+      t.pp += 2 * ring(2) * double(m.vocab_size) / c.tp * H * w.a / bw;
+  }
+
+  // ---- expert parallelism: the tokens' all-to-alls to their experts and back ----
+  t.ep = expert_all_to_all_time(c, hw);
+
+  // ---- ZeRO-Offload: the optimizer step on the CPU ----
+  t.offload = offload_time(c, params_per_gpu);
+  t.dp = dp_time(c, hw, w, params_per_gpu);
   return t;
 }
 

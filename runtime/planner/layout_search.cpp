@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -194,6 +195,71 @@ int complexity(const RunConfig& c) {
   return axes + c.zero + (c.zero_shard > 0) + recompute + schedule + c.sp + kernels + 2 * c.zero_offload;
 }
 
+namespace {
+
+// Every layout of `gpus` GPUs the search walks: tp x pp x cp x dp = gpus, sp (with tp > 1),
+// ZeRO 0-3 (where there is a cp x dp group to shard over: `group`), recompute, each
+// schedule of pp, each ep dividing the experts. The cp mode is ring here: the fastest is
+// chosen with the time (predict_time).
+void for_each_layout(const RunConfig& base, int gpus, const std::function<void(const RunConfig&, bool group)>& visit) {
+  for (int tp : divisors(gpus))
+    for (int pp : divisors(gpus / tp))
+      for (int cp : divisors(gpus / tp / pp))
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;
+          const bool group = gpus / tp / pp > 1;  // a cp x dp group for ZeRO to shard over
+          for (int zero = 0; zero <= (group ? 3 : 0); ++zero)
+            for (const char* recompute : {"none", "selective", "full"})
+              for (const Schedule& s : schedules_for(pp))
+                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
+                  RunConfig c = base;
+                  c.planner.search = false;
+                  c.device = "cuda";
+                  c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
+                  c.zero = zero, c.recompute = recompute;
+                  c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
+                  c.cp_mode = "ring", c.cp_ulysses = 0;
+                  visit(c, group);
+                }
+        }
+}
+
+// The layouts that fit, best first into result.best (at most `top`, one per layout).
+void rank_best(std::vector<Candidate>& fits, int top, LayoutSearch& result) {
+  // Best first, in bands of kTieBand below the best (the cost model is not more accurate
+  // than that): within a band the simpler layout first (the cheatsheet's order), then speed.
+  double fastest = 0;
+  for (const auto& cand : fits) fastest = std::max(fastest, cand.tokens_per_s_per_gpu);
+  for (auto& cand : fits) cand.band = int((1 - cand.tokens_per_s_per_gpu / fastest) / kTieBand);
+  std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.band != b.band) return a.band < b.band;
+    if (complexity(a.cfg) != complexity(b.cfg)) return complexity(a.cfg) < complexity(b.cfg);
+    if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
+    return a.peak_bytes < b.peak_bytes;
+  });
+  std::vector<decltype(layout_key(fits.front().cfg))> shown;
+  for (const auto& cand : fits) {
+    if (int(result.best.size()) >= top) break;
+    const auto key = layout_key(cand.cfg);
+    if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
+    shown.push_back(key);
+    result.best.push_back(cand);  // (a copy: fits is read below)
+  }
+  // An HSDP layout shown beside the fastest of the same layout with ZeRO over the whole
+  // cp x dp group (any micro-batch): the report says by how much the one beats the other.
+  for (Candidate& hsdp : result.best) {
+    if (hsdp.cfg.zero_shard == 0) continue;
+    RunConfig same = hsdp.cfg;
+    same.zero_shard = 0;
+    const Candidate* whole = nullptr;
+    for (const Candidate& c : fits)
+      if (layout_key(c.cfg) == layout_key(same) && (!whole || c.tokens_per_s_per_gpu > whole->tokens_per_s_per_gpu)) whole = &c;
+    if (whole) hsdp.whole_group = std::make_shared<Candidate>(*whole);  // (it fits wherever HSDP does: it holds less)
+  }
+}
+
+}  // namespace
+
 LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor& shard_plan_for, int top) {
   const auto start = std::chrono::steady_clock::now();
   const Hardware hw = hardware_of(base.planner);
@@ -273,56 +339,8 @@ LayoutSearch search_layouts(const RunConfig& base, int gpus, const ShardPlanFor&
       if (estimated && !fitted) too_big = true;
     }
   };
-  for (int tp : divisors(gpus))
-    for (int pp : divisors(gpus / tp))
-      for (int cp : divisors(gpus / tp / pp))
-        for (bool sp : {false, true}) {
-          if (sp && tp == 1) continue;
-          const bool group = gpus / tp / pp > 1;  // a cp x dp group for ZeRO to shard over
-          for (int zero = 0; zero <= (group ? 3 : 0); ++zero)
-            for (const char* recompute : {"none", "selective", "full"})
-              for (const Schedule& s : schedules_for(pp))
-                for (int ep : expert_parallel_sizes(base.llama, gpus / tp / pp / cp)) {
-                  RunConfig c = base;
-                  c.planner.search = false;
-                  c.device = "cuda";
-                  c.dp = gpus / tp / pp / cp, c.tp = tp, c.pp = pp, c.cp = cp, c.sp = sp, c.ep = ep;
-                  c.zero = zero, c.recompute = recompute;
-                  c.pp_schedule = s.name, c.pp_virtual_stages = s.v;
-                  c.cp_mode = "ring", c.cp_ulysses = 0;  // the cp mode: the fastest, chosen with the time (predict_time)
-                  consider(c, variants_of(base, c, group));
-                }
-        }
-  // Best first, in bands of kTieBand below the best (the cost model is not more accurate
-  // than that): within a band the simpler layout first (the cheatsheet's order), then speed.
-  double fastest = 0;
-  for (const auto& cand : fits) fastest = std::max(fastest, cand.tokens_per_s_per_gpu);
-  for (auto& cand : fits) cand.band = int((1 - cand.tokens_per_s_per_gpu / fastest) / kTieBand);
-  std::stable_sort(fits.begin(), fits.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.band != b.band) return a.band < b.band;
-    if (complexity(a.cfg) != complexity(b.cfg)) return complexity(a.cfg) < complexity(b.cfg);
-    if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
-    return a.peak_bytes < b.peak_bytes;
-  });
-  std::vector<decltype(layout_key(base))> shown;
-  for (const auto& cand : fits) {
-    if (int(result.best.size()) >= top) break;
-    const auto key = layout_key(cand.cfg);
-    if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
-    shown.push_back(key);
-    result.best.push_back(cand);  // (a copy: fits is read below)
-  }
-  // An HSDP layout shown beside the fastest of the same layout with ZeRO over the whole
-  // cp x dp group (any micro-batch): the report says by how much the one beats the other.
-  for (Candidate& hsdp : result.best) {
-    if (hsdp.cfg.zero_shard == 0) continue;
-    RunConfig same = hsdp.cfg;
-    same.zero_shard = 0;
-    const Candidate* whole = nullptr;
-    for (const Candidate& c : fits)
-      if (layout_key(c.cfg) == layout_key(same) && (!whole || c.tokens_per_s_per_gpu > whole->tokens_per_s_per_gpu)) whole = &c;
-    if (whole) hsdp.whole_group = std::make_shared<Candidate>(*whole);  // (it fits wherever HSDP does: it holds less)
-  }
+  for_each_layout(base, gpus, [&](const RunConfig& c, bool group) { consider(c, variants_of(base, c, group)); });
+  rank_best(fits, top, result);
   result.plans = shapes.plans_made();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
