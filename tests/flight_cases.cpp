@@ -98,15 +98,15 @@ int main(int argc, char** argv) {
     std::printf("flight recorder: %.0f ns per entry (issue + waiting + completed, %d entries, ring of 4096)\n", ns, n);
     return 0;
   }
-  FlightSettings cfg;
-  cfg.dir = argv[2];
-  cfg.dump_at_end = mode == "clean";
-  cfg.timeout_s = argc > 4 && !std::strcmp(argv[3], "--timeout-s") ? std::atoi(argv[4]) : 2;
+  FlightSettings settings;
+  settings.dir = argv[2];
+  settings.dump_at_end = mode == "clean";
+  settings.timeout_s = argc > 4 && !std::strcmp(argv[3], "--timeout-s") ? std::atoi(argv[4]) : 2;
   Distributed dist(detect_launch(process_environment()));
   try {
     torch::set_num_threads(1);
-    Comm world = Comm::world(dist, torch::kCPU, std::chrono::seconds(cfg.timeout_s));
-    FlightDump flight(cfg, world);  // as train.cpp: before the groups are split
+    Comm world = Comm::world(dist, torch::kCPU, std::chrono::seconds(settings.timeout_s));
+    FlightDump flight(settings, world);  // as train.cpp: before the groups are split
     Comm pp = world.split(/*color=*/0, /*key=*/world.rank(), "pp");
     Comm dp = world.split(/*color=*/0, /*key=*/world.rank(), "dp");
     const int64_t activation = 2 * 64 * 128;  // [B, S, H] = [2, 64, 128]: 64 KiB, past MPI's eager limit

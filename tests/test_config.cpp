@@ -3,6 +3,7 @@
 
 #include "picotron/config.h"
 #include "runtime/cli/flags.h"
+#include "runtime/cli/settings.h"
 
 using namespace picotron;
 
@@ -72,4 +73,34 @@ TEST_CASE("check_flag_rules checks the mesh against the world size", "[config]")
   CHECK(any_contains(errors_for({"--dp", "2"}, 4), "--dp 2 x --pp 1 x --cp 1 x --tp 1 = 2 ranks, but the job has 4 processes"));
   CHECK(errors_for({"--dp", "4"}, 4).empty());
   CHECK(any_contains(errors_for({"--dp", "0"}, 1), "--dp must be >= 1, got 0"));
+}
+
+TEST_CASE("each piece's settings are cut from the flags field by field", "[config]") {
+  TrainConfig cfg;
+  cfg.data = "D.bin", cfg.tokenizer = "tok", cfg.eval = "e.json", cfg.eval_logits = "l.json", cfg.prompt = "hi";
+  cfg.prompt_ids = {1, 2}, cfg.generate = 7, cfg.seq_len = 33, cfg.steps = 12, cfg.seed = 99;
+  const TextSettings text = text_settings(cfg);
+  CHECK(text.data == "D.bin");
+  CHECK(text.tokenizer == "tok");
+  CHECK(text.eval == "e.json");
+  CHECK(text.eval_logits == "l.json");
+  CHECK(text.prompt == "hi");
+  CHECK(text.prompt_ids == std::vector<int64_t>{1, 2});
+  CHECK((text.generate == 7 && text.seq_len == 33 && text.steps == 12 && text.seed == 99));
+
+  // The flight recorder's directory: --flight-recorder, else <--save-dir>/flight, else flight/; off: none.
+  CHECK(flight_settings(cfg).dir == "flight");
+  cfg.save_dir = "ckpt";
+  CHECK(flight_settings(cfg).dir == "ckpt/flight");
+  cfg.flight_recorder = "rec";
+  CHECK(flight_settings(cfg).dir == "rec");
+  cfg.flight_recorder = "off";
+  CHECK(flight_settings(cfg).dir.empty());
+  CHECK(flight_settings(cfg).timeout_s == cfg.timeout_s);
+
+  cfg.keep_checkpoints = 5, cfg.save_every = 3, cfg.resume = "old";
+  const CheckpointSettings saving = checkpoint_settings(cfg);
+  CHECK((saving.save_dir == "ckpt" && saving.keep == 5 && saving.save_every == 3 && saving.resume == "old"));
+  CHECK(saving.run.at("hidden_size") == cfg.llama.hidden_size);  // the record a manifest keeps
+  CHECK(saving.run.at("global_batch_rows") == cfg.micro_batch_size * cfg.grad_acc_steps * cfg.dp);
 }

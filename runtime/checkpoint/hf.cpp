@@ -58,10 +58,6 @@ std::map<std::string, std::string> weight_files(const fs::path& dir) {
   return where;
 }
 
-}  // namespace
-
-namespace {
-
 // A size in config.json: a positive integer (a float such as 1e30 would overflow int64, a 0
 // would be blamed on a flag nobody gave); `fallback` when the field is absent.
 int64_t size_field(const json& j, const char* field, std::optional<int64_t> fallback = std::nullopt) {

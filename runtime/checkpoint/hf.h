@@ -43,7 +43,7 @@ struct HfShapeFlags {
   std::string preset;  // --model's value
 };
 struct HfShape {
-  std::optional<LlamaConfig> model;  // DIR/config.json's shape, when the file could be read
+  std::optional<LlamaConfig> model;  // DIR/config.json's shape, when the file was read and every size parsed
   std::vector<std::string> problems;  // one line each: a missing or corrupt file, an architecture
                                       // this model is not, a shape flag that disagrees
 };

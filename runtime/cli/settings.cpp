@@ -46,8 +46,16 @@ CheckpointSettings checkpoint_settings(const TrainConfig& cfg) {
 WholeModelSettings whole_model_settings(const TrainConfig& cfg) { return {cfg.llama, cfg.save_params, cfg.export_hf}; }
 
 TextSettings text_settings(const TrainConfig& cfg) {
-  return {cfg.llama, cfg.dtype, cfg.generate, cfg.data,        cfg.tokenizer,  cfg.seq_len,
-          cfg.steps, cfg.seed,  cfg.eval,     cfg.eval_logits, cfg.prompt_ids, cfg.prompt};
+  TextSettings s;  // field by field: six of them are strings, which a swap would not warn about
+  s.llama = cfg.llama, s.dtype = cfg.dtype, s.generate = cfg.generate;
+  s.data = cfg.data;
+  s.tokenizer = cfg.tokenizer;
+  s.seq_len = cfg.seq_len, s.steps = cfg.steps, s.seed = cfg.seed;
+  s.eval = cfg.eval;
+  s.eval_logits = cfg.eval_logits;
+  s.prompt_ids = cfg.prompt_ids;
+  s.prompt = cfg.prompt;
+  return s;
 }
 
 RunLogSettings run_log_settings(const TrainConfig& cfg) {

@@ -8,8 +8,11 @@
 //   the end of a run    TextSettings (runtime/text/generate.h)
 //   observers           RunLogSettings, StepWatchSettings, FlightSettings, ValidationSettings
 //
-// Pure: no communication, no tensors; each builder only copies (and names) fields, so the
-// cli room links none of the rooms whose structs it fills.
+// Pure: no communication, no tensors. The builders copy fields (the flight recorder's
+// directory and run_record's global batch are worked out here), so the cli room links none
+// of the rooms whose structs it fills. The one step that rewrites the config, the
+// start-up's resolve_config (runtime/preflight/startup.h), fills its own two: HfShapeFlags
+// (config.json) and VocabFlags (the tokenizer).
 //
 // Test: build/tests/unit_tests "[config]"
 #pragma once

@@ -37,7 +37,7 @@ class FlightRecorder;
 struct FlightSettings {
   std::string dir;  // --flight-recorder, else <--save-dir>/flight, else flight/ ("": off, --flight-recorder off)
   int64_t entries = 4096;  // --flight-entries: the communications each rank keeps
-  int64_t timeout_s = 0;  // --timeout-s: a call older than this is named as the one waiting
+  int64_t timeout_s = 300;  // --timeout-s, recorded in the file (hang_report.py reads it)
   bool dump_at_end = false;  // --flight-dump-at-end: write the files after a run that went well too
 };
 

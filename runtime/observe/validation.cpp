@@ -8,10 +8,9 @@
 namespace picotron {
 
 std::optional<BatchLoader> validation_batches(const std::shared_ptr<TokenSource>& source,
-                                              const ValidationSettings& settings, Mesh& mesh,
+                                              const ValidationSettings& s, Mesh& mesh,
                                               const std::vector<int64_t>& cp_positions) {
   if (!source) return std::nullopt;
-  const ValidationSettings& s = settings;
   std::optional<BatchLoader> val;
   val.emplace(source, s.seed, s.seq_len, s.micro_batch_size, s.grad_acc_steps, mesh.shape().dp, mesh.coords().dp);
   if (mesh.shape().cp > 1) val->keep_positions(cp_positions);

@@ -144,7 +144,7 @@ struct StepShape {
 // ---- context parallelism: ring (k, v round the cp group, hidden behind the attention),
 // ulysses (all-to-alls before and after the attention, which waits for them), or both ----
 double cp_time(const TrainConfig& c, const Hardware& hw, const StepShape& w) {
-  if (c.cp == 1) return 0;
+  if (c.cp <= 1) return 0;
   const LlamaConfig& m = c.llama;
   const double L = double(m.num_hidden_layers), T = w.T, e = w.e, micro = w.micro;
   const bool full = w.full, selective = w.selective;
@@ -218,11 +218,13 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
   const LlamaConfig& m = c.llama;
   const int N = c.dp * c.tp * c.pp * c.cp;
   StepShape w;
-  w.e = element_bytes(c), w.a = c.dtype == Precision::kFP64 ? 8 : 4;
+  w.e = element_bytes(c);
+  w.a = c.dtype == Precision::kFP64 ? 8 : 4;
   w.micro = double(c.grad_acc_steps);
   w.T = double(c.micro_batch_size) * double(c.seq_len) / c.cp;  // tokens per micro-batch per rank
   const double H = double(m.hidden_size), L = double(m.num_hidden_layers);
-  w.full = c.recompute == "full", w.selective = c.recompute == "selective";
+  w.full = c.recompute == "full";
+  w.selective = c.recompute == "selective";
 
   // ---- compute: 1/3 forward, 2/3 backward; recompute adds forward work to the backward ----
   // A mixture of experts under tp keeps its experts whole (tensor_parallel.cpp): without sp
@@ -269,6 +271,8 @@ StepTime predict_step(const TrainConfig& c, const Hardware& hw, double params_pe
 
   // ---- ZeRO-Offload: the optimizer step on the CPU ----
   t.offload = offload_time(c, params_per_gpu);
+
+  // ---- data parallelism / ZeRO (HSDP too) ----
   t.dp = dp_time(c, hw, w, params_per_gpu);
   return t;
 }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "context_parallel/cp_layout.h"
 #include "runtime/cli/flags.h"
@@ -237,7 +238,7 @@ void rank_best(std::vector<Candidate>& fits, int top, LayoutSearch& result) {
     if (a.tokens_per_s_per_gpu != b.tokens_per_s_per_gpu) return a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu;
     return a.peak_bytes < b.peak_bytes;
   });
-  std::vector<decltype(layout_key(fits.front().cfg))> shown;
+  std::vector<decltype(layout_key(std::declval<RunConfig>()))> shown;
   for (const auto& cand : fits) {
     if (int(result.best.size()) >= top) break;
     const auto key = layout_key(cand.cfg);
