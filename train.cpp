@@ -59,6 +59,7 @@
 #include "runtime/observe/report.h"
 #include "runtime/checkpoint/resume.h"
 #include "runtime/checkpoint/whole_model.h"
+#include "runtime/preflight/resolve.h"
 #include "runtime/preflight/startup.h"
 #include "runtime/observe/step_watch.h"
 #include "runtime/observe/validation.h"
@@ -408,7 +409,7 @@ int main(int argc, char** argv) {
   }
   if (args.config && !args.config->check_checkpoint.empty())  // verify a checkpoint, print what it holds, exit
     return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint/checkpoint_check.h)
-  // Everything that can be wrong before any rank communicates (runtime/preflight/startup.h):
+  // Everything that can be wrong before any rank communicates (runtime/preflight/resolve.h, startup.h):
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems;

@@ -3,7 +3,7 @@
 
 The docs paste program output that names source lines: --explain's call sites
 ("at tensor_parallel/tensor_parallel.cpp:46 (forward):  return all_reduced(x, *tp);") and the
-flight recorder's ("at train.cpp:248 train_step"). An edit above such a line moves it, and
+flight recorder's ("at train.cpp:249 train_step"). An edit above such a line moves it, and
 the document goes on naming a line that no longer holds that call. For each FILE:LINE in
 README.md, docs/*.md and the folders' README.md files:
 

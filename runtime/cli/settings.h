@@ -11,7 +11,7 @@
 // Pure: no communication, no tensors. The builders copy fields (the flight recorder's
 // directory and run_record's global batch are worked out here), so the cli room links none
 // of the rooms whose structs it fills. The one step that rewrites the config, the
-// start-up's resolve_config (runtime/preflight/startup.h), fills its own two: HfShapeFlags
+// start-up's resolve_config (runtime/preflight/resolve.h), fills its own two: HfShapeFlags
 // (config.json) and VocabFlags (the tokenizer).
 //
 // Test: build/tests/unit_tests "[config]"

@@ -3,11 +3,12 @@
 // hours (an output path that cannot be written) or with a crash (ranks given different
 // flags, a model too big for the machine).
 //
+// The config itself, resolved and agreed between the ranks, is resolve.h's.
+//
 // Test: ctest -L reliability   (tests/reliability_tests.cmake)
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,24 +19,6 @@
 
 namespace picotron {
 
-// The run's config is written in two steps after the flags are read, and by nothing else;
-// each says what it changed ("hidden_size 128 -> 2048 (config.json)", one per field):
-//   resolve_config  --init-from's config.json (the model's shape) and the vocabulary of
-//                   --tokenizer or of the data's manifest; before the flag rules, which then
-//                   judge the shape the run will have (rank 0 prints its changes)
-//   resolve_device  for a run (not --dry-run or --plan, which describe GPUs whatever this
-//                   machine has), after every check: --device auto and the --dtype default
-//                   (bf16 on a GPU, fp32 on the CPU), which the launch line then shows
-// No communication, no file written.
-struct ResolvedConfig {
-  std::vector<std::string> problems;  // one line each (config.json or the flag named)
-  std::vector<std::string> changes;
-};
-ResolvedConfig resolve_config(RunConfig& cfg);
-std::vector<std::string> resolve_device(TrainConfig& cfg);
-// The rules between the flags (check_flag_rules) against the launch's world size
-// (--dry-run: the mesh's); a rule that config.json's values break names config.json.
-std::vector<std::string> config_problems(const RunConfig& cfg, const LaunchInfo& launch);
 // What a real run also needs, checked in order until one fails: every output writable,
 // this machine (GPU, kernels, fp8 units for --fp8), the memory this rank will need, and the --data and
 // --val-data files (opened into `data`). One line per problem.
@@ -85,11 +68,5 @@ std::string memory_problem(const TrainConfig& cfg, const LaunchInfo& launch, con
 // memory is shared): the allocator's error (CPU, CUDA or std::bad_alloc) as one line
 // naming the flags to change; "" when `error` is not an out-of-memory.
 std::string out_of_memory_message(const std::string& error, const TrainConfig& cfg);
-
-// Every rank's settings (config_fields), hashed and compared in one all-gather bounded by
-// --timeout-s: "" when all agree, else one line naming a flag that differs. `config` is
-// empty on a rank whose flags did not parse (it reports that itself). Collective.
-std::string config_mismatch(const std::optional<RunConfig>& config, const LaunchInfo& launch,
-                            const Distributed& dist);
 
 }  // namespace picotron
