@@ -2,7 +2,7 @@
 // shape, and the names of the precision and data-parallel modes. `tiny` is ours: it
 // trains in a minute on a laptop CPU and is what the tests use. tests/test_config.cpp
 // checks every preset's count against the published one. (The flags that fill a
-// TrainConfig: runtime/cli/flags.cpp.)
+// TrainConfig: runtime/cli/flag_table.cpp.)
 //
 // Test: build/tests/unit_tests "[config]"
 #include <stdexcept>

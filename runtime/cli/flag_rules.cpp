@@ -1,5 +1,5 @@
 // runtime/cli/flag_rules.cpp — check_flag_rules(): each flag's own checks (the table in
-// flags.cpp), then the rules between flags: the mesh against the world size and the
+// flag_table.cpp), then the rules between flags: the mesh against the world size and the
 // model's sizes, the techniques' pairings, the pipeline schedule's and the context-parallel
 // layout's own rules. One line per problem, naming the flags and the numbers.
 #include <sstream>
@@ -208,7 +208,7 @@ void cp_rules(Rules& r, const RunConfig& c) {
 }  // namespace
 
 std::vector<std::string> check_flag_rules(const RunConfig& c, int world_size) {
-  Rules r{flag_problems(c)};  // each flag's own value (flags.cpp)
+  Rules r{flag_problems(c)};  // each flag's own value (its row's check, flag_table.cpp)
   tool_rules(r, c, world_size);
   output_rules(r, c);
   model_rules(r, c);

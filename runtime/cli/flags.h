@@ -1,6 +1,6 @@
 // runtime/cli/flags.h — build/train's command line: every flag in one table
-// (flags.cpp), each row its name, its --help group and text, the RunConfig field it sets
-// (whose default, in picotron/config.h or runtime/cli/run_config.h, --help shows) and the checks on its value; then
+// (flag_table.cpp), each row its name, its --help group and text, the RunConfig field it sets
+// (whose default, in runtime/cli/train_config.h or run_config.h, --help shows) and the checks on its value; then
 // check_flag_rules(), the rules between flags (the mesh must divide the model, ...).
 //
 // Errors are ours, one line naming the flag: cxxopts (which splits the command line and

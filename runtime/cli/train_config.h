@@ -1,6 +1,6 @@
 // runtime/cli/train_config.h — every setting of a run: TrainConfig. Every field has a
 // default and a one-line comment. The command line fills it through one table of flags
-// (runtime/cli/flags.cpp: each flag's name, help, field and checks), and check_flag_rules()
+// (runtime/cli/flag_table.cpp: each flag's name, help, field and checks), and check_flag_rules()
 // there reports every problem at once, with the numbers, naming the flag.
 //
 // It is the runtime's, not the step's: the step reads the model's shape (LlamaConfig,
