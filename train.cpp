@@ -144,10 +144,9 @@ ModelOnMesh build_model(const TrainConfig& cfg, Mesh& mesh, const ShardPlanOf& s
   m.fused = kernels::fused_chosen(cfg.kernels, device.is_cuda(), dtype == torch::kFloat64, kernels::fused_built());
   if (m.fused) print0(rank, kernels::use_fused_kernels(*model, dtype, kernels::parse_attention(cfg.attention)));
   // Every decoder layer runs inside the layer wrappers (model.h), outermost first:
-  //   pipeline (sends nudged at layer boundaries) -> zero-3 (parameters gathered, released)
-  //   -> recompute (only the input kept) -> the layer
+  //   zero-3 (parameters gathered, released) -> recompute (only the input kept) -> the layer
   // so they go on inner first: recompute here (it also wraps the attention core a
-  // technique installed), ZeRO-3 with the optimizer, the pipeline last.
+  // technique installed), ZeRO-3 with the optimizer.
   apply_recompute(model, parse_recompute(cfg.recompute));
   // Then every parameter, whichever module now holds it, gets its slice of the full init.
   init_parameters(*model, m.plan, cfg.seed, cfg.init_std);
@@ -226,6 +225,7 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   } else {
     for (int64_t micro = 0; micro < m; ++micro) {
       const Batch batch = loader.micro_batch(step, micro);
+      PlaceScope in_micro_batch(StepPlace::of_micro_batch(int(micro)));  // (what observes a run reads it: step_place.h)
       watch.phase(StepPhase::kForward, micro);
       t.optimizer.prepare_backward(/*last_micro_batch=*/micro == m - 1);  // only the last one communicates
       auto loss = t.model->loss(batch.inputs.to(t.device), batch.targets.to(t.device), batch.positions) / double(m);
@@ -246,7 +246,7 @@ StepResult train_step(Trainer& t, const BatchLoader& loader, int64_t step, StepW
   if (finite) t.optimizer.step(lr, clip_coefficient(norm, t.cfg.grad_clip) / t.scaler.scale());
   t.scaler.update(finite);
   watch.phase(StepPhase::kLoss);
-  t.mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg).wait();  // the loss of the whole global batch
+  t.mesh.cp_dp().all_reduce_async(loss_sum, ReduceOp::kAvg, carries("the loss of the whole global batch, averaged")).wait();
   return {loss_sum.item<double>(), norm, lr, finite};  // item(): syncs the device, so the step's timer is honest
 }
 
@@ -296,13 +296,7 @@ void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool s
   if (data.val && !stepped)
     print0(world.rank(), validation_line(validation_loss(t.model, t.pipeline, t.mesh, *data.val, t.cfg.eval_batches,
                                                          t.cfg.grad_acc_steps, t.device), t.cfg.eval_batches));
-  if (t.cfg.comm_report) {
-    std::vector<const Comm*> extra = {t.pipeline ? &t.pipeline->embedding_group() : nullptr,
-                                      experts ? &experts->ep_group() : nullptr,
-                                      experts ? &experts->replica_group() : nullptr};
-    for (const Comm* c : t.optimizer.own_groups()) extra.push_back(c);  // HSDP's and hpZ's (zero/zero_groups.h)
-    print0(world.rank(), t.mesh.comm_report(t.cfg.steps, extra));
-  }
+  if (t.cfg.comm_report) print0(world.rank(), t.mesh.comm_report(t.cfg.steps));  // every group the run made
   if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps);
 }
 
@@ -350,9 +344,9 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   for (int64_t step = start_step; step < end_step; ++step) {
     Timer timer;
     const StepResult r = train_step(trainer, data.train, step, watch);
-    watch.end(dist);  // --explain: rank 0 prints every rank's narration
     StepStats stats = step_stats(cfg, step, r, double(data.train.tokens_per_step()) / timer.seconds(), peak_flops, device);
-    add_step_figures(stats, trainer, data, step, end_step);
+    add_step_figures(stats, trainer, data, step, end_step);  // (its communication is the step's too)
+    watch.end(dist);  // --explain: rank 0 prints every rank's narration
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
     if (const std::string table = watch.profile_table(step); !table.empty()) print0(rank, table);
     checkpoints.after_step(step + 1, end_step, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()},

@@ -78,25 +78,14 @@ constexpr int kKvTag = 0, kGradTag = 1;  // two message streams between the same
 
 // Send `mine` to the next rank of the ring and receive the previous rank's into a new
 // tensor of the same shape (returned with the handle; do not touch either until waited).
-std::pair<Work, torch::Tensor> pass_on(Comm& cp, const torch::Tensor& mine, int tag) {
+// `at`: the caller's line, and what the hop carries.
+std::pair<Work, torch::Tensor> pass_on(Comm& cp, const torch::Tensor& mine, int tag, CallSite at) {
   // BEGIN ASSIGNMENT cp.ring_step
   const int C = cp.size(), r = cp.rank();
   auto incoming = torch::empty_like(mine);
-  Work w = cp.batch_p2p_async({{P2POp::kSend, mine, (r + 1) % C, tag}, {P2POp::kRecv, incoming, (r + C - 1) % C, tag}});
+  Work w = cp.batch_p2p_async({{P2POp::kSend, mine, (r + 1) % C, tag}, {P2POp::kRecv, incoming, (r + C - 1) % C, tag}}, at);
   return {std::move(w), incoming};
   // END ASSIGNMENT
-}
-
-// --explain's title of a ring hop (Comm::note; built only when someone observes): at step
-// s rank r holds the block that started on rank r - s, passes it to r + 1 and receives the
-// one that started on r - s - 1 from r - 1. (Ranks of the ring's group: "cp rank", or the
-// hybrid's "cp_ring rank".)
-void note_hop(Comm& cp, const std::string& pass, int step) {
-  if (!cp.observed()) return;
-  const int C = cp.size(), r = cp.rank();
-  auto rank = [C, &cp](int i) { return cp.name() + " rank " + std::to_string(((i % C) + C) % C); };
-  cp.note("[ring attention, " + pass + "] hop " + std::to_string(step + 1) + " of " + std::to_string(C - 1) +
-          ": " + rank(r - step) + "'s block to " + rank(r + 1) + ", " + rank(r - step - 1) + "'s from " + rank(r - 1));
 }
 
 // Rows of a [B, n, S, Hd] (or [B, n, S]) tensor along S, made contiguous for the kernel.
@@ -125,7 +114,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     auto kv = torch::stack({k, v}).contiguous();  // [2, B, nKV, n, Hd]: what travels
     for (int step = 0; step < C; ++step) {
       std::pair<Work, torch::Tensor> next;
-      if (step + 1 < C) note_hop(cp, "forward: K and V", step), next = pass_on(cp, kv, kKvTag);  // travels while this one computes
+      if (step + 1 < C)  // travels while this one computes
+        next = pass_on(cp, kv, kKvTag, carries("ring attention: the K and V block held, one hop on; the previous rank's in"));
       for (const RingBlock& b : ring_blocks(CpLayout(layout), C, r, step, n)) {
         const auto res = attention_block(rows(q, b.q_first, b.q_len), rows(kv[0], b.k_first, b.k_len),
                                          rows(kv[1], b.k_first, b.k_len), b.causal);
@@ -157,7 +147,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     auto dkv = torch::zeros(kv.sizes(), kv.options().dtype(acc));  // dK, dV of the block held: travels with it
     for (int step = 0; step < C; ++step) {
       std::pair<Work, torch::Tensor> next_kv;
-      if (step + 1 < C) note_hop(cp, "backward: K and V again", step), next_kv = pass_on(cp, kv, kKvTag);
+      if (step + 1 < C)
+        next_kv = pass_on(cp, kv, kKvTag, carries("ring attention: the K and V block held, one hop on again for the backward"));
       for (const RingBlock& b : ring_blocks(layout, C, r, step, n)) {
         auto [dq_b, dk_b, dv_b] = attention_block_backward(
             rows(dout, b.q_first, b.q_len), rows(q, b.q_first, b.q_len), rows(kv[0], b.k_first, b.k_len),
@@ -167,11 +158,9 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
         dkv[1].narrow(2, b.k_first, b.k_len).add_(dv_b);
       }
       if (C > 1) {  // hand the block's gradient on: to whoever holds the block next, after the last step its owner
-        if (cp.observed())  // the last hop brings each block's gradient home
-          cp.note("[ring attention, backward] the dK, dV gathered so far for " + cp.name() + " rank " +
-                  std::to_string(((r - step) % C + C) % C) + "'s block, to " + cp.name() + " rank " + std::to_string((r + 1) % C) +
-                  (step + 1 == C ? " (its owner: the sum is complete)" : ""));
-        auto [sent, incoming] = pass_on(cp, dkv, kGradTag);
+        // (the last hop brings each block's gradient home)
+        auto [sent, incoming] = pass_on(cp, dkv, kGradTag, carries("ring attention: the dK, dV summed so far for the "
+                                                                   "block held, one hop on"));
         if (step + 1 < C) {
           next_kv.first.wait();
           kv = next_kv.second;
@@ -247,10 +236,11 @@ void apply_context_parallel(LlamaForCausalLM& model, Mesh& mesh, const CpSetting
     groups->ring = cp.split(/*color=*/cp_a2a_rank(cp.rank(), U), /*key=*/cp_ring_rank(cp.rank(), U), "cp_ring");
   }
   for (auto& [index, layer] : model->model->layers->items) {
+    (void)index;
     AttentionCore& core = layer->self_attn->core;
     if (s.mode == CpMode::kRing) core = ring_attention(cp, s.layout);
-    else if (s.mode == CpMode::kUlysses) core = ulysses_attention(cp, C, cp.rank(), s.layout, core, index);  // the layer's own core inside
-    else core = ulysses_attention(groups->a2a, C, cp.rank(), s.layout, ring_attention(groups->ring, s.layout), index, groups);
+    else if (s.mode == CpMode::kUlysses) core = ulysses_attention(cp, C, cp.rank(), s.layout, core);  // the layer's own core inside
+    else core = ulysses_attention(groups->a2a, C, cp.rank(), s.layout, ring_attention(groups->ring, s.layout), groups);
   }
 }
 

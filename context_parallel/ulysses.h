@@ -15,7 +15,8 @@
 // The all-to-all: rank r cuts its [B, h, n, Hd] into U head groups, sends group p to rank p,
 // and receives rank p's tokens of group r: out_r[p] = in_p[r]. Applied twice it gives back
 // the input, and its adjoint is itself (d in_r[p] = d out_p[r]): the backward of each
-// all-to-all is the same all-to-all on the gradient (Exchange below).
+// all-to-all is the same all-to-all on the gradient: sequence -> heads forward is heads ->
+// sequence backward, and the other way round (ulysses.cpp: SequenceToHeads, HeadsToSequence).
 //
 // Positions. The gathered tokens come in rank order (rank 0's, then rank 1's, ...), which
 // in the zigzag layout is not the sequence's order; ulysses_order (cp_layout.h) permutes
@@ -40,7 +41,6 @@
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include <torch/torch.h>
 
@@ -50,32 +50,17 @@
 
 namespace picotron {
 
-// --explain's title of one all-to-all (Comm::note, built only when observed): which tensor
-// of which layer it carries. The label names the tensor; the rest follows from it: q, k and
-// v go sequence -> heads in the forward and their gradients come back heads -> sequence;
-// the attention output o goes heads -> sequence, its gradient dO sequence -> heads.
-struct ExchangeLabel {
-  int64_t layer = -1;  // the decoder layer (-1: not named)
-  char tensor = '?';   // 'q', 'k', 'v' or 'o' (the attention output); '?': not named
-};
-// "[layer 0, Ulysses, forward] k: sequence -> heads, ..." (pure).
-std::string exchange_title(const ExchangeLabel& label, bool backward);
-
-// x [U, ...] -> [U, ...]: row p goes to rank p of `group`, row p of the result came from
-// rank p. Its own inverse and its own adjoint. `label` titles it (and its backward).
-torch::Tensor exchange(const torch::Tensor& x, Comm& group, const ExchangeLabel& label = {});
-
 // [B, h, n, Hd] (my n tokens of h heads) -> [B, h/U, U·n, Hd] (the group's tokens of my
-// h/U heads, in rank order), and back. U = group.size().
-torch::Tensor sequence_to_heads(const torch::Tensor& x, Comm& group, const ExchangeLabel& label = {});
-torch::Tensor heads_to_sequence(const torch::Tensor& x, Comm& group, const ExchangeLabel& label = {});
+// h/U heads, in rank order), and back. U = group.size(). Each is one all-to-all forward and
+// the other one backward.
+torch::Tensor sequence_to_heads(const torch::Tensor& x, Comm& group);
+torch::Tensor heads_to_sequence(const torch::Tensor& x, Comm& group);
 
 // The attention-core slot: q [B, nH, S/C, Hd], k, v [B, nKV, S/C, Hd] -> [B, nH, S/C, Hd].
 // a2a: cp rank `cp_rank`'s all-to-all group (U of the C cp ranks: cp_ring_rank · U + u). `inner` attends over the gathered tokens in the order ulysses_order puts
 // them: the layer's causal core (U = C), or ring attention over the ring group (hybrid).
-// `layer` names the decoder layer in --explain's titles; `keep` holds whatever the core
-// uses alive (the hybrid's groups).
+// `keep` holds whatever the core uses alive (the hybrid's groups).
 AttentionCore ulysses_attention(Comm& a2a, int C, int cp_rank, CpLayout layout, AttentionCore inner,
-                                int64_t layer = -1, std::shared_ptr<void> keep = nullptr);
+                                std::shared_ptr<void> keep = nullptr);
 
 }  // namespace picotron

@@ -99,7 +99,8 @@ void DataParallel::launch_ready_buckets() {
 void DataParallel::launch(Bucket& b, size_t index) {
   record("launch bucket " + std::to_string(index));
   // BEGIN ASSIGNMENT dp.bucketed_all_reduce
-  b.work = group_.all_reduce_async(b.flat, ReduceOp::kAvg);  // [numel] -> dp-average, in place
+  b.work = group_.all_reduce_async(b.flat, ReduceOp::kAvg, carries("data parallelism: a bucket of gradients, "
+                                                                    "averaged over the replicas"));  // [numel], in place
   // END ASSIGNMENT
 }
 
@@ -112,7 +113,8 @@ void DataParallel::finish_gradient_sync() {
     // BEGIN ASSIGNMENT dp.naive_all_reduce
     for (size_t i = 0; i < params_.size(); ++i) {
       record("launch param " + std::to_string(i));
-      group_.all_reduce_async(params_[i].main_grad, ReduceOp::kAvg).wait();
+      group_.all_reduce_async(params_[i].main_grad, ReduceOp::kAvg, carries("data parallelism: a gradient no bucket "
+                                                                            "took, averaged over the replicas")).wait();
     }
     // END ASSIGNMENT
     return;

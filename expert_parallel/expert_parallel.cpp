@@ -66,7 +66,8 @@ class AllToAllRows : public torch::autograd::Function<AllToAllRows> {
     auto shape = x.sizes().vec();
     shape[0] = rows;
     auto out = torch::empty(shape, x.options());  // [sum recv, ...]
-    group.all_to_all(out, x, send, recv);
+    group.all_to_all(out, x, send, recv, carries("expert parallelism: token rows to the ranks of their experts, or "
+                                                 "the experts' outputs back"));
     return out;
   }
 };
@@ -102,12 +103,12 @@ torch::Tensor ExpertParallel::run(MoEImpl& moe, const torch::Tensor& x, const Ro
   auto counts_in = torch::tensor(d.send_rows, torch::kInt64).to(x.device());    // [N]
   auto counts_out = torch::empty_like(counts_in);
   const std::vector<int64_t> ones(size_t(ep_), 1);
-  ep_group_.all_to_all(counts_out, counts_in, ones, ones);
+  ep_group_.all_to_all(counts_out, counts_in, ones, ones, carries("expert parallelism: how many rows each rank sends each"));
   const auto recv_counts = counts_out.to(torch::kCPU);
   const std::vector<int64_t> recv_rows(recv_counts.data_ptr<int64_t>(), recv_counts.data_ptr<int64_t>() + ep_);
   const auto recv_x = all_to_all_rows(send_x, d.send_rows, recv_rows, ep_group_);  // [R, H] R = sum recv_rows
   auto recv_e = torch::empty({recv_x.size(0)}, send_e.options());                  // [R]
-  ep_group_.all_to_all(recv_e, send_e, d.send_rows, recv_rows);
+  ep_group_.all_to_all(recv_e, send_e, d.send_rows, recv_rows, carries("expert parallelism: each row's expert"));
   // 3. My experts on the rows they got. y starts as recv_x · 0, not as zeros: then the
   // graph reaches both all-to-alls even on a rank whose experts got no row, and every rank
   // runs both backward all-to-alls (a collective that one rank skips hangs the others).
@@ -190,21 +191,15 @@ std::string DenseAndExperts::summary() const {
          experts_->summary();
 }
 
-std::vector<const Comm*> DenseAndExperts::own_groups() const {
-  auto out = dense_->own_groups();
-  for (const Comm* c : experts_->own_groups()) out.push_back(c);
-  return out;
-}
-
 std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp, int loss_pp_rank) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(mesh.world().device());
   RouterLog* log = router_log_of(model);
   auto counts = log && log->routed_tokens.defined()  // [E], this rank's micro-batches (pp: the loss's stage)
                     ? log->routed_tokens.to(torch::kFloat64).contiguous()
                     : torch::zeros({model.config.num_local_experts}, f64);
-  mesh.cp_dp().all_reduce(counts, ReduceOp::kSum);
-  if (sp) mesh.tp().all_reduce(counts, ReduceOp::kSum);
-  if (mesh.shape().pp > 1) mesh.pp().broadcast(counts, loss_pp_rank);
+  mesh.cp_dp().all_reduce(counts, ReduceOp::kSum, carries("the step line: tokens per expert, summed"));
+  if (sp) mesh.tp().all_reduce(counts, ReduceOp::kSum, carries("the step line: tokens per expert, summed"));
+  if (mesh.shape().pp > 1) mesh.pp().broadcast(counts, loss_pp_rank, carries("the step line: tokens per expert"));
   counts = counts.cpu();
   if (log) log->routed_tokens = torch::Tensor();
   return {counts.data_ptr<double>(), counts.data_ptr<double>() + counts.numel()};

@@ -86,8 +86,7 @@ class ExpertParallel {
   // The experts' part of a layer: dispatch, local experts, return, combine. [T, H] -> [T, H]
   torch::Tensor run(MoEImpl& moe, const torch::Tensor& x, const Routing& r);
 
-  Comm& ep_group() { return ep_group_; }       // (--comm-report)
-  Comm& replica_group() { return replicas_; }
+  Comm& ep_group() { return ep_group_; }
 
  private:
   Comm ep_group_, replicas_;
@@ -124,7 +123,6 @@ class DenseAndExperts : public Optimizer {
   std::map<std::string, torch::Tensor> weights_by_name() override;
   torch::ScalarType state_dtype() const override { return dense_->state_dtype(); }
   std::string summary() const override;
-  std::vector<const Comm*> own_groups() const override;  // both optimizers'
 
  private:
   std::unique_ptr<Optimizer> dense_, experts_;

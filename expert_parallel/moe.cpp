@@ -82,7 +82,7 @@ class SumOverGroup : public torch::autograd::Function<SumOverGroup> {
     ctx->saved_data["group"] = saved_object(group);
     ctx->saved_data["sum_gradient"] = sum_gradient;
     auto y = x.clone();
-    group->all_reduce(y, ReduceOp::kSum);
+    group->all_reduce(y, ReduceOp::kSum, carries("the router's statistics (tokens and probability per expert), summed over the ranks holding parts of the sequence"));
     return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -90,7 +90,7 @@ class SumOverGroup : public torch::autograd::Function<SumOverGroup> {
     auto g = grads[0].contiguous().clone();
     // BEGIN ASSIGNMENT moe.balancing_loss
     if (ctx->saved_data["sum_gradient"].toBool())
-      saved_object_of<Comm*>(ctx->saved_data["group"])->all_reduce(g, ReduceOp::kSum);
+      saved_object_of<Comm*>(ctx->saved_data["group"])->all_reduce(g, ReduceOp::kSum, carries("the router statistics' gradient, summed"));
     // END ASSIGNMENT
     return {g, torch::Tensor(), torch::Tensor()};
   }

@@ -1,4 +1,5 @@
-// kernels/flash_attention.cu — FlashAttention-2, forward and backward, on tensor cores.
+// kernels/flash_attention.cu — FlashAttention-2's forward, on tensor cores. The backward is
+// in kernels/flash_attention_backward.cu; this header describes both.
 //
 // Paper: Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
 // Partitioning", arXiv 2307.08691. Forward = Algorithm 1, backward = Algorithm 2.

@@ -47,14 +47,6 @@ std::string device_problem(int major, int minor, const std::string& name) {
          std::to_string(major) + "." + std::to_string(minor) + " (use --dtype bf16 without --fp8)";
 }
 
-namespace {
-// --explain: what the next amax all-reduce carries (built only when a group is observed).
-void note_amax(const std::vector<Comm*>& groups, const std::string& label, const char* what) {
-  for (Comm* g : groups)
-    if (g->observed()) g->note("[fp8" + (label.empty() ? std::string() : ", " + label) + "] " + what);
-}
-}  // namespace
-
 torch::Tensor amax_over(const std::vector<torch::Tensor>& ts, const std::vector<Comm*>& groups) {
   std::vector<torch::Tensor> local;
   for (const auto& t : ts)
@@ -62,7 +54,8 @@ torch::Tensor amax_over(const std::vector<torch::Tensor>& ts, const std::vector<
   auto amax = torch::stack(local);  // [n]
   // BEGIN ASSIGNMENT kernels.fp8_amax_sync
   for (Comm* group : groups)  // tp, then cp: the max over every rank holding a piece
-    group->all_reduce(amax, ReduceOp::kMax);  // fp8: amax of tensors split over this group -> one scale everywhere
+    group->all_reduce(amax, ReduceOp::kMax, carries("fp8: the amax of the tensors about to be quantised (x and W forward, "
+                                                    "dY backward), max over the ranks holding pieces of them"));
   // END ASSIGNMENT
   return amax;
 }
@@ -92,16 +85,14 @@ std::vector<Comm*>& groups_of(AutogradContext* ctx) { return saved_object_of<std
 // fwd: Y = deq(q4 x) deq(q4 W)^T   bwd: dX = deq(q5 dY) deq(q4 W), dW = deq(q5 dY)^T deq(q4 x)
 struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w,
-                               std::vector<Comm*> groups, const std::string& label) {
+                               std::vector<Comm*> groups) {
     const auto x2 = x.reshape({-1, x.size(-1)});                  // [N, in]
-    note_amax(groups, label, "forward: the amax of x and of W, max over the ranks holding pieces of them");
     const auto amax = amax_over({x2, w}, groups);                  // [2]: x, W
     const auto qx = quantize(x2, scale_from_amax(amax[0], Format::kE4M3), Format::kE4M3);  // [N, in] e4m3
     const auto qw = quantize(w, scale_from_amax(amax[1], Format::kE4M3), Format::kE4M3);   // [out, in] e4m3
     ctx->save_for_backward({qx.data, qx.scale, qw.data, qw.scale});  // the fp8 copies, not x and W
     ctx->saved_data["groups"] = saved_object(std::move(groups));
     ctx->saved_data["dtype"] = int64_t(x.scalar_type());
-    ctx->saved_data["label"] = label;
     auto out_shape = x.sizes().vec();
     out_shape.back() = w.size(0);
     return scaled_mm(qx, qw, x.scalar_type()).view(out_shape);  // [..., out]
@@ -111,7 +102,6 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const Quantized qx{saved[0], saved[1]}, qw{saved[2], saved[3]};
     const auto dtype = torch::ScalarType(ctx->saved_data["dtype"].toInt());
     const auto dy = grads[0].reshape({-1, qw.data.size(0)});  // [N, out]
-    note_amax(groups_of(ctx), ctx->saved_data["label"].toStringRef(), "backward: the amax of dY, max over the ranks holding pieces of it");
     const auto amax = amax_over({dy}, groups_of(ctx));         // [1]
     const auto qdy = quantize(dy, scale_from_amax(amax[0], Format::kE5M2), Format::kE5M2);  // [N, out] e5m2
     // dX = dY W: B's rows are W's columns, so hand W^T [in, out].
@@ -121,35 +111,30 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
                               dtype);  // [out, in]
     auto dx_shape = grads[0].sizes().vec();
     dx_shape.back() = qx.data.size(1);
-    return {dx.view(dx_shape), dw, torch::Tensor(), torch::Tensor()};
+    return {dx.view(dx_shape), dw, torch::Tensor()};
   }
 };
 }  // namespace
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups,
-                     const std::string& label) {
-  return Fp8Linear::apply(x, w, groups, label);
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups) {
+  return Fp8Linear::apply(x, w, groups);
 }
 
-LinearImpl::LinearImpl(torch::Tensor w, std::vector<Comm*> groups, std::string label)
-    : amax_groups(std::move(groups)), label(std::move(label)) {
+LinearImpl::LinearImpl(torch::Tensor w, std::vector<Comm*> groups) : amax_groups(std::move(groups)) {
   weight = register_parameter("weight", w);  // the same tensor, under the same name
 }
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return linear(x, weight, amax_groups, label); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return linear(x, weight, amax_groups); }
 
 std::string apply_fp8(LlamaForCausalLM& model, std::vector<Comm*> amax_groups) {
   amax_groups.erase(std::remove_if(amax_groups.begin(), amax_groups.end(), [](const Comm* g) { return g->size() == 1; }),
                     amax_groups.end());  // a group of one: nothing to max-reduce over
   int64_t count = 0;
-  int64_t layer_index = 0;
   auto to_fp8 = [&](torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot) {
     auto weight = slot.ptr()->named_parameters(/*recurse=*/false)["weight"];
-    const std::string label = "layer " + std::to_string(layer_index) + " " + name;
-    replace_slot(owner, name, slot, torch::nn::AnyModule(Linear(weight, amax_groups, label)));
+    replace_slot(owner, name, slot, torch::nn::AnyModule(Linear(weight, amax_groups)));
     ++count;
   };
   for (auto& [index, layer] : model->model->layers->items) {
-    layer_index = index;
     auto& attn = *layer->self_attn;
     for (auto [name, slot] : {std::pair{"q_proj", &attn.q_proj}, {"k_proj", &attn.k_proj}, {"v_proj", &attn.v_proj},
                               {"o_proj", &attn.o_proj}})

@@ -84,23 +84,21 @@ torch::Tensor scaled_mm(const Quantized& a, const Quantized& b, torch::ScalarTyp
 
 // The FP8 linear as an autograd op.  x [..., in], w [out, in] -> [..., out]
 // fwd: Y = deq(q4 x) deq(q4 W)^T   bwd: dX = deq(q5 dY) deq(q4 W), dW = deq(q5 dY)^T deq(q4 x)
-// `label` ("layer 0 q_proj") titles its amax all-reduces for --explain.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups,
-                     const std::string& label = "");
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const std::vector<Comm*>& groups);
 
 // A projection slot's module: the same weight tensor as the Linear it replaces.
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(torch::Tensor weight, std::vector<Comm*> amax_groups, std::string label = "");
+  LinearImpl(torch::Tensor weight, std::vector<Comm*> amax_groups);
   torch::Tensor forward(const torch::Tensor& x);  // [..., in] -> [..., out]
   torch::Tensor weight;                           // [out, in] (a tp shard's local shape)
   std::vector<Comm*> amax_groups;                 // tp, cp: where pieces of x, W, dY live
-  std::string label;                              // "layer 0 q_proj": --explain's title of its amaxes
 };
 TORCH_MODULE(Linear);
 
-// Puts an fp8 Linear in every projection slot of every dense layer this rank holds (the
-// embedding, the lm_head and MoE experts stay in the run's dtype). `amax_groups`: the groups
+// Puts an fp8 Linear in the attention projections (q, k, v, o) of every layer this rank holds
+// and in the MLP projections of every dense one (the embedding, the lm_head and a mixture of
+// experts' experts stay in the run's dtype). `amax_groups`: the groups
 // that split a projection's tensors (tp, cp; those of one rank are left out); they must
 // outlive the model. Returns a one-line summary.
 std::string apply_fp8(LlamaForCausalLM& model, std::vector<Comm*> amax_groups);

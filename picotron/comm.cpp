@@ -1,5 +1,5 @@
-// picotron/comm.cpp — the Comm object: creation, sub-groups, teardown, Work, the ledger and
-// the flight recorder's hook. The collectives themselves (check, a group of one, record,
+// picotron/comm.cpp — the Comm object: creation, sub-groups, teardown, Work, and the seam
+// where its listeners hear of every communication (comm_listener.h). The collectives themselves (check, a group of one, record,
 // then NCCL or MPI): comm_collectives.cpp. Argument checks and error messages:
 // comm_checks.cpp.
 //
@@ -20,7 +20,6 @@
 
 #include "picotron/comm_internal.h"
 #include "picotron/distributed.h"
-#include "picotron/flight_recorder.h"
 
 namespace picotron {
 
@@ -47,14 +46,14 @@ void Work::progress() {
 
 void Work::wait() {
   if (!state_) return;
-  if (state_->flight) state_->flight->waiting(state_->mark);
+  if (state_->listeners) state_->listeners->waiting(state_->ops);
   try {
     state_->wait();
-  } catch (const CommError& e) {  // a timeout: the line also says where every rank's history is
-    if (state_->flight) throw CommError(e.what() + state_->flight->hint());
+  } catch (const CommError& e) {  // a timeout: the listeners may add where the evidence is
+    if (state_->listeners) throw CommError(e.what() + state_->listeners->failing(e.what(), /*ending=*/false));
     throw;
   }
-  if (state_->flight) state_->flight->completed(state_->mark);
+  if (state_->listeners) state_->listeners->completed(state_->ops);
   state_.reset();  // a second wait() is a no-op
 }
 
@@ -67,6 +66,7 @@ Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::sec
   c.timeout_ = timeout;
   c.device_ = device;
   c.name_ = "world";
+  c.listeners_ = std::make_shared<CommListeners>();
   if (dist.has_mpi()) {
     PICOTRON_MPI_CHECK(c.world_rank_, MPI_Comm_dup(MPI_COMM_WORLD, &c.mpi_));
     c.owns_mpi_ = true;
@@ -81,6 +81,7 @@ Comm Comm::world(const Distributed& dist, torch::Device device, std::chrono::sec
                     " ranks: CPU runs need mpirun (or srun): torchrun provides no MPI");
   }
   if (device.is_cuda()) c.nccl_init_world(dist);  // NCCL's unique id goes over MPI or a TCPStore
+  c.join_listeners();
   return c;
 }
 
@@ -91,7 +92,7 @@ Comm Comm::split(int color, int key, std::string name) {
   sub.timeout_ = timeout_;
   sub.device_ = device_;
   sub.name_ = name.empty() ? name_ + "/split" : std::move(name);
-  sub.observer_ = observer_;
+  sub.listeners_ = listeners_;
   if (mpi_ != MPI_COMM_NULL) {
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_split(mpi_, color, key, &sub.mpi_));
     sub.owns_mpi_ = true;
@@ -99,7 +100,7 @@ Comm Comm::split(int color, int key, std::string name) {
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_size(sub.mpi_, &sub.size_));
   }
   if (nccl_) nccl_split(sub, color, key);  // ncclCommSplit (sets rank/size when there is no MPI)
-  if (flight_) sub.set_flight_recorder(flight_);
+  sub.join_listeners();
   return sub;
 }
 
@@ -114,10 +115,8 @@ Comm& Comm::operator=(Comm&& other) noexcept {
   timeout_ = other.timeout_;
   device_ = other.device_;
   name_ = std::move(other.name_);
-  ledger_ = std::move(other.ledger_);
-  observer_ = std::move(other.observer_);
-  flight_ = std::move(other.flight_);
-  flight_group_ = other.flight_group_;
+  listeners_ = std::move(other.listeners_);
+  group_id_ = std::exchange(other.group_id_, -1);
   issuing_ = other.issuing_;
   mpi_ = std::exchange(other.mpi_, MPI_COMM_NULL);
   owns_mpi_ = std::exchange(other.owns_mpi_, false);
@@ -144,52 +143,61 @@ void Comm::abort() {
 }
 
 
-// ---- the ledger ------------------------------------------------------------------
+// ---- the seam: the listeners (comm_listener.h) ------------------------------------------
 
-int64_t Comm::record(CommEvent event, int64_t batch, bool last) {
-  CommCount& count = ledger_[event.kind];
-  count.calls += 1;
-  count.elements += event.elements;
-  if (observer_) observer_(*this, event);  // --explain
-  if (!flight_) return -1;
-  const int64_t id = flight_->issue(flight_group_, event, batch, last);  // the flight recorder
-  issuing_ = batch < 0 ? FlightMark{id, 1} : FlightMark{issuing_.first, issuing_.count + 1};
+void Comm::listen(std::shared_ptr<CommListener> listener) const {
+  comm_check(bool(listeners_), "Comm::listen: an empty Comm has no listeners");
+  listeners_->add(std::move(listener));
+}
+
+void Comm::stop_listening(const CommListener* listener) const {
+  if (listeners_) listeners_->remove(listener);
+}
+
+std::map<std::string, CommCount> Comm::ledger() const {
+  return listeners_ ? listeners_->ledger(group_id_) : std::map<std::string, CommCount>{};
+}
+
+void Comm::reset_ledger() {
+  if (listeners_) listeners_->reset_ledger(group_id_);
+}
+
+int64_t Comm::record(CommEvent event, int64_t batch) {
+  if (!listeners_) return -1;
+  const int64_t id = listeners_->issue(group_id_, std::move(event), batch);
+  issuing_ = batch < 0 ? CommOps{id, 1} : CommOps{issuing_.first, issuing_.count + 1};
   return id;
 }
 
 Work Comm::completes_in(Work w) {
-  if (flight_ && w.state_) {
-    w.state_->flight = flight_;
-    w.state_->mark = issuing_;
+  if (listeners_ && w.state_) {
+    w.state_->listeners = listeners_;
+    w.state_->ops = issuing_;
   }
   return w;
 }
 
-void Comm::note(const std::string& what, CallSite at) const {
-  if (observer_) observer_(*this, CommEvent{"note", "", {}, {}, torch::kFloat, 0, -1, false, at, what.c_str()});
-  if (flight_) flight_->note(flight_group_, what);
-}
-
-// ---- the flight recorder ---------------------------------------------------------------
-
-void Comm::set_flight_recorder(std::shared_ptr<FlightRecorder> recorder) {
-  flight_ = std::move(recorder);
-  if (!flight_) return;
-  // The group's world ranks, so that every rank's file names the same group the same way.
-  // MPI knows them without a message (MPI_Group_translate_ranks); NCCL alone (torchrun) does not.
-  std::vector<int> world_ranks;
+// The group's world ranks, so that every rank names the same group the same way. MPI knows
+// them without a message (MPI_Group_translate_ranks); NCCL alone (torchrun) does not.
+void Comm::join_listeners() {
+  CommGroup g;
+  g.name = name_;
+  g.size = size_;
+  g.rank = rank_;
   if (mpi_ != MPI_COMM_NULL) {
     MPI_Group mine, world;
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_group(mpi_, &mine));
     PICOTRON_MPI_CHECK(world_rank_, MPI_Comm_group(MPI_COMM_WORLD, &world));
     std::vector<int> ranks(size_t(size_), 0);
     std::iota(ranks.begin(), ranks.end(), 0);
-    world_ranks.resize(size_t(size_));
-    PICOTRON_MPI_CHECK(world_rank_, MPI_Group_translate_ranks(mine, size_, ranks.data(), world, world_ranks.data()));
+    g.world_ranks.resize(size_t(size_));
+    PICOTRON_MPI_CHECK(world_rank_, MPI_Group_translate_ranks(mine, size_, ranks.data(), world, g.world_ranks.data()));
     MPI_Group_free(&mine);
     MPI_Group_free(&world);
+  } else if (size_ == 1) {
+    g.world_ranks = {world_rank_};
   }
-  flight_group_ = flight_->add_group(name_, world_ranks, rank_);
+  group_id_ = listeners_->join(std::move(g));
 }
 
 // ---- without CUDA: the NCCL path cannot be reached (world() makes no NCCL comm) ----

@@ -32,11 +32,10 @@
 //   all_to_all       the elements this rank sends to the OTHER ranks (its own rows stay)
 //   barrier          0
 //
-// The ledger is a plain map, not thread-safe: a Comm's collectives are issued by one
-// thread at a time (the main thread, or autograd's thread running gradient hooks while
-// the main thread waits inside backward()).
-//
-// Async variants count when they are posted. Groups of one record nothing.
+// The ledger listens at the one seam where every communication is told (comm_listener.h):
+// the world and every group split from it report to the same listeners, so --comm-report
+// lists every group a run made. Async variants count when they are posted. Groups of one
+// record nothing.
 //
 // Streams (CUDA). A synchronous call enqueues NCCL on the current stream and returns:
 // stream order alone makes later kernels see the result, and the host keeps launching.
@@ -75,10 +74,11 @@
 #include <mpi.h>
 #include <torch/types.h>
 
+#include "picotron/comm_listener.h"
+
 namespace picotron {
 
 class Distributed;
-class FlightRecorder;  // picotron/flight_recorder.h
 namespace detail {
 struct NcclComm;  // comm_nccl.cpp
 }
@@ -111,18 +111,9 @@ class Work {
   explicit Work(std::unique_ptr<State> s);
 
  private:
-  friend class Comm;  // hands the flight recorder's entries to the state (Comm::completes_in)
+  friend class Comm;  // tells the state which operations it completes (Comm::completes_in)
   std::unique_ptr<State> state_;
 };
-
-// One line of a Comm's ledger: how many calls of one kind, and their elements (see above).
-struct CommCount {
-  int64_t calls = 0, elements = 0;
-};
-
-// The ledger's kinds, in the order reports list them.
-inline constexpr const char* kCommKinds[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                             "all_to_all", "send",       "recv",           "barrier"};
 
 // One point-to-point operation of a batch (rings, pipelines).
 struct P2POp {
@@ -131,46 +122,11 @@ struct P2POp {
   int peer;              // rank within this Comm
   int tag = 0;           // MPI: messages between two ranks match in posting order per tag
                          // (NCCL has no tags: it matches in posting order)
+  // For the listeners only (comm_listener.h), when the ops of one batch differ: what this
+  // message carries ("": the call site's words), and its micro-batch and stages (a pipeline's).
+  const char* carries = "";
+  StepPlace place = {};
 };
-
-// Where a communication was issued from. Each collective takes one as its last argument,
-// defaulted to CallSite::here(): the compiler fills in the CALLER's file, line and function
-// (a default argument is evaluated at the call site), so no call site writes it.
-struct CallSite {
-  const char* file = "";
-  int line = 0;
-  const char* function = "";
-  static CallSite here(const char* file = __builtin_FILE(), int line = __builtin_LINE(),
-                       const char* function = __builtin_FUNCTION()) {
-    return {file, line, function};
-  }
-};
-
-// One communication as it is issued: what the ledger counts, plus what it leaves out.
-// An observer sees each one (--explain prints them: runtime/observe/explain.h). The
-// shapes are views of the tensors' sizes, valid during the observer's call (no copies
-// on the way of every collective).
-struct CommEvent {
-  const char* kind = "";         // "all_reduce", ... as in the ledger
-  const char* reduce = "";       // "sum", "avg", "max" for reductions, else ""
-  torch::IntArrayRef in_shape;   // the tensor given (in place: the only one)
-  torch::IntArrayRef out_shape;  // all_gather / reduce_scatter: the output; else empty
-  torch::ScalarType dtype = torch::kFloat;
-  int64_t elements = 0;           // as the ledger counts them
-  int peer = -1;                  // send / recv: the other rank (within the group); broadcast: the root
-  bool async = false;             // posted now, waited for later (Work::wait)
-  CallSite at;
-  const char* note = "";          // kind "note" (Comm::note): what the next communications carry
-};
-// The flight recorder's entries of one call: ids first .. first + count - 1 (a batch_p2p
-// has one per operation).
-struct FlightMark {
-  int64_t first = -1;
-  int count = 0;
-};
-
-class Comm;
-using CommObserver = std::function<void(const Comm&, const CommEvent&)>;
 
 class Comm {
  public:
@@ -192,27 +148,18 @@ class Comm {
   std::chrono::seconds timeout() const { return timeout_; }
   torch::Device device() const { return device_; }
   const std::string& name() const { return name_; }  // "world", "tp", ... (for reports)
-  void set_name(std::string name) { name_ = std::move(name); }
 
-  // ---- the ledger: calls and elements per kind ("all_reduce", ...; see the header) ----
-  const std::map<std::string, CommCount>& ledger() const { return ledger_; }
-  void reset_ledger() { ledger_.clear(); }
-  // Called with every communication this Comm records in its ledger (and by the groups
-  // split from it later). For --explain; no observer: nothing is called.
-  void set_observer(CommObserver observer) { observer_ = std::move(observer); }
-  // What the next communications carry ("layer 0 attention: f, the q/k/v input's
-  // gradient"), for the observer only: kind "note", nothing moves, the ledger ignores it.
-  // Build the text only when observed(): without --explain a note costs nothing.
-  // (The flight recorder keeps the notes it is given with the next call's entries.)
-  bool observed() const { return bool(observer_); }
-  void note(const std::string& what, CallSite at = CallSite::here()) const;
+  // ---- the seam (comm_listener.h): who hears of every communication --------------------
+  // Shared by the world and every group split from it. Adding a listener to any of them
+  // adds it to all, the groups split later included.
+  void listen(std::shared_ptr<CommListener> listener) const;
+  void stop_listening(const CommListener* listener) const;
+  const std::shared_ptr<CommListeners>& listeners() const { return listeners_; }
+  int group_id() const { return group_id_; }  // this group's id among them (-1: an empty Comm)
 
-  // ---- the flight recorder (picotron/flight_recorder.h): this group's calls, issued and ----
-  // ---- completed, kept in a ring that is written out when the job hangs or fails ----------
-  // Given to the world before the mesh is split: every group split from it later records
-  // too. Registers this group (its name and world ranks) with the recorder.
-  void set_flight_recorder(std::shared_ptr<FlightRecorder> recorder);
-  bool recording() const { return bool(flight_); }
+  // ---- the ledger (a listener that always listens): calls and elements per kind ----------
+  std::map<std::string, CommCount> ledger() const;
+  void reset_ledger();
 
   // Synchronous NCCL operations enqueued but not yet seen complete by the watchdog
   // (comm_nccl.cpp); 0 for a CPU Comm. For tests: it drains once the GPU has run them.
@@ -261,13 +208,15 @@ class Comm {
   void check_all_gather(const torch::Tensor& out, const torch::Tensor& in) const;
   void check_reduce_scatter(const torch::Tensor& out, const torch::Tensor& in, ReduceOp op) const;
   void check_p2p(const std::vector<P2POp>& ops) const;
-  // One more call of `kind` moving `elements` elements, in the ledger; the observer sees it;
-  // the flight recorder keeps it (one entry; a batch: `batch` = the first op's id, -1 for
-  // the first) and issuing_ says which entries the call has, until it completes.
-  int64_t record(CommEvent event, int64_t batch = -1, bool last = true);
+  // One more call, told to the listeners (the ledger first); a batch's operations share
+  // `batch` = the first one's id (-1 for the first). issuing_ says which operations the call
+  // has, until it completes.
+  int64_t record(CommEvent event, int64_t batch = -1);
   void record_batch(const std::vector<P2POp>& ops, bool async, CallSite at);  // record() per op
-  // The flight recorder marks the call's entries (issuing_) completed when `w` is waited for.
+  // The listeners hear that the call's operations (issuing_) completed when `w` is waited for.
   Work completes_in(Work w);
+  // Tells the listeners this group exists (world() and split()).
+  void join_listeners();
 
   // The CPU path, one function per MPI call (comm_mpi.cpp). Each posts the non-blocking
   // MPI call and returns a Work whose wait() is bounded by the timeout. Arguments are
@@ -299,12 +248,10 @@ class Comm {
   int size_ = 1;
   int world_rank_ = 0;  // this process's global rank: every error message starts with it
   std::chrono::seconds timeout_{300};
-  std::string name_;                        // "world", "tp", ...
-  std::map<std::string, CommCount> ledger_;  // kind -> calls, elements
-  CommObserver observer_;                    // --explain (empty: none)
-  std::shared_ptr<FlightRecorder> flight_;   // the flight recorder (empty: none)
-  int flight_group_ = -1;                    //   this group's index in it
-  FlightMark issuing_;                       //   the entries of the call being issued (record())
+  std::string name_;                            // "world", "tp", ...
+  std::shared_ptr<CommListeners> listeners_;   // shared with the world and its groups
+  int group_id_ = -1;                           // this group's id among them
+  CommOps issuing_;                             // the operations of the call being issued (record())
   torch::Device device_{torch::kCPU};
   MPI_Comm mpi_ = MPI_COMM_NULL;  // CPU path (null when torchrun launched several processes)
   bool owns_mpi_ = false;         // mpi_ is ours to MPI_Comm_free

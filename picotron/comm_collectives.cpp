@@ -4,7 +4,7 @@
 //   Comm::all_reduce(t, op)
 //     1. check_reduce(t, op)                     throws CommError on bad arguments
 //     2. size_ == 1 ? return                     a group of one moves nothing
-//     3. record(event("all_reduce", t, ...))     the ledger (calls, elements); --explain sees it
+//     3. record(event("all_reduce", t, ...))     told to the listeners: the ledger, --explain, ...
 //     4. t.is_cuda() ? nccl_all_reduce(...)      ncclAllReduce      (comm_nccl.cpp)
 //                    : mpi_all_reduce(...)       MPI_Iallreduce     (comm_mpi.cpp)
 //
@@ -169,17 +169,19 @@ void Comm::recv(torch::Tensor& t, int peer, CallSite at) { batch_p2p({{P2POp::kR
 
 namespace {
 CommEvent p2p_event(const P2POp& p, bool async, CallSite at) {
+  if (*p.carries) at.carries = p.carries;  // the op's own words, where a batch mixes messages
   CommEvent e = event(p.kind == P2POp::kSend ? "send" : "recv", p.tensor, p.tensor.numel(), async, at);
   e.peer = p.peer;
+  e.place = p.place;
   return e;
 }
 }  // namespace
 
-// One ledger entry per operation; for the flight recorder, the batch's ops share the first's id.
+// One event per operation; the batch's operations share the first one's id.
 void Comm::record_batch(const std::vector<P2POp>& ops, bool async, CallSite at) {
   int64_t first = -1;
   for (size_t i = 0; i < ops.size(); ++i) {
-    const int64_t id = record(p2p_event(ops[i], async, at), first, /*last=*/i + 1 == ops.size());
+    const int64_t id = record(p2p_event(ops[i], async, at), first);
     if (i == 0) first = id;
   }
 }
@@ -200,7 +202,10 @@ Work Comm::batch_p2p_async(const std::vector<P2POp>& ops, CallSite at) {
 }
 
 void Comm::barrier(CallSite at) {
-  record(CommEvent{"barrier", "", {}, {}, torch::kFloat, 0, -1, false, at});
+  CommEvent e;
+  e.kind = "barrier";
+  e.at = at;
+  record(std::move(e));
   if (mpi_ != MPI_COMM_NULL) return completes_in(mpi_barrier()).wait();  // MPI_Ibarrier + bounded wait
   // torchrun (NCCL only): a one-element all-reduce on the side stream, waited by the host.
   torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));

@@ -54,9 +54,9 @@ struct picotron::Work::State {
   virtual void wait() = 0;
   // Lets the library advance the operation without blocking (see Work::progress).
   virtual void progress() {}
-  // The flight recorder's entries of this operation, marked completed when wait() returns.
-  std::shared_ptr<FlightRecorder> flight;
-  FlightMark mark;
+  // The listeners, told of this operation's waiting and completion (comm_listener.h).
+  std::shared_ptr<CommListeners> listeners;
+  CommOps ops;
   // False while a library may still write into buffers this state keeps alive: the
   // Work's destructor then leaks the state on purpose rather than free them under MPI.
   virtual bool safe_to_destroy() = 0;

@@ -43,7 +43,6 @@
 
 #include "picotron/comm.h"
 #include "picotron/comm_internal.h"
-#include "picotron/flight_recorder.h"
 #include "picotron/nccl_watchdog.h"
 #include "picotron/distributed.h"
 
@@ -113,13 +112,13 @@ cudaStream_t choose_stream(detail::NcclComm& nc, bool async, std::initializer_li
 }
 
 // After the NCCL call on `stream`. Synchronous: nothing to wait for, the watchdog watches
-// it (and marks its flight recorder entries completed when the GPU has run it). Async: a
-// Work on the side stream's event (Comm::completes_in hands it the entries).
+// it (and tells the listeners it completed when the GPU has run it). Async: a Work on the
+// side stream's event (Comm::completes_in hands it the operations).
 Work finish(const std::shared_ptr<detail::NcclComm>& nc, cudaStream_t stream, bool async, const char* op,
             int64_t numel, int rank, std::chrono::seconds timeout,
-            const std::shared_ptr<FlightRecorder>& flight, FlightMark mark) {
+            const std::shared_ptr<CommListeners>& listeners, CommOps ops) {
   if (!async) {
-    nc->watch(stream, op, numel, flight, mark);
+    nc->watch(stream, op, numel, listeners, ops);
     return Work();
   }
   auto w = std::make_unique<NcclWork>();
@@ -204,7 +203,7 @@ Work Comm::nccl_all_reduce(torch::Tensor& t, ReduceOp op, bool async) {
   cudaStream_t stream = choose_stream(*nccl_, async, {t});
   PICOTRON_NCCL_CHECK(world_rank_, ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), nccl_op(op),
                                                  nccl_->comm, stream));
-  return finish(nccl_, stream, async, "all_reduce", t.numel(), world_rank_, timeout_, flight_, issuing_);
+  return finish(nccl_, stream, async, "all_reduce", t.numel(), world_rank_, timeout_, listeners_, issuing_);
 }
 
 Work Comm::nccl_all_gather(torch::Tensor& out, const torch::Tensor& in, bool async) {
@@ -213,7 +212,7 @@ Work Comm::nccl_all_gather(torch::Tensor& out, const torch::Tensor& in, bool asy
   // sendcount = elements per rank; in place when `in` is this rank's slot of `out`.
   PICOTRON_NCCL_CHECK(world_rank_, ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in),
                                                  nccl_->comm, stream));
-  return finish(nccl_, stream, async, "all_gather", out.numel(), world_rank_, timeout_, flight_, issuing_);
+  return finish(nccl_, stream, async, "all_gather", out.numel(), world_rank_, timeout_, listeners_, issuing_);
 }
 
 Work Comm::nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, ReduceOp op, bool async) {
@@ -222,7 +221,7 @@ Work Comm::nccl_reduce_scatter(torch::Tensor& out, const torch::Tensor& in, Redu
   // recvcount = elements per rank (out); rank r receives chunk r of the reduced `in`.
   PICOTRON_NCCL_CHECK(world_rank_, ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in),
                                                      nccl_op(op), nccl_->comm, stream));
-  return finish(nccl_, stream, async, "reduce_scatter", in.numel(), world_rank_, timeout_, flight_, issuing_);
+  return finish(nccl_, stream, async, "reduce_scatter", in.numel(), world_rank_, timeout_, listeners_, issuing_);
 }
 
 void Comm::nccl_broadcast(torch::Tensor& t, int root) {
@@ -230,7 +229,7 @@ void Comm::nccl_broadcast(torch::Tensor& t, int root) {
   cudaStream_t stream = choose_stream(*nccl_, /*async=*/false, {t});
   PICOTRON_NCCL_CHECK(world_rank_, ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root,
                                                  nccl_->comm, stream));
-  finish(nccl_, stream, /*async=*/false, "broadcast", t.numel(), world_rank_, timeout_, flight_, issuing_);
+  finish(nccl_, stream, /*async=*/false, "broadcast", t.numel(), world_rank_, timeout_, listeners_, issuing_);
 }
 
 // The sends and receives of one batch are posted inside one NCCL group: NCCL then runs
@@ -252,7 +251,7 @@ Work Comm::nccl_batch_p2p(const std::vector<P2POp>& ops, bool async) {
                                                 nccl_->comm, stream));
   }
   PICOTRON_NCCL_CHECK(world_rank_, ncclGroupEnd());
-  return finish(nccl_, stream, async, "batch_p2p", numel, world_rank_, timeout_, flight_, issuing_);
+  return finish(nccl_, stream, async, "batch_p2p", numel, world_rank_, timeout_, listeners_, issuing_);
 }
 
 }  // namespace picotron

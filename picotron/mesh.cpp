@@ -15,7 +15,7 @@
 // one number) and key = the world rank, so group rank i is the member with X-digit i.
 // That is also why a ring neighbour's group rank is just its coordinate +-1 (mod size).
 //
-// Each group's Comm is named after its axis; comm_report() prints their ledgers.
+// Each group's Comm is named after its axis; comm_report() prints every group's ledger.
 //
 // Test: ctest -R mesh   (tests/test_mesh.cpp: every factorisation of 1..8 ranks;
 //                        tests/comm_test.cpp: the communicators, under mpirun)
@@ -210,51 +210,6 @@ Mesh::Mesh(Comm& world, const MeshShape& shape) : world_(world), shape_(shape) {
   if (tp_.rank() != coords_.tp || cp_.rank() != coords_.cp || pp_.rank() != coords_.pp || dp_.rank() != coords_.dp ||
       cp_dp_.rank() != coords_.dp * shape_.cp + coords_.cp)
     throw CommError("[rank " + std::to_string(rank) + "] Mesh: a split communicator disagrees with the grid");
-}
-
-// ---- ledgers ------------------------------------------------------------------
-
-void Mesh::reset_ledgers() {
-  for (Comm* c : {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_}) c->reset_ledger();
-}
-
-void Mesh::set_observer(const CommObserver& observer) {
-  for (Comm* c : {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_}) c->set_observer(observer);
-}
-
-std::string Mesh::comm_report(int64_t steps, const std::vector<const Comm*>& extra) const {
-  if (steps < 1) throw std::invalid_argument("comm_report: steps must be at least 1, got " + std::to_string(steps));
-  std::ostringstream out;
-  out << "communication of rank " << rank() << " over " << steps << " step" << (steps == 1 ? "" : "s")
-      << " (elements of the full buffer, see comm.h)\n";
-  auto per_step = [&](int64_t total) {  // an integer when it divides, else one decimal
-    std::ostringstream v;
-    if (total % steps == 0) v << total / steps;
-    else v << std::fixed << std::setprecision(1) << double(total) / double(steps);
-    return v.str();
-  };
-  std::ostringstream rows;
-  std::vector<const Comm*> groups = {&world_, &tp_, &cp_, &pp_, &dp_, &cp_dp_};
-  groups.insert(groups.end(), extra.begin(), extra.end());
-  int width = 8;  // the group column: as wide as the longest name ("cp_dp_replicas")
-  for (const Comm* c : groups)
-    if (c) width = std::max(width, int(c->name().size()) + 1);
-  for (const Comm* c : groups) {
-    if (!c) continue;
-    for (const char* kind : kCommKinds) {
-      auto it = c->ledger().find(kind);
-      if (it == c->ledger().end() || it->second.calls == 0) continue;
-      const CommCount& n = it->second;
-      rows << std::left << std::setw(width) << c->name() << std::right << std::setw(4) << c->size() << "  " << std::left
-           << std::setw(16) << kind << std::right << std::setw(8) << n.calls << std::setw(14) << n.elements
-           << std::setw(12) << per_step(n.calls) << std::setw(15) << per_step(n.elements) << "\n";
-    }
-  }
-  if (rows.str().empty()) return out.str() + "no communication: every ledger is empty\n";
-  out << std::left << std::setw(width) << "group" << std::right << std::setw(4) << "size" << "  " << std::left
-      << std::setw(16) << "kind" << std::right << std::setw(8) << "calls" << std::setw(14) << "elements"
-      << std::setw(12) << "calls/step" << std::setw(15) << "elements/step" << "\n";
-  return out.str() + rows.str();
 }
 
 }  // namespace picotron

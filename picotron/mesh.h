@@ -24,7 +24,7 @@
 //
 // MeshShape / MeshCoords and the group/neighbour functions are pure arithmetic
 // (picotron/mesh_grid.h: no MPI, no tensors), tested without any communication; Mesh builds one Comm per group, names it ("world",
-// "tp", "cp", "pp", "dp", "cp_dp") and reports what each group's ledger counted.
+// "tp", "cp", "pp", "dp", "cp_dp") and reports what every group's ledger counted.
 //
 // Test: ctest -R mesh
 #pragma once
@@ -59,20 +59,13 @@ class Mesh {
   bool is_first_stage() const { return coords_.pp == 0; }             // holds the embedding
   bool is_last_stage() const { return coords_.pp == shape_.pp - 1; }  // holds the head and loss
 
-  // ---- the communication ledgers of world, tp, cp, pp, dp, cp_dp -------------------
-  void reset_ledgers();
-  // Every group's communications go to `observer` (--explain), and those of groups split
-  // from them later; an empty one stops it.
-  void set_observer(const CommObserver& observer);
-  // A table with one row per (group, kind) that was called since the last reset: group,
-  // its size, kind, calls, elements, and both per step (divided by `steps` >= 1), e.g.
-  //   communication of rank 0 over 10 steps (elements of the full buffer, see comm.h)
-  //   group   size  kind               calls      elements  calls/step  elements/step
-  //   dp         2  all_reduce            10       1234560           1         123456
-  // or one line saying there was no communication.
-  // `extra`: groups a technique made itself (e.g. the pipeline's embedding group);
-  // null entries are skipped.
-  std::string comm_report(int64_t steps, const std::vector<const Comm*>& extra = {}) const;
+  // ---- the ledger of every group the run made (picotron/comm_listener.h) -------------
+  // The mesh's groups and those techniques split from them (the pipeline's embedding group,
+  // the hybrid's cp_a2a and cp_ring, HSDP's and hpZ's, the experts'): all report to the
+  // world's listeners, so nothing needs listing here.
+  void reset_ledgers() { world_.listeners()->reset_ledgers(); }
+  // A table with one row per (group, kind) called since the last reset (CommListeners::report).
+  std::string comm_report(int64_t steps) const { return world_.listeners()->report(world_.rank(), steps); }
 
  private:
   Comm& world_;

@@ -1,5 +1,6 @@
 // picotron/model.cpp — the LLaMA forward pass. See model.h for the picture, shapes and slots.
 #include "picotron/model.h"
+#include "picotron/step_place.h"
 #include "picotron/utils.h"
 
 #include <algorithm>
@@ -151,11 +152,15 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, const ShardPlan& plan, 
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const RopeTables& rope) {
-  auto h = x + self_attn->forward(input_layernorm->forward(x), rope);  // [B, S, H]
-  const auto x2 = post_attention_layernorm->forward(h);               // [B, S, H]
+  // Each block runs in its place (picotron/step_place.h): what it communicates, forward or
+  // backward, is told as this layer's attention or MLP.
+  const auto attention = [&](const torch::Tensor& y) { return self_attn->forward(y, rope); };
+  auto h = x + in_place(StepPlace::of_part(Part::kAttention), input_layernorm->forward(x), attention);  // [B, S, H]
+  const auto x2 = post_attention_layernorm->forward(h);                                                  // [B, S, H]
   TORCH_CHECK(mlp || !feed_forward.is_empty(),
               "a decoder layer without its MLP: a mixture of experts needs add_experts (expert_parallel/moe.h)");
-  return h + (mlp ? mlp->forward(x2) : feed_forward.forward(x2));    // [B, S, H]
+  if (mlp) return h + in_place(StepPlace::of_part(Part::kMlp), x2, [&](const torch::Tensor& y) { return mlp->forward(y); });
+  return h + in_place(StepPlace::of_part(Part::kExperts), x2, [&](const torch::Tensor& y) { return feed_forward.forward(y); });
 }
 
 void DecoderStackImpl::add(int64_t global_index, DecoderLayer layer) {
@@ -208,7 +213,8 @@ torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, S], got ", tokens.sizes());
   TORCH_CHECK(!model->embed_tokens.is_empty(), "this rank holds no embedding");
   const auto run = [&] { return model->embed_tokens.forward(tokens); };  // [B, S, H]
-  return part_runner ? part_runner("embed", run) : run();
+  return in_place(StepPlace::of_part(Part::kEmbedding), tokens,
+                  [&](const torch::Tensor&) { return part_runner ? part_runner("embed", run) : run(); });
 }
 
 torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Tensor& positions, int64_t first,
@@ -222,11 +228,13 @@ torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Ten
 
 torch::Tensor LlamaForCausalLMImpl::run_layer(int64_t index, DecoderLayer layer, const torch::Tensor& x,
                                               const RopeTables& rope, size_t depth) {
-  if (depth == layer_wrappers.size()) return layer->forward(x, rope);  // the layer itself
+  if (depth == 0)  // everything of this layer, its wrappers' communication too, in its place
+    return in_place(StepPlace::of_layer(index), x, [&](const torch::Tensor& y) { return run_layer(index, layer, y, rope, 1); });
+  if (depth > layer_wrappers.size()) return layer->forward(x, rope);  // the layer itself
   const LayerCall call{index, layer, [this, index, layer, rope, depth](const torch::Tensor& y) {
                          return run_layer(index, layer, y, rope, depth + 1);  // the wrappers inside
                        }};
-  return layer_wrappers[depth].wrap(call, x);
+  return layer_wrappers[depth - 1].wrap(call, x);
 }
 
 void LlamaForCausalLMImpl::unwrap_layers(const std::string& name) {
@@ -266,13 +274,17 @@ static torch::Tensor positions_of(const torch::Tensor& tokens, const torch::Tens
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
   const auto hidden = run_layers(embed(tokens), positions_of(tokens, positions));  // [B, S, H]
-  const auto run = [&] { return logits(final_norm(hidden)); };                    // [B, S, V]
-  return part_runner ? part_runner("head", run) : run();
+  return in_place(StepPlace::of_part(Part::kHead), hidden, [&](const torch::Tensor& h) {
+    const auto run = [&] { return logits(final_norm(h)); };  // [B, S, V]
+    return part_runner ? part_runner("head", run) : run();
+  });
 }
 
 torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
-  const auto run = [&] { return loss_from_hidden(final_norm(hidden), targets); };  // scalar
-  auto loss = part_runner ? part_runner("head", run) : run();
+  auto loss = in_place(StepPlace::of_part(Part::kHead), hidden, [&](const torch::Tensor& h) {
+    const auto run = [&] { return loss_from_hidden(final_norm(h), targets); };  // scalar
+    return part_runner ? part_runner("head", run) : run();
+  });
   if (layer_stats) {  // (a mixture of experts, training: + c x the balancing loss)
     const auto term = torch::GradMode::is_enabled() ? layer_stats->loss_term() : torch::Tensor();
     if (term.defined()) loss = loss + term.to(loss.scalar_type());

@@ -224,7 +224,7 @@ struct LayerCall {
 // Runs a layer inside something: wrapper(call, x) must return call.next(x), doing its
 // own work around it (communication, saving less for backward, ...).
 struct LayerWrapper {
-  std::string name;  // "recompute", "zero-3", "pipeline"
+  std::string name;  // "recompute", "zero-3"
   std::function<torch::Tensor(const LayerCall& call, const torch::Tensor& x)> wrap;
 };
 // Runs one of the parts around the decoder layers: `part` is "embed" (embed()) or "head"
@@ -286,8 +286,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   PartRunner part_runner;     // default: run()
   // What every decoder layer runs inside, OUTERMOST FIRST; empty: layer->forward(x, rope).
   // train.cpp installs them inner to outer, each with wrap_layers, so that a run reads
-  //   pipeline  (pipeline_parallel/: nudges the sends in flight at every layer boundary)
-  //   -> zero-3 (zero/zero3.h: the layer's parameters gathered before it, released after)
+  //   zero-3 (zero/zero3.h: the layer's parameters gathered before it, released after)
   //   -> recompute (picotron/recompute.h: only the input kept; the layer runs again in
   //      backward, inside the gather, which ZeRO-3 repeats for backward)
   //   -> layer->forward
@@ -296,7 +295,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   void wrap_layers(LayerWrapper wrapper) { layer_wrappers.insert(layer_wrappers.begin(), std::move(wrapper)); }
   // Removes the wrapper named `name` (a technique's destructor).
   void unwrap_layers(const std::string& name);
-  // Layer `index` on x through the wrappers from `depth` on. [B, S, H] -> [B, S, H]
+  // Layer `index` on x: depth 0 puts it in its place (picotron/step_place.h), depth d >= 1 runs
+  // it through the wrappers from layer_wrappers[d - 1] on. [B, S, H] -> [B, S, H]
   torch::Tensor run_layer(int64_t index, DecoderLayer layer, const torch::Tensor& x, const RopeTables& rope,
                           size_t depth = 0);
 

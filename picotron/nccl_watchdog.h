@@ -15,11 +15,11 @@
 //   watchdog:     every 2 ms:  ncclCommGetAsyncError(comm)   NCCL saw an error -> die
 //                              oldest entry: cudaEventQuery   done -> drop it, look at the next
 //                                            past deadline    -> die
-//   die:          the flight recorder's file written (picotron/flight_recorder.h), then one
+//   die:          the listeners told (comm_listener.h: the flight recorder writes its file), then one
 //                 write(2) to stderr: "[rank R] error: all_reduce timed out after T s: a peer
 //                 died or stopped answering (N elements, NCCL watchdog). Flight recorder: ...",
 //                 ncclCommAbort (the kernels stop without waiting for peers), std::_Exit(1).
-//   (an entry done: its flight recorder entries are marked completed)
+//   (an entry done: the listeners told it completed)
 //
 // Why end the process rather than throw? The error is found on the watchdog thread,
 // while the main thread may be stuck inside a CUDA call that will never return; no
@@ -50,7 +50,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/comm_internal.h"
-#include "picotron/flight_recorder.h"
+#include "picotron/comm_listener.h"
 
 namespace picotron {
 
@@ -111,18 +111,18 @@ struct detail::NcclComm {
     const char* op;                 // "all_reduce", ...
     int64_t numel;
     Clock::time_point deadline;     // enqueue time + timeout
-    FlightMark mark;                // its flight recorder entries (none: first = -1)
+    CommOps ops;                    // its operations, for the listeners (none: first = -1)
   };
 
   // Main thread, right after a synchronous NCCL call on `stream`.
-  void watch(cudaStream_t stream, const char* op, int64_t numel, const std::shared_ptr<FlightRecorder>& recorder,
-             FlightMark mark) {
+  void watch(cudaStream_t stream, const char* op, int64_t numel, const std::shared_ptr<CommListeners>& told,
+             CommOps ops) {
     cudaEvent_t done;
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));  // timing off: cheaper
     C10_CUDA_CHECK(cudaEventRecord(done, stream));
     std::lock_guard<std::mutex> lock(mutex);
-    if (recorder && !flight) flight = recorder;
-    queue.push_back({done, op, numel, Clock::now() + timeout, mark});
+    if (told && !listeners) listeners = told;
+    queue.push_back({done, op, numel, Clock::now() + timeout, ops});
     if (!thread.joinable()) thread = std::thread([this] { watchdog_loop(); });  // started lazily
   }
 
@@ -148,7 +148,7 @@ struct detail::NcclComm {
   mutable std::mutex mutex;         // guards queue and stopping
   std::condition_variable wake;
   std::deque<SyncOp> queue;         // oldest first
-  std::shared_ptr<FlightRecorder> flight;  // the Comm's flight recorder, once one op was watched
+  std::shared_ptr<CommListeners> listeners;  // the Comm's listeners, once one op was watched
   bool stopping = false;
   std::thread thread;
 
@@ -182,7 +182,7 @@ struct detail::NcclComm {
         const SyncOp& oldest = queue.front();
         const cudaError_t state = cudaEventQuery(oldest.done);
         if (state == cudaSuccess) {
-          if (flight) flight->completed(oldest.mark);
+          if (listeners) listeners->completed(oldest.ops);
           cudaEventDestroy(oldest.done);
           queue.pop_front();
           continue;
@@ -200,9 +200,10 @@ struct detail::NcclComm {
 
   // One line in one write(2) (ranks' lines never interleave), abort, end the process.
   [[noreturn]] void die(const std::string& what) {
-    if (flight) flight->dump("NCCL watchdog: " + what);  // first: the line below points to it
-    const std::string line =
-        "[rank " + std::to_string(world_rank) + "] error: " + what + (flight ? flight->hint() : "") + "\n";
+    // First the listeners leave their evidence (the flight recorder writes its file): the
+    // line below may point to it.
+    const std::string where = listeners ? listeners->failing("NCCL watchdog: " + what, /*ending=*/true) : "";
+    const std::string line = "[rank " + std::to_string(world_rank) + "] error: " + what + where + "\n";
     ssize_t written = ::write(STDERR_FILENO, line.data(), line.size());
     (void)written;  // nothing more we could do if stderr is gone
     if (!aborted.exchange(true)) ncclCommAbort(comm);

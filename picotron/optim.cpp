@@ -147,7 +147,7 @@ torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, c
 
 double global_grad_norm(const std::vector<TrainableParam>& params, Comm& world, const MeshCoords& here) {
   auto sum = local_grad_square_sum(params, here, world.device()).reshape({1});  // [1] fp64, on the Comm's device
-  world.all_reduce(sum, ReduceOp::kSum);                        // every rank's counted shards
+  world.all_reduce(sum, ReduceOp::kSum, carries("the global gradient norm: each rank's sum of squares"));  // counted shards
   return std::sqrt(sum.item<double>());                         // one host sync per step
 }
 

@@ -133,9 +133,6 @@ class Optimizer {
   virtual torch::ScalarType state_dtype() const = 0;  // fp32 (fp64 in fp64 runs)
   // One line about what this rank keeps (empty: nothing worth printing).
   virtual std::string summary() const { return ""; }
-  // Communicators the optimizer split for itself (ZeRO's HSDP and hpZ groups), so that
-  // --comm-report shows their ledgers too; none by default.
-  virtual std::vector<const Comm*> own_groups() const { return {}; }
 
  protected:
   void run_grad_sums(std::vector<TrainableParam>& held) {

@@ -25,18 +25,20 @@
 //   8. r+1 x W                         the rest of the waiting W's
 //
 // Every B is followed at once by its W unless it is one that waits (steps 3, 6, 7); the
-// waiting W's run in the order their B's did. On the CPU a pair runs its F, then its B
-// (and W): nothing overlaps. On a GPU the overlap would need the F and the B on two
+// waiting W's run in the order their B's did. A pair runs its F, then its B (and W), on
+// the CPU and on a GPU alike: nothing overlaps. The overlap would need the F and the B on two
 // streams (DeepSeek splits each into attention, dispatch, MLP, combine and interleaves
 // them); that is not built here.
 //
 // Bubble (idle time per rank; DualPipe's README table, "DualPipeV" row, PP = 2P stages
 // on PP/2 = P devices): (P-1)(F&B + B - 3W), B the whole backward of a chunk, W its
-// weight part, F&B the time of an overlapped pair. In this project's unit time (F = 1,
-// B = input part 1 + W 1 = 2) and a perfect overlap (F&B = max(F, B) = 2) that is
-// (P-1)(2 + 2 - 3) = P-1 units idle against 6m busy: bubble (P-1)/(6m). The unit-time
-// simulation, which runs each pair in sequence (3 units), measures exactly P-1 idle on
-// every rank (tests/test_dualpipev.cpp); the formula with F&B = 3 would allow 2(P-1).
+// weight part, F&B the time of a pair. The executor (Pipeline::run_step) runs a pair's F
+// and then its B, so in this project's unit time (F = 1, B = input part 1 + W 1 = 2) a
+// pair takes F + B = 3 and the formula allows (P-1)(3 + 2 - 3) = 2(P-1) units idle. The
+// unit-time simulation, which runs each pair so, measures exactly P-1 idle on every rank
+// against 6m busy (tests/test_dualpipev.cpp): bubble (P-1)/(6m), bubble_formula's value.
+// With a real overlap (F&B = max(F, B) = 2, not built here) the formula would give
+// (P-1)(2 + 2 - 3) = P-1.
 // The same layers under ZB-H1 (chunks twice as long) idle 2(P-1) of these units.
 //
 // Test: build/tests/unit_tests "[dualpipev]"

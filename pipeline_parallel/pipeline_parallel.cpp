@@ -1,6 +1,7 @@
 // pipeline_parallel/pipeline_parallel.cpp — see pipeline_parallel.h for the picture, the
 // math and the communication; schedules.h for the order of the actions.
 #include "pipeline_parallel/pipeline_parallel.h"
+#include "picotron/step_place.h"
 #include "picotron/utils.h"
 
 #include <fstream>
@@ -32,6 +33,15 @@ int owner_of(const std::string& name, const LlamaConfig& c, int P, int v, bool v
     }
   }
   return stage_rank(P, vs, v_shape);
+}
+
+// A message's micro-batch and the virtual stages it leaves and reaches (an activation goes
+// one stage on, its gradient one back): what observers of a run print (picotron/step_place.h).
+StepPlace message_place(const Transfer& t) {
+  StepPlace at = StepPlace::of_micro_batch(t.micro);
+  at.from_stage = t.from_stage;
+  at.to_stage = t.from_stage + (t.kind == Transfer::kActivation ? 1 : -1);
+  return at;
 }
 
 }  // namespace
@@ -86,7 +96,7 @@ Pipeline::Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, tor
                                          : torch::arange(opts_.seq_len, torch::kInt64);  // RoPE sees all S tokens, also under SP
   program_ = pipeline_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
   eval_program_ = forward_only_programs(opts_.schedule, P_, int(opts_.grad_acc_steps), opts_.virtual_stages)[rank_];
-  mesh.world().barrier();  // the trace's time zero: every rank leaves the barrier together
+  mesh.world().barrier(carries("the pipeline trace's time zero: every rank leaves together"));
   t0_ = std::chrono::steady_clock::now();
 }
 
@@ -115,7 +125,7 @@ torch::Tensor Pipeline::run_step(int64_t step, const BatchLoader& loader, double
   TORCH_CHECK(alive_.empty(), "pipeline: micro-batches left without a backward");
   TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
   TORCH_CHECK(!weight_queue_ || weight_queue_->waiting() == 0, "pipeline: weight gradients left without a W");
-  mesh_.pp().broadcast(loss_sum_, last_rank_);  // the last stage computed it; every rank logs it
+  mesh_.pp().broadcast(loss_sum_, last_rank_, carries("the loss of the step, from the stage that computed it"));  // every rank logs it
   return loss_sum_;
 }
 
@@ -132,7 +142,7 @@ torch::Tensor Pipeline::evaluate(int64_t index, const BatchLoader& loader) {
   alive_.clear();  // no backward: the forwards' records go
   opts_.trace = trace;
   TORCH_CHECK(inbox_.empty() && outbox_.empty(), "pipeline: tensors left unsent or unused");
-  mesh_.pp().broadcast(loss_sum_, last_rank_);
+  mesh_.pp().broadcast(loss_sum_, last_rank_, carries("the validation loss, from the stage that computed it"));
   return loss_sum_;
 }
 
@@ -152,6 +162,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
     if (stats) stats->carry(f.side_in);
   }
   const double start = now_us();
+  PlaceScope in_micro_batch(StepPlace::of_micro_batch(a.micro));  // (for whoever observes: picotron/step_place.h)
   Batch batch;
   if (vs == 0 || vs == P_ * v - 1) batch = loader.micro_batch(step_, a.micro);  // first: tokens, last: targets
   if (vs == 0) x = model_->embed(batch.inputs.to(act_opts_.device()));        // [B, S, H]
@@ -193,6 +204,7 @@ void Pipeline::backward(const PipelineAction& a) {
   }
   const double start = now_us();
   if (weight_queue_) weight_queue_->begin(a.micro, a.chunk);  // zb-h1: dW waits for W
+  PlaceScope in_micro_batch(StepPlace::of_micro_batch(a.micro));
   torch::autograd::backward(outputs, grads);  // (no grads: the loss, dL/dL = 1)
   if (weight_queue_) weight_queue_->end();
   record(TraceEvent::kBackward, a.micro, a.chunk, start);
@@ -210,33 +222,25 @@ void Pipeline::backward(const PipelineAction& a) {
 // message between two ranks carries tag 0, and the program's order is what matches them.
 void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
   const double start = now_us();
-  if (mesh_.pp().observed() || mesh_.pp().recording()) {  // --explain, the flight recorder: what each message of
-                                                         // the round is, named as --dry-run's program names it
-    std::string what = "[pipeline]";
-    for (const auto& op : group) {
-      const bool activation = op.t.kind == Transfer::kActivation;
-      const int to = op.t.from_stage + (activation ? 1 : -1);  // the virtual stage it goes to
-      what += std::string(op.send ? " send" : " receive") + (activation ? " activation a" : " gradient g") +
-              std::to_string(op.t.micro) + " of micro-batch " + std::to_string(op.t.micro) + " (0-based; stage " +
-              std::to_string(op.t.from_stage) + " -> " + std::to_string(to) + ");";
-    }
-    what.pop_back();
-    mesh_.pp().note(what);
-  }
   // BEGIN ASSIGNMENT pp.send_recv
   // Shapes are known in advance: no handshake. SP keeps S/tp tokens per tp rank.
   const int64_t tokens = opts_.sequence_parallel ? opts_.seq_len / mesh_.shape().tp : opts_.seq_len;
   std::vector<P2POp> ops;
   for (const auto& op : group) {
+    const bool activation = op.t.kind == Transfer::kActivation;
+    const char* x = activation ? "pipeline: an activation" : "pipeline: an activation's gradient";
+    const char* side_tensor = activation ? "pipeline: a side tensor, after its activation"
+                                         : "pipeline: a side tensor's gradient, after its activation's";
+    const StepPlace at = message_place(op.t);  // its micro-batch and stages, for whoever observes
     if (op.send) {
       const Message m = take(outbox_, op.t);  // made by an earlier action
-      ops.push_back({P2POp::kSend, m.x, op.t.peer, /*tag=*/0});
-      for (const auto& side : m.side) ops.push_back({P2POp::kSend, side, op.t.peer, /*tag=*/0});  // after it, in order
+      ops.push_back({P2POp::kSend, m.x, op.t.peer, /*tag=*/0, x, at});
+      for (const auto& side : m.side) ops.push_back({P2POp::kSend, side, op.t.peer, /*tag=*/0, side_tensor, at});  // after it, in order
     } else {
       Message m{torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_),  // [B, S, H]
                 model_->layer_stats ? model_->layer_stats->side_buffers() : std::vector<torch::Tensor>{}};
-      ops.push_back({P2POp::kRecv, m.x, op.t.peer, /*tag=*/0});
-      for (const auto& side : m.side) ops.push_back({P2POp::kRecv, side, op.t.peer, /*tag=*/0});
+      ops.push_back({P2POp::kRecv, m.x, op.t.peer, /*tag=*/0, x, at});
+      for (const auto& side : m.side) ops.push_back({P2POp::kRecv, side, op.t.peer, /*tag=*/0, side_tensor, at});
       inbox_[key(op.t)] = std::move(m);  // for the action that needs it
     }
   }
@@ -257,7 +261,8 @@ Pipeline::Message Pipeline::take(std::map<TensorKey, Message>& box, const Transf
 void Pipeline::sync_tied_embedding(std::vector<TrainableParam>& params) {
   if (!holds_tied_embedding_) return;  // untied, pp = 1, or a middle stage
   for (auto& p : params)
-    if (p.name == kEmbedding) embedding_group_.all_reduce(p.main_grad, ReduceOp::kSum);  // lookup + head parts
+    if (p.name == kEmbedding)  // lookup + head parts
+      embedding_group_.all_reduce(p.main_grad, ReduceOp::kSum, carries("the tied embedding's gradient: the lookup's part + the head's"));
 }
 
 // ---- the trace --------------------------------------------------------------------------

@@ -123,7 +123,6 @@ class Pipeline {
   // trace (pipeline_parallel/pipeline_trace.cpp), with the schedule, its bubble formula and
   // `steps` in its "otherData"; rank 0 says where. Collective.
   void write_trace(const std::string& path, Comm& world, int64_t steps) const;
-  const Comm& embedding_group() const { return embedding_group_; }
   int loss_rank() const { return last_rank_; }  // the pp rank that holds the head and the loss: P-1, or 0 in the V
 
  private:

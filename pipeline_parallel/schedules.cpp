@@ -1,4 +1,4 @@
-// pipeline_parallel/schedules.cpp — see schedules.h for the four schedules and their bubbles.
+// pipeline_parallel/schedules.cpp — see schedules.h for the five schedules and their bubbles.
 #include "pipeline_parallel/schedules.h"
 
 #include "pipeline_parallel/dualpipev.h"
@@ -256,7 +256,8 @@ double bubble_formula(PipelineSchedule s, int P, int m, int v) {
   switch (s) {
     case PipelineSchedule::kInterleaved: return double(P - 1) / (double(v) * m);
     case PipelineSchedule::kZbH1: return double(P - 1) / (3.0 * m);
-    // dualpipev.h: (P-1)(F&B + B - 3W) idle with F&B = 2, B = 2, W = 1, over 2m x 3 busy
+    // dualpipev.h: P-1 idle (measured with each F&B pair run in sequence; the formula
+    // (P-1)(F&B + B - 3W) with an overlapped F&B = 2, B = 2, W = 1), over 2m x 3 busy
     case PipelineSchedule::kDualPipeV: return double(P - 1) / (6.0 * m);
     default: return double(P - 1) / m;
   }

@@ -206,7 +206,7 @@ if step nccl_two_ranks 30 120 mpirun --oversubscribe --bind-to none -np 2 "$host
     TRAIN_WRAPPER=$hostid step "equivalence_$name" 30 120 "$root/tests/equivalence.sh" "$out/eq_$name" "$rtol" "$ranks" -- \
       "$train" "${eq_flags[@]}" --dtype "$dtype" $flags
   done
-  # The flight recorder on the NCCL path (picotron/flight_recorder.h): rank 1 killed 20 s in
+  # The flight recorder on the NCCL path (runtime/observe/flight_recorder.h): rank 1 killed 20 s in
   # (after CUDA and NCCL start), rank 0's NCCL watchdog times out, writes its file and
   # ends; scripts/hang_report.py must name rank 1 as the one that left no file.
   step flight_nccl_killed 40 90 "$root/tests/flight_case.sh" "$out/flight_killed" "rank 1 left no file: it died" kill 20 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/hang_report.py DIR — what went wrong first, from every rank's flight recorder.
 
-Each rank of a run writes DIR/comms-rank<R>.json (picotron/flight_recorder.h) when the run
+Each rank of a run writes DIR/comms-rank<R>.json (runtime/observe/flight_recorder.h) when the run
 times out, is ended by a signal or fails (and at the end with --flight-dump-at-end): its
 last communications, each with its group, operation, sequence number, size, call site,
 note and state (issued / completed). This script lines the ranks up and says:
@@ -93,7 +93,7 @@ class Rank:
 
     def stalled(self):
         """Why this rank looks stopped, or "". Measured: its recorder's thread, which wakes every
-        100 ms, saw a gap of seconds (paused_s: picotron/flight_recorder.h, "Pauses"). Else
+        100 ms, saw a gap of seconds (paused_s: runtime/observe/flight_recorder.h, "Pauses"). Else
         inferred: ended by a signal, and either it waited longer than --timeout-s
         without timing out itself, or it did nothing with Comm for half of it."""
         paused = self.d.get("paused_s") or 0

@@ -3,6 +3,8 @@
     (gdb) source scripts/picotron_gdb.py
     (gdb) print x
     $1 = [2, 32, 64] Float cpu strides (2048, 64, 1) {0.0132, -0.871, 0.25, ...}
+    (gdb) tensor x 4 100          four values from element 100 (row-major); `tensor x all`: every one
+    x = [2, 32, 64] Float cpu strides (2048, 64, 1) {... 0.31, -0.02, 0.7, 0.1, ...}  (elements 100-103 of 4096)
 
 Without it, an at::Tensor prints as an intrusive pointer to a TensorImpl. This
 pretty-printer reads the tensor out of the stopped program's memory, the way
@@ -181,6 +183,9 @@ class TensorPrinter:
         self.value = value
 
     def to_string(self):
+        return self.to_string_with(VALUES, 0)
+
+    def to_string_with(self, count, start):
         try:
             # The TensorImpl the tensor points to: also for a tensor that is not in memory
             # (a function's return value after `finish`).
@@ -212,11 +217,11 @@ class TensorPrinter:
         if cls.group(1) == "c10::UndefinedTensorImpl":
             return "undefined tensor"
         try:
-            return self.text(impl, cls.group(1))
+            return self.text(impl, cls.group(1), count, start)
         except (gdb.MemoryError, gdb.error) as e:
             return "<tensor 0x%x: %s>" % (impl, str(e).splitlines()[0])
 
-    def text(self, impl, cls):
+    def text(self, impl, cls, count=VALUES, start=0):
         # A local not built yet, or one already destroyed, can still point at a TensorImpl
         # whose counts are 0 (or garbage); a live one has strong >= 1 and weak >= 1 (the
         # strong references together hold one weak one).
@@ -257,7 +262,8 @@ class TensorPrinter:
         if self.requires_grad(impl):
             out += " requires_grad"
         numel = math.prod(sizes)
-        n = min(VALUES, numel)
+        start = max(0, min(start, numel))
+        n = min(count, numel - start)
         if not strided or n <= 0:
             return out
         if not device.startswith("cpu"):
@@ -271,13 +277,15 @@ class TensorPrinter:
             return out + " {no data}"
         first = word(impl + offset("c10::TensorImpl", "storage_offset_"), signed=True)
         values = []
-        for i in range(n):  # element i in row-major order: its index in each dimension, by strides
+        for i in range(start, start + n):  # element i in row-major order: its index in each dimension, by strides
             at, rest = first, i
             for size, stride in reversed(list(zip(sizes, strides))):
                 at += (rest % size) * stride
                 rest //= size
-            values.append(number_text(float(decode(read(data + at * itemsize, itemsize)))))
-        return out + " {" + ", ".join(values) + (", ...}" if numel > n else "}")
+            values.append(float(decode(read(data + at * itemsize, itemsize))))
+        shown = runs_text(values) if count > VALUES and dtype in INTEGER_TYPES else [number_text(v) for v in values]
+        return (out + " {" + ("... " if start else "") + ", ".join(shown) + (", ...}" if start + n < numel else "}") +
+                ("  (elements %d-%d of %d)" % (start, start + n - 1, numel) if count > VALUES or start else ""))
 
     @staticmethod
     def requires_grad(impl, depth=0):
@@ -297,6 +305,51 @@ class TensorPrinter:
             return False
         base = word(info)  # ViewInfo::base_, a tensor: its TensorImpl
         return bool(base) and TensorPrinter.requires_grad(base, depth + 1)
+
+
+INTEGER_TYPES = ("Byte", "Char", "Short", "Int", "Long", "Bool")
+
+
+def runs_text(values):
+    """Integers as runs: [0, 1, 2, 3, 9, 8] -> ['0-3', '9', '8'] (ascending runs of 3 or more)."""
+    out, i = [], 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        if j - i >= 2:
+            out.append("%d-%d" % (values[i], values[j]))
+        else:
+            out.extend("%d" % v for v in values[i:j + 1])
+        i = j + 1
+    return out
+
+
+class TensorCommand(gdb.Command):
+    """tensor EXPR [COUNT | all] [FROM]: more of a tensor's values than print's first six.
+
+    COUNT values (all: every one) from element FROM (row-major, 0-based); an integer
+    tensor's ascending runs print as a-b. Reads memory only, like print:
+        (gdb) tensor to all
+        to = [128] Long cpu strides (1) {0-31, 64-127, 32-63}  (elements 0-127 of 128)
+        (gdb) tensor x 4 1000
+    """
+
+    def __init__(self):
+        super().__init__("tensor", gdb.COMMAND_DATA)
+
+    def invoke(self, argument, from_tty):
+        args = gdb.string_to_argv(argument)
+        if not args or len(args) > 3:
+            raise gdb.GdbError("usage: tensor EXPR [COUNT | all] [FROM]")
+        count = VALUES
+        if len(args) > 1:
+            count = 1 << 62 if args[1] == "all" else int(args[1])
+        start = int(args[2]) if len(args) > 2 else 0
+        printer = lookup(gdb.parse_and_eval(args[0]))
+        if printer is None:
+            raise gdb.GdbError("tensor: %s is not a tensor" % args[0])
+        gdb.write("%s = %s\n" % (args[0], printer.to_string_with(count, start)))
 
 
 def lookup(value):
@@ -320,6 +373,7 @@ def register(objfile=None):
 
 
 register()
+TensorCommand()
 
 
 # Symbols of the large libraries (why a debug session starts in seconds). gdb reads every

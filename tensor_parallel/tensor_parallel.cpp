@@ -1,6 +1,5 @@
 // tensor_parallel/tensor_parallel.cpp — see tensor_parallel.h for the picture and the math.
 #include "tensor_parallel/tensor_parallel.h"
-#include "picotron/comm_titles.h"
 #include "picotron/saved_object.h"
 #include "picotron/utils.h"
 
@@ -18,15 +17,8 @@ namespace {
 // Comm (train.cpp's mesh outlives every step's graph).
 Comm& from_saved(AutogradContext* ctx) { return *saved_object_of<Comm*>(ctx->saved_data["tp"]); }
 
-// Sum `x` over the tp group into a fresh contiguous tensor (never in place on a
-// tensor autograd may still need). `at`: the caller, so --explain names f or g.
-torch::Tensor all_reduced(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
-  auto out = x.contiguous().clone();  // [...]
-  tp.all_reduce(out, ReduceOp::kSum, at);
-  return out;
-}
-
-// f: fwd identity, bwd all-reduce over tp.
+// f: fwd identity, bwd all-reduce over tp. (Each sum goes into a fresh contiguous tensor,
+// never in place on one autograd may still need.)
 struct CopyToTp : torch::autograd::Function<CopyToTp> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
     ctx->saved_data["tp"] = saved_object(tp);
@@ -34,7 +26,9 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // BEGIN ASSIGNMENT tp.f_and_g
-    return {all_reduced(grads[0], from_saved(ctx)), torch::Tensor()};
+    auto dx = grads[0].contiguous().clone();  // [...]
+    from_saved(ctx).all_reduce(dx, ReduceOp::kSum, carries("f: the gradient of the block's input, summed over tp"));
+    return {dx, torch::Tensor()};
     // END ASSIGNMENT
   }
 };
@@ -43,14 +37,16 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* tp) {
     // BEGIN ASSIGNMENT tp.f_and_g
-    return all_reduced(x, *tp);
+    auto y = x.contiguous().clone();  // [...]
+    tp->all_reduce(y, ReduceOp::kSum, carries("g: each rank's partial result, summed over tp"));
+    return y;
     // END ASSIGNMENT
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) { return {grads[0], torch::Tensor()}; }
 };
 
 // [B, S/tp, H] -> [B, S, H]: every rank's chunk of the sequence, in rank order.
-torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
+torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp) {
   // (Our activations are [B, S, H]; the sequence must lead for rank chunks to stack, so
   // this costs a transposed copy each way. Megatron keeps [S, B, H] throughout.)
   // BEGIN ASSIGNMENT tp.sequence_parallel
@@ -58,19 +54,20 @@ torch::Tensor all_gather_seq(const torch::Tensor& x, Comm& tp, CallSite at = Cal
   auto sizes = chunk.sizes().vec();
   sizes[0] *= tp.size();
   auto whole = torch::empty(sizes, chunk.options());  // [S, B, H]
-  tp.all_gather(whole, chunk, at);
+  tp.all_gather(whole, chunk, carries("sequence parallelism: every tp rank's chunk of the sequence, gathered"));
   return whole.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S, H]
   // END ASSIGNMENT
 }
 
 // [B, S, H] partial sums -> [B, S/tp, H]: this rank's chunk of the sum over tp.
-torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp, CallSite at = CallSite::here()) {
+torch::Tensor reduce_scatter_seq(const torch::Tensor& x, Comm& tp) {
   // BEGIN ASSIGNMENT tp.sequence_parallel
   auto whole = x.transpose(/*dim0=*/0, /*dim1=*/1).contiguous();  // [S, B, H]
   auto sizes = whole.sizes().vec();
   sizes[0] /= tp.size();
   auto chunk = torch::empty(sizes, whole.options());  // [S/tp, B, H]
-  tp.reduce_scatter(chunk, whole, ReduceOp::kSum, at);
+  tp.reduce_scatter(chunk, whole, ReduceOp::kSum, carries("sequence parallelism: partial results summed, each tp "
+                                                          "rank keeping its chunk of the sequence"));
   return chunk.transpose(/*dim0=*/0, /*dim1=*/1);  // [B, S/tp, H]
   // END ASSIGNMENT
 }
@@ -106,16 +103,16 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     // BEGIN ASSIGNMENT tp.vocab_parallel_cross_entropy
     const int64_t n = logits.size(0), local_vocab = logits.size(1);
     auto m = std::get<0>(logits.max(/*dim=*/1)).contiguous();                // [N] local max
-    tp.all_reduce(m, ReduceOp::kMax);                                          // [N] global max
+    tp.all_reduce(m, ReduceOp::kMax, carries("the loss: each row's largest logit over the vocabulary shards"));  // [N]
     auto e = (logits - m.unsqueeze(1)).exp_();                                // [N, V/tp] exp(z - m)
     auto z = e.sum(/*dim=*/1).contiguous();                                    // [N] local sum
-    tp.all_reduce(z, ReduceOp::kSum);                                          // [N] Z
+    tp.all_reduce(z, ReduceOp::kSum, carries("the loss: each row's sum of exp over the vocabulary shards"));  // [N] Z
     auto local_t = targets - vocab_offset;                                     // [N] target's local column
     auto mine = (local_t >= 0).logical_and(local_t < local_vocab);            // [N] this rank holds it
     auto index = local_t.clamp(0, local_vocab - 1).unsqueeze(1);              // [N, 1]
     auto target_logit = (logits.gather(/*dim=*/1, index).squeeze(1) - m).masked_fill(~mine, 0.0);  // [N] z_t - m, or 0
     target_logit = target_logit.contiguous();
-    tp.all_reduce(target_logit, ReduceOp::kSum);                               // [N] from its holder
+    tp.all_reduce(target_logit, ReduceOp::kSum, carries("the loss: each row's target logit, from the rank holding it"));  // [N]
     ctx->save_for_backward({e.div_(z.unsqueeze(1)), index, mine});             // softmax [N, V/tp]
     ctx->saved_data["n"] = n;
     return (z.log() - target_logit).mean();                                    // scalar
@@ -162,8 +159,6 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   auto mine = (local >= 0).logical_and(local < weight.size(0));              // [B, S]
   auto rows = torch::embedding(weight, local.clamp(0, weight.size(0) - 1));   // [B, S, H]
   rows = rows.masked_fill(~mine.unsqueeze(-1), 0.0);                           // zeros for others' ids
-  if (tp_->observed())
-    tp_->note(std::string("[embedding] forward: each rank's rows of the lookup") + (sequence_parallel ? " (g, sequence parallel)" : " (g)"));
   if (sequence_parallel) return reduce_scatter_sequence(rows, *tp_);         // [B, S/tp, H]
   return reduce_from_tp(rows, *tp_);                                          // [B, S, H] (g)
 }
@@ -199,18 +194,9 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   // the tokens this rank holds: all of them (the same on every tp rank), or S/tp under SP
   // (then, like the norms, its gradients are summed over tp, and its balancing statistics
   // too: router_stats_sum).
-  // --explain titles each one (picotron/comm_titles.h): its layer, its block, forward or backward.
-  const std::string f = sp ? " (f, sequence parallel)" : " (f)", g = sp ? " (g, sequence parallel)" : " (g)";
   for (auto& [index, layer] : m.model->layers->items) {
-    for (auto [block, in, out] : {std::tuple{"attention", "q/k/v", "o_proj"}, {"MLP", "gate/up", "down_proj"}}) {
-      const std::string where = "[layer " + std::to_string(index) + ", " + block + "] ";
-      BlockMap titled_enter = titled(enter, tp, where + "forward into " + in + ": the input" + f,
-                                     where + "backward into " + in + ": the input's gradient" + f);
-      BlockMap titled_exit = titled(exit, tp, where + "forward out of " + out + ": the partial outputs" + g,
-                                    where + "backward out of " + out + ": the output's gradient" + g);
-      if (block == std::string("attention")) layer->self_attn->enter = titled_enter, layer->self_attn->exit = titled_exit;
-      else if (layer->mlp) layer->mlp->enter = titled_enter, layer->mlp->exit = titled_exit;
-    }
+    layer->self_attn->enter = enter, layer->self_attn->exit = exit;
+    if (layer->mlp) layer->mlp->enter = enter, layer->mlp->exit = exit;
   }
   // The vocabulary slice: from the embedding or the lm_head, whichever this rank holds
   // (a middle pipeline stage holds neither, and needs no offset).
@@ -227,14 +213,11 @@ void apply_tensor_parallel(LlamaForCausalLM& model, const ShardPlan& plan, Comm&
   }
   // Head: [B, S, H] -> f -> [B, S, V/tp] logits; loss: vocab-parallel cross-entropy.
   LlamaForCausalLMImpl* self = &m;
-  const BlockMap head_enter = titled(enter, tp, "[head] forward into the head: the final hidden states" + f,
-                                     "[head] backward into the head: their gradient" + f);
-  m.head = [self, head_enter](const torch::Tensor& hidden) {
-    return torch::linear(head_enter(hidden), self->head_weight());  // [B, S(/tp), H] -> [B, S, V/tp]
+  m.head = [self, enter](const torch::Tensor& hidden) {
+    return torch::linear(enter(hidden), self->head_weight());  // [B, S(/tp), H] -> [B, S, V/tp]
   };
   m.loss_fn = [self, &tp, vocab_offset](const torch::Tensor& hidden, const torch::Tensor& targets) {
     auto logits = self->logits(hidden);                                   // [B, S, V/tp]
-    if (tp.observed()) tp.note("[loss] vocabulary-parallel cross-entropy: row max, sum of exp, target logit");
     const auto wide = accumulate_type(logits.scalar_type());
     return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}).to(wide),  // [N, V/tp]
                                         targets.reshape({-1}), vocab_offset, tp);          // [N]
@@ -247,7 +230,8 @@ void sync_sequence_parallel_grads(std::vector<TrainableParam>& params, Comm& tp)
     const auto& axes = p.record.replica_axes;
     if (std::find(axes.begin(), axes.end(), Axis::kTp) != axes.end()) grads.push_back(p.main_grad);
   }
-  all_reduce_together(grads, tp, ReduceOp::kSum);  // [(2L + 1) H] in one call instead of one per gain
+  // [(2L + 1) H] in one call instead of one per gain
+  all_reduce_together(grads, tp, ReduceOp::kSum, carries("sequence parallelism: the norm gains' gradients, summed over tp"));
 }
 
 }  // namespace picotron

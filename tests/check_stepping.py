@@ -8,6 +8,7 @@ each session on the debug build and keeps, from gdb's output, the lines a reader
 
     Thread 1 "train" hit Breakpoint 1, picotron::...   where it stopped, with the arguments
     $N = ...                                           each print
+    x = [...] ...                                      each `tensor x ...` (scripts/picotron_gdb.py)
     Value returned is $N = ...                         what `finish` returned
     #N  picotron::... at file.cpp:LINE                 backtrace frames
     LINE<tab>source                                    where `next` stopped
@@ -31,7 +32,7 @@ import shlex
 import subprocess
 import sys
 
-KEEP = re.compile(r'^(Thread \d+ "[^"]*" hit Breakpoint|\$\d+ = |Value returned is |#\d+ |\d+\t)')
+KEEP = re.compile(r'^(Thread \d+ "[^"]*" hit Breakpoint|\$\d+ = |Value returned is |#\d+ |\d+\t|[\w.]+ = \[)')
 
 
 def normalise(line):

@@ -63,3 +63,9 @@ set_tests_properties(docs.source_lines PROPERTIES LABELS docs TIMEOUT 60
 add_test(NAME docs.counts COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_counts.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(docs.counts PROPERTIES LABELS docs TIMEOUT 60
   PASS_REGULAR_EXPRESSION "counts ok" FAIL_REGULAR_EXPRESSION "FAILED")
+
+# Every file path the program prints is relative to the repository root and names a file of
+# the checkout that built it, also through a compiler cache shared with another checkout.
+add_test(NAME paths.relative_source_paths COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_source_paths.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
+set_tests_properties(paths.relative_source_paths PROPERTIES LABELS docs TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "SOURCE PATHS OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")

@@ -437,6 +437,11 @@ picotron_equivalence(explain_dp2_tp2_sp_zero1 NP 4 ARGS --dp 2 --tp 2 --sp --zer
 add_test(NAME explain.narration COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/explain_check.sh $<TARGET_FILE:train>)
 set_tests_properties(explain.narration PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   LABELS "mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EXPLAIN OK" FAIL_REGULAR_EXPRESSION "FAILED")
+# The ledger hears every group a run makes (picotron/comm_listener.h): one layout per technique
+# family, its narrated step against its --comm-report, group by group; every communication titled.
+add_test(NAME ledger.every_group COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_ledger_groups.py $<TARGET_FILE:train>)
+set_tests_properties(ledger.every_group PROPERTIES TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  LABELS "mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "LEDGER OK" FAIL_REGULAR_EXPRESSION "FAILED|MISMATCH")
 
 # scripts/gpu_check.sh on a machine without a GPU: one line and exit 2, its arguments,
 # and its report writer on real outputs of this machine (tests/gpu_check_cpu.sh).

@@ -29,7 +29,8 @@
 
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
-#include "picotron/flight_recorder.h"
+#include "picotron/step_place.h"
+#include "runtime/observe/flight_recorder.h"
 #include "pipeline_parallel/p2p_program.h"
 #include "runtime/observe/flight_dump.h"
 
@@ -37,22 +38,22 @@ using namespace picotron;
 
 namespace {
 
-// A stage's program for m micro-batches, each exchange through Comm::batch_p2p with the
-// note the pipeline executor gives it (pipeline_parallel.cpp, Pipeline::exchange).
+// A stage's program for m micro-batches, each exchange through Comm::batch_p2p with what
+// each message carries and its micro-batch and stages, as the pipeline executor says them
+// (pipeline_parallel.cpp, Pipeline::exchange).
 void run_pipeline(Comm& pp, int m, int64_t elements) {
   const auto program = pipeline_programs(PipelineSchedule::k1F1B, /*P=*/2, m, /*v=*/1)[size_t(pp.rank())];
   for (const PipelineStep& step : program) {
     if (step.exchange.empty()) continue;
-    std::string what = "[pipeline]";
     std::vector<P2POp> ops;
     for (const auto& op : step.exchange) {
       const bool activation = op.t.kind == Transfer::kActivation;
-      what += std::string(op.send ? " send" : " receive") + (activation ? " activation a" : " gradient g") +
-              std::to_string(op.t.micro) + " of micro-batch " + std::to_string(op.t.micro) + ";";
-      ops.push_back({op.send ? P2POp::kSend : P2POp::kRecv, torch::zeros({elements}), op.t.peer, /*tag=*/0});
+      StepPlace place;
+      place.micro_batch = op.t.micro, place.from_stage = op.t.from_stage;
+      place.to_stage = op.t.from_stage + (activation ? 1 : -1);
+      ops.push_back({op.send ? P2POp::kSend : P2POp::kRecv, torch::zeros({elements}), op.t.peer, /*tag=*/0,
+                     activation ? "pipeline: an activation" : "pipeline: an activation's gradient", place});
     }
-    what.pop_back();
-    pp.note(what);
     pp.batch_p2p(ops);
   }
 }
@@ -61,12 +62,11 @@ void run_pipeline(Comm& pp, int m, int64_t elements) {
 void dp_step(Comm& dp, int step, bool skip_gradients) {
   auto grads = torch::ones({4096});                       // [4096] float32
   auto loss = torch::ones({1}, torch::kFloat64);          // [1] float64
-  if (!skip_gradients) {
-    dp.note("gradients of step " + std::to_string(step));
-    dp.all_reduce(grads);
-  }
-  dp.note("loss of step " + std::to_string(step));
-  dp.all_reduce(loss, ReduceOp::kAvg);
+  StepPlace place;
+  place.micro_batch = step;  // (the recorder names it: "micro-batch <step>")
+  PlaceScope at_step(place);
+  if (!skip_gradients) dp.all_reduce(grads, ReduceOp::kSum, carries("the gradients"));
+  dp.all_reduce(loss, ReduceOp::kAvg, carries("the loss"));
 }
 
 }  // namespace
@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
   }
   if (mode == "cost") {  // the recorder alone, as Comm drives it for one synchronous call
     FlightRecorder recorder(0, 1, 4096, 2);
-    const int group = recorder.add_group("dp", {0, 1}, 0);
+    CommGroup dp;
+    dp.id = 0, dp.name = "dp", dp.size = 2, dp.world_ranks = {0, 1};
+    recorder.joined(dp);
     auto grads = torch::ones({4096});
     CommEvent e;
     e.kind = "all_reduce";
@@ -89,10 +91,12 @@ int main(int argc, char** argv) {
     e.at = CallSite::here();
     const int n = 1000000;
     const auto start = std::chrono::steady_clock::now();
+    e.group = 0;
     for (int i = 0; i < n; ++i) {
-      const FlightMark mark{recorder.issue(group, e), 1};
-      recorder.waiting(mark);
-      recorder.completed(mark);
+      e.id = i, e.seq = i + 1;
+      recorder.issued(dp, e);
+      recorder.waiting(CommOps{i, 1});
+      recorder.completed(CommOps{i, 1});
     }
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / n;
     std::printf("flight recorder: %.0f ns per entry (issue + waiting + completed, %d entries, ring of 4096)\n", ns, n);
@@ -113,12 +117,10 @@ int main(int argc, char** argv) {
     if (mode == "pipeline_m") {
       run_pipeline(pp, /*m=*/pp.rank() == 0 ? 4 : 2, activation);
       auto norm = torch::ones({1}, torch::kFloat64);  // [1]
-      world.note("gradient norm");
-      world.all_reduce(norm);
+      world.all_reduce(norm, ReduceOp::kSum, carries("the gradient norm"));
     } else if (mode == "sends_first") {
       auto mine = torch::zeros({activation}), theirs = torch::zeros({activation});
-      pp.note("[pipeline] send activation a0 of micro-batch 0 (on its own, before the receive)");
-      pp.send(mine, 1 - pp.rank());
+      pp.send(mine, 1 - pp.rank(), carries("pipeline: an activation, sent on its own before the receive"));
       pp.recv(theirs, 1 - pp.rank());
     } else {
       for (int step = 0; step < 3; ++step) dp_step(dp, step, mode == "skip" && dp.rank() == 1 && step == 1);

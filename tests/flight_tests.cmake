@@ -1,4 +1,4 @@
-# The flight recorder (picotron/flight_recorder.h, runtime/observe/flight_dump.h) and the
+# The flight recorder (runtime/observe/flight_recorder.h, runtime/observe/flight_dump.h) and the
 # hang report (scripts/hang_report.py), label flight. Each case runs a two-rank job that
 # goes wrong in one way, lets every rank write DIR/comms-rank<R>.json, and checks the line
 # the report puts first (tests/flight_case.sh). --timeout-s 2 keeps each case ~5 s.

@@ -125,17 +125,6 @@ TEST_CASE("hybrid groups: all-to-alls of U consecutive cp ranks, rings of every 
   CHECK(cp_groups_text({CpLayout::kZigzag, CpMode::kUlysses, 0}, MeshShape{1, 1, 4, 1}).empty());
 }
 
-TEST_CASE("ulysses titles: each all-to-all names its tensor, direction, layer and pass", "[cp]") {
-  CHECK(exchange_title({3, 'k'}, /*backward=*/false) ==
-        "[layer 3, Ulysses, forward] k: sequence -> heads, this rank's tokens of every head, to the ranks of those heads");
-  CHECK(exchange_title({3, 'o'}, false) ==
-        "[layer 3, Ulysses, forward] o, the attention output: heads -> sequence, each head group's tokens, back to the "
-        "ranks of those tokens");
-  CHECK(exchange_title({0, 'o'}, /*backward=*/true).rfind(
-            "[layer 0, Ulysses, backward] dO, the attention output's gradient: sequence -> heads", 0) == 0);
-  CHECK(exchange_title({1, 'v'}, true).rfind("[layer 1, Ulysses, backward] dv: heads -> sequence", 0) == 0);
-}
-
 TEST_CASE("attention block: the CPU flash kernel and the explicit scores agree, forward and backward", "[cp]") {
   torch::manual_seed(3);
   const auto f64 = torch::dtype(torch::kFloat64);

@@ -7,6 +7,8 @@
 
 #include "picotron/init.h"
 #include "picotron/model.h"
+#include "picotron/step_place.h"
+#include "runtime/observe/comm_title.h"
 
 using namespace picotron;
 
@@ -164,4 +166,71 @@ TEST_CASE("init is deterministic and keyed by (seed, name)", "[model][init]") {
   // The full-size value is what any rank gets, whatever slice it later keeps.
   auto full = initial_value("model.layers.0.mlp.up_proj.weight", {48, 32}, 7, 0.2).to(torch::kFloat64);
   CHECK(torch::equal(full, a->named_parameters()["model.layers.0.mlp.up_proj.weight"]));
+}
+
+// ---- where in the step (picotron/step_place.h) and the titles it makes ----------------------
+namespace {
+// An identity whose backward writes down the place and pass it sees.
+struct SeePlace : torch::autograd::Function<SeePlace> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x, std::vector<StepPlace>* seen) {
+    seen->push_back(current_place());
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    (void)ctx;
+    CHECK(in_backward());
+    return {g[0], torch::Tensor()};
+  }
+};
+}  // namespace
+
+TEST_CASE("a place is set in forward and found again in backward", "[place]") {
+  CHECK_FALSE(in_backward());
+  {
+    PlaceScope micro(StepPlace::of_micro_batch(2));
+    PlaceScope layer(StepPlace::of_layer(5));
+    CHECK(current_place().micro_batch == 2);
+    CHECK(current_place().layer == 5);
+  }
+  CHECK(current_place().layer == -1);  // both scopes gave the outer place back
+
+  // Backward: a function inside layer 3's attention sees that place while autograd runs it.
+  std::vector<StepPlace> forward_seen;
+  StepPlace backward_seen;
+  auto x = torch::randn({2, 3}, torch::requires_grad());
+  torch::Tensor y;
+  {
+    PlaceScope micro(StepPlace::of_micro_batch(1));
+    y = in_place(StepPlace::of_layer(3), x, [&](const torch::Tensor& a) {
+      return in_place(StepPlace::of_part(Part::kAttention), a, [&](const torch::Tensor& b) {
+        auto seen = SeePlace::apply(b, &forward_seen);
+        seen.register_hook([&backward_seen](torch::Tensor g) { backward_seen = current_place(); return g; });
+        return seen * 2.0;
+      });
+    });
+  }
+  REQUIRE(forward_seen.size() == 1);
+  CHECK(forward_seen[0].layer == 3);
+  CHECK(forward_seen[0].part == Part::kAttention);
+  CHECK(forward_seen[0].micro_batch == 1);
+  y.sum().backward();  // outside every scope: only the marks in the graph say where
+  CHECK(backward_seen.layer == 3);
+  CHECK(backward_seen.part == Part::kAttention);
+  CHECK(backward_seen.micro_batch == 1);
+  CHECK(torch::allclose(x.grad(), torch::full({2, 3}, 2.0)));  // the marks are identities
+}
+
+TEST_CASE("a communication's title: where, the pass, and what its call site says it carries", "[place]") {
+  StepPlace p = StepPlace::of_layer(0);
+  p.part = Part::kAttention;
+  CHECK(comm_title(p, /*backward=*/true, "f: the gradient") == "[layer 0, attention, backward] f: the gradient");
+  CHECK(comm_title(p, false, "g") == "[layer 0, attention, forward] g");
+  CHECK(comm_title(StepPlace{}, false, "the loss") == "the loss");          // outside the model: no pass
+  CHECK(comm_title(StepPlace{}, true, "a bucket") == "[backward] a bucket");  // a gradient hook
+  StepPlace message = StepPlace::of_micro_batch(1);
+  message.from_stage = 0, message.to_stage = 1;
+  CHECK(comm_title(message, false, "pipeline: an activation") == "[micro-batch 1, stage 0 -> 1] pipeline: an activation");
+  StepPlace micro = StepPlace::of_micro_batch(4);
+  CHECK(comm_title(micro, false, "x", /*with_micro_batch=*/true) == "[micro-batch 4] x");
+  CHECK(comm_title(micro, false, "x") == "x");
 }

@@ -131,7 +131,8 @@ void Zero1Optimizer::sync_grads() {
   // BEGIN ASSIGNMENT zero.stage1
   for (const auto& b : layout_.buckets) {
     auto mine = slice_of(grad_, b);                                                          // [bucket padded / N]
-    group_.reduce_scatter(mine, flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg);  // averaged
+    group_.reduce_scatter(mine, flat_grad_.narrow(0, b.offset, b.padded), ReduceOp::kAvg, carries("ZeRO: a bucket of "
+                          "gradients, averaged, each rank keeping its slice"));
   }
   // END ASSIGNMENT
   average_over_replicas();
@@ -140,9 +141,10 @@ void Zero1Optimizer::sync_grads() {
 void Zero1Optimizer::average_over_replicas() {
   if (!groups_.replicated()) return;
   Comm& replicas = groups_.replicas();
-  if (replicas.observed()) replicas.note("HSDP: my slice of the gradient, averaged over the replicas that hold the same slice");
   // BEGIN ASSIGNMENT zero.hsdp
-  replicas.all_reduce(grad_, ReduceOp::kAvg);  // [P_pad / N]: my shard group's average -> the whole group's
+  // [P_pad / N]: my shard group's average -> the whole group's
+  replicas.all_reduce(grad_, ReduceOp::kAvg, carries("HSDP: my slice of the gradient, averaged over the replicas "
+                                                     "that hold the same slice"));
   // END ASSIGNMENT
 }
 
@@ -152,7 +154,7 @@ double Zero1Optimizer::grad_norm(Comm& world, const MeshCoords& /*here: fixed in
   for (const auto& runs : runs_)
     for (const auto& run : runs)
       if (run.counts) sum += grad_.narrow(0, run.offset, run.length).norm().to(torch::kFloat64).square();
-  world.all_reduce(sum, ReduceOp::kSum);
+  world.all_reduce(sum, ReduceOp::kSum, carries("the global gradient norm: each rank's sum of squares"));
   return std::sqrt(sum.item<double>());
 }
 
@@ -190,7 +192,7 @@ void Zero1Optimizer::publish(size_t i, const torch::Tensor& w) {
   // BEGIN ASSIGNMENT zero.stage1
   auto& everyone = bucket_param_[i];  // [bucket padded]
   const auto mine = w.to(everyone.device(), everyone.scalar_type(), /*non_blocking=*/offload_, /*copy=*/true);
-  group_.all_gather(everyone, mine);  // [padded / N] -> [padded]
+  group_.all_gather(everyone, mine, carries("ZeRO: every rank's updated slice, to everyone"));  // [padded / N] -> [padded]
   // END ASSIGNMENT
 }
 
@@ -200,7 +202,8 @@ std::map<std::string, torch::Tensor> Zero1Optimizer::masters_by_name() {
     const auto& b = layout_.buckets[i];
     auto out = full.narrow(0, b.offset, b.padded);
     const auto mine = master_in_place_ ? my_params(i) : slice_of(master_, b);
-    group_.all_gather(out, mine.to(full.device(), full.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
+    const auto copy = mine.to(full.device(), full.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    group_.all_gather(out, copy, carries("ZeRO: every rank's slice of the master weights, for a whole copy"));
   }
   std::map<std::string, torch::Tensor> out;
   for (size_t i = 0; i < params_.size(); ++i)

@@ -82,7 +82,6 @@ class Zero1Optimizer : public Optimizer {
   std::map<std::string, torch::Tensor> weights_by_name() override;
   torch::ScalarType state_dtype() const override { return grad_.scalar_type(); }  // fp32 (fp64)
   std::string summary() const override;  // the stage, N, and what this rank keeps
-  std::vector<const Comm*> own_groups() const override { return groups_.own_groups(); }  // HSDP's, hpZ's
 
   // ---- for tests and tools ----
   const ZeroLayout& layout() const { return layout_; }

@@ -60,7 +60,8 @@ void Zero2Optimizer::launch_ready_buckets() {
     if (!f.full.defined()) f.full = torch::zeros({bucket.padded}, grad_.options());
     f.mine = torch::empty({bucket.padded / layout_.ranks}, grad_.options());
     record("launch bucket " + std::to_string(next_to_launch_));
-    f.work = group_.reduce_scatter_async(f.mine, f.full, ReduceOp::kAvg);  // [padded] -> my [padded / N]
+    f.work = group_.reduce_scatter_async(f.mine, f.full, ReduceOp::kAvg, carries("ZeRO-2: a bucket of gradients, "
+                                         "averaged, each rank keeping its slice"));  // [padded] -> my [padded / N]
     launched_.push_back(size_t(next_to_launch_));
     --next_to_launch_;
   }

@@ -99,7 +99,8 @@ void Zero3Optimizer::gather(size_t u, bool wait) {
   if (unit.held == Held::kReleased) {
     refill_storage(bucket_param_[u]);
     record("gather " + unit.name);
-    unit.gather = group_.all_gather_async(bucket_param_[u], my_params(u));  // [padded / N] -> [padded]
+    unit.gather = group_.all_gather_async(bucket_param_[u], my_params(u), carries("ZeRO-3: a unit's parameters from "
+                                          "every shard (the one about to run, or the next, prefetched)"));  // [padded / N] -> [padded]
     unit.held = Held::kGathering;
   }
   if (wait && unit.held == Held::kGathering) {
@@ -117,8 +118,8 @@ void Zero3Optimizer::gather_secondary(size_t u) {
   Comm& secondary = groups_.secondary();
   refill_storage(bucket_param_[u]);
   record("gather " + unit.name + " (hpZ)");
-  if (secondary.observed()) secondary.note("hpZ: " + unit.name + "'s parameters for its backward, from the parts kept since its forward");
-  unit.gather = secondary.all_gather_async(bucket_param_[u], unit.secondary);  // [padded / H] -> [padded]
+  unit.gather = secondary.all_gather_async(bucket_param_[u], unit.secondary, carries("hpZ: a unit's parameters from the "
+                                           "parts kept since its forward (for its backward, or the tied head's lookup)"));  // [padded / H] -> [padded]
   unit.held = Held::kGathering;
 }
 

@@ -49,13 +49,6 @@ ZeroGroups::ZeroGroups(ZeroGroups&& o) noexcept
     : whole_(o.whole_), split_(o.split_), has_secondary_(o.has_secondary_), shard_(std::move(o.shard_)),
       replicas_(std::move(o.replicas_)), secondary_(std::move(o.secondary_)) {}
 
-std::vector<const Comm*> ZeroGroups::own_groups() const {
-  std::vector<const Comm*> out;
-  if (split_) out = {&shard_, &replicas_};
-  if (has_secondary_) out.push_back(&secondary_);
-  return out;
-}
-
 std::string ZeroGroups::describe() const {
   std::string s;
   if (split_)

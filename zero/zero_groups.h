@@ -16,16 +16,20 @@
 //               (avg of avgs over equal groups = the average over all G ranks)
 //   parameters: stage 3 gathers within the shard group; stages 1-2 all-gather within it
 //
-// Each rank keeps 1/S of the state instead of 1/G, and sends (per step, ring):
-//   shard group   2 (S-1)/S x P_pad (stage 1-2; stage 3 about 3 (S-1)/S x P_pad per micro-batch)
+// Each rank keeps 1/S of the state instead of 1/G, and sends (per step, ring, m micro-batches):
+//   shard group   stage 1: 2 (S-1)/S x P_pad (one reduce-scatter, one all-gather)
+//                 stage 2: (m+1) (S-1)/S x P_pad (m reduce-scatters, one per micro-batch,
+//                          and one all-gather)
+//                 stage 3: about 3 (S-1)/S x P_pad per micro-batch
 //   replicas      2 (R-1)/R x P_pad / S   (R = G / S), the only traffic between nodes
 //
-// hpZ (--zero-hpz H, stage 3 only): after a unit's forward, each rank keeps its 1/H part of
-// the unit's full parameters (H consecutive ranks of the shard group) instead of only its
-// 1/S slice; the backward's gather is then over the H ranks of its secondary group, on a
-// node's fast links, at the cost of P_pad / H more bytes held from forward to backward.
+// hpZ (--zero-hpz H, stage 3 only): after a unit's forward, each rank keeps its 1/(H x cp)
+// part of the unit's full parameters (H x cp consecutive ranks of the shard group:
+// zero_block_ranks) instead of only its 1/S slice; the backward's gather is then over the
+// H x cp ranks of its secondary group, on a node's fast links, at the cost of
+// P_pad / (H x cp) more parameters held from forward to backward.
 //
-//   shard group {0 1 2 3}, --zero-hpz 2: secondary groups {0 1} {2 3}
+//   shard group {0 1 2 3}, cp 1, --zero-hpz 2: secondary groups {0 1} {2 3}
 //
 // The member arithmetic is pure (tested without communication); ZeroGroups splits the
 // communicators (collective over the group).
@@ -70,8 +74,6 @@ class ZeroGroups {
   bool has_secondary() const { return has_secondary_; }
   Comm& secondary() { return secondary_; }       // hpZ's group (has_secondary())
   const std::string& whole_name() const { return whole_->name(); }
-  // The groups this split made, for --comm-report (none for plain ZeRO).
-  std::vector<const Comm*> own_groups() const;
   // "sharded over cp_dp_shard = 2 ranks, replicated over cp_dp_replicas = 2" ("" plain).
   std::string describe() const;
 

@@ -175,7 +175,7 @@ void add_parallelism_flags(std::vector<Flag>& t) {
 // Hangs: the collectives' timeout and the flight recorder (runtime/observe/flight_dump.h).
 void add_hang_flags(std::vector<Flag>& t) {
   t.push_back(integer("timeout-s", "Hangs", "abort the job when a collective waits longer than this (NCCL: counted from when it was queued)", of(&TrainConfig::timeout_s), {">", 0, 7.0 * 24 * 3600}));
-  t.push_back(text("flight-recorder", "Hangs", "each rank keeps its last communications (picotron/flight_recorder.h) and writes them to DIR/comms-rank<R>.json on a timeout, SIGTERM/SIGINT or an error; scripts/hang_report.py DIR says what went wrong (default: <--save-dir>/flight, else flight/; off: none)", of(&TrainConfig::flight_recorder)));
+  t.push_back(text("flight-recorder", "Hangs", "each rank keeps its last communications (runtime/observe/flight_recorder.h) and writes them to DIR/comms-rank<R>.json on a timeout, SIGTERM/SIGINT or an error; scripts/hang_report.py DIR says what went wrong (default: <--save-dir>/flight, else flight/; off: none)", of(&TrainConfig::flight_recorder)));
   t.push_back(integer("flight-entries", "Hangs", "how many communications each rank's flight recorder keeps", of(&TrainConfig::flight_entries), {">=", 1, double(1 << 24)}));
   t.push_back(on_off("flight-dump-at-end", "Hangs", "write the flight recorder's files at the end of a run that went well too", of(&TrainConfig::flight_dump_at_end)));
 }

@@ -3,8 +3,9 @@
 // built from it, runtime/cli/settings.h) and the runtime's own settings, which nothing below the runtime sees. Today
 // that is the planner's machine (--plan, runtime/planner/layout_search.h).
 //
-// The flags (runtime/cli/flags.cpp) fill a RunConfig; train.cpp hands the TrainConfig part to
-// the step and the techniques, and the whole to the planner.
+// The flags (runtime/cli/flags.cpp) fill a RunConfig; train.cpp builds from the TrainConfig
+// part what the step and each technique read (its own small settings struct or a few
+// fields: no technique takes a TrainConfig), and hands the whole to the planner.
 #pragma once
 
 #include <cstdint>

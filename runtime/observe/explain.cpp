@@ -2,6 +2,7 @@
 // of one step, rank by rank (see explain.h).
 #include "runtime/observe/explain.h"
 #include "runtime/observe/holdings.h"
+#include "runtime/observe/comm_title.h"
 
 #include <algorithm>
 #include <cstring>
@@ -46,40 +47,9 @@ const char* dtype_name(torch::ScalarType t) {
   }
 }
 
-// The world ranks of a mesh group, by the Comm's name; empty when the name is not a mesh
-// axis. U: the hybrid's all-to-all group size (its groups cp_a2a and cp_ring split from cp).
-std::vector<int64_t> members(const std::string& name, const MeshShape& shape, int world_rank, const SplitSizes& split) {
-  const int U = split.cp_a2a;
-  std::vector<int> m;
-  if (name == "world") for (int r = 0; r < shape.world_size(); ++r) m.push_back(r);
-  else if (name == "tp") m = group_members(shape, world_rank, Axis::kTp);
-  else if (name == "cp") m = group_members(shape, world_rank, Axis::kCp);
-  else if (name == "pp") m = group_members(shape, world_rank, Axis::kPp);
-  else if (name == "dp") m = group_members(shape, world_rank, Axis::kDp);
-  else if (name == "cp_dp") m = cp_dp_group_members(shape, world_rank);
-  else if (name == "cp_a2a" || name == "cp_ring") {  // context_parallel.cpp splits them from cp
-    const std::vector<int> cp = group_members(shape, world_rank, Axis::kCp);
-    const int c = coords_of(shape, world_rank).cp;
-    for (int i : name == "cp_a2a" ? cp_a2a_members(U, c) : cp_ring_members(shape.cp, U, c)) m.push_back(cp[size_t(i)]);
-  }
-  else if (name == "cp_dp_shard" || name == "cp_dp_replicas" || name == "cp_dp_hpz") {  // zero/zero_groups.h
-    const std::vector<int> all = cp_dp_group_members(shape, world_rank);
-    const int G = int(all.size()), r = int(std::find(all.begin(), all.end(), world_rank) - all.begin());
-    const int S = zero_block_ranks(split.zero_shard, shape.cp, 1, G);
-    const std::vector<int> idx = name == "cp_dp_shard"    ? block_members(G, S, r)
-                                 : name == "cp_dp_replicas" ? across_blocks_members(G, S, r)
-                                                            : block_members(G, split.zero_hpz * shape.cp, r);
-    for (int i : idx) m.push_back(all[size_t(i)]);
-  }
-  else if (name == "embed") {  // the pipeline's tied embedding: the first and the last stage
-    const std::vector<int> pp = group_members(shape, world_rank, Axis::kPp);
-    m = {pp.front(), pp.back()};
-  }
-  return {m.begin(), m.end()};
-}
-
-// The source path relative to the repository. The compiler saw it absolute, or relative to
-// the build folder one level down (ccache's base_dir: "../tensor_parallel/...").
+// The source path relative to the repository: the compiler names it so (-fmacro-prefix-map,
+// CMakeLists.txt), or relative to the build folder one level down (ccache's base_dir rewrites
+// the command line: "../tensor_parallel/..."). An absolute path under this checkout is cut too.
 std::string repository_path(const char* file) {
   const std::string root = std::string(PICOTRON_SOURCE_DIR) + "/";
   std::string f = file;
@@ -206,21 +176,20 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
   return out;
 }
 
-std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape& shape, int world_rank,
-                           const SplitSizes& split) {
+std::string describe_event(const CommGroup& group, const CommEvent& e) {
   std::ostringstream o;
-  const std::vector<int64_t> group = members(comm.name(), shape, world_rank, split);
-  auto world_of = [&](int r) { return r >= 0 && size_t(r) < group.size() ? group[size_t(r)] : int64_t(-1); };
+  const std::vector<int>& members = group.world_ranks;  // [group rank] -> world rank (comm_listener.h)
+  auto world_of = [&](int r) { return r >= 0 && size_t(r) < members.size() ? members[size_t(r)] : -1; };
   o << e.kind;
   if (*e.reduce) o << " " << e.reduce;
   const std::string kind = e.kind;
   if (kind == "send" || kind == "recv") {
-    o << (kind == "send" ? " to " : " from ") << comm.name() << " rank " << e.peer;
+    o << (kind == "send" ? " to " : " from ") << group.name << " rank " << e.peer;
     if (world_of(e.peer) >= 0) o << " (world " << world_of(e.peer) << ")";
   } else {
-    o << " over " << comm.name();
-    if (!group.empty()) o << " {" << join(group, ",") << "}";
-    else o << " (" << comm.size() << " ranks)";
+    o << " over " << group.name;
+    if (!members.empty()) o << " {" << join(std::vector<int64_t>(members.begin(), members.end()), ",") << "}";
+    else o << " (" << group.size << " ranks)";
     if (kind == "broadcast") o << " from its rank " << e.peer;
   }
   if (kind != "barrier") {
@@ -235,44 +204,57 @@ std::string describe_event(const Comm& comm, const CommEvent& e, const MeshShape
   return o.str();
 }
 
+// The listener: while a step is narrated, each communication's title (comm_title.h) and
+// description, in the order this rank issued them. Called under the seam's mutex, from the
+// main thread or autograd's (data parallelism's bucket all-reduces come from gradient hooks).
+struct Explainer::Narrator : CommListener {
+  std::mutex mutex;
+  bool recording = false;
+  std::vector<std::string> lines;
+  void issued(const CommGroup& group, const CommEvent& e) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!recording) return;
+    const std::string title = comm_title(e.place, e.backward, e.at.carries);
+    if (!title.empty()) lines.push_back("  " + title);
+    lines.push_back("  " + describe_event(group, e));
+  }
+  void heading(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (recording) lines.push_back(what);
+  }
+};
+
 Explainer::Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of)
     : enabled_(cfg.explain), cfg_(cfg), mesh_(mesh), shard_plan_of_(std::move(shard_plan_of)) {
   if (!enabled_) return;
-  if (cfg.cp > 1) split_.cp_a2a = cp_ulysses_size(parse_cp_mode(cfg.cp_mode), cfg.cp, cfg.cp_ulysses);
-  split_.zero_shard = cfg.zero_shard, split_.zero_hpz = cfg.zero_hpz;
-  mesh_.set_observer([this](const Comm& comm, const CommEvent& e) {
-    if (!recording_) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    // A note (Comm::note) titles the next communication of ITS group (a data-parallel
-    // bucket posted from a gradient hook in between is not what it describes); one that
-    // none follows is dropped.
-    if (std::string(e.kind) == "note") return void(pending_note_ = {comm.name(), e.note});
-    if (!pending_note_.second.empty() && pending_note_.first == comm.name())
-      lines_.push_back("  " + pending_note_.second), pending_note_ = {};
-    lines_.push_back("  " + describe_event(comm, e, mesh_.shape(), mesh_.rank(), split_));
-  });
+  narrator_ = std::make_shared<Narrator>();
+  mesh_.world().listen(narrator_);  // every group of the run, those split later too
 }
 
 Explainer::~Explainer() {
-  if (enabled_) mesh_.set_observer({});
+  if (narrator_) mesh_.world().stop_listening(narrator_.get());
 }
 
 void Explainer::begin(int64_t step) {
   if (!enabled_) return;
   step_ = step;
-  recording_ = true;
+  std::lock_guard<std::mutex> lock(narrator_->mutex);
+  narrator_->recording = true;
 }
 
 void Explainer::phase(const std::string& what) {
-  if (!enabled_ || !recording_) return;
-  std::lock_guard<std::mutex> lock(mutex_);
-  pending_note_ = {};
-  lines_.push_back(what);
+  if (enabled_) narrator_->heading(what);
 }
 
 void Explainer::end(const Distributed& dist) {
-  if (!enabled_ || !recording_) return;
-  recording_ = false;
+  if (!enabled_) return;
+  std::vector<std::string> lines;
+  {
+    std::lock_guard<std::mutex> lock(narrator_->mutex);
+    if (!narrator_->recording) return;
+    narrator_->recording = false;
+    lines.swap(narrator_->lines);
+  }
   const MeshShape& shape = mesh_.shape();
   auto title = [&](int r) {
     const MeshCoords c = coords_of(shape, r);
@@ -282,9 +264,8 @@ void Explainer::end(const Distributed& dist) {
            ") ----";
   };
   std::string mine;
-  for (const auto& l : lines_) mine += l + "\n";
-  if (lines_.empty()) mine = "  (no communication)\n";
-  lines_.clear();
+  for (const auto& l : lines) mine += l + "\n";
+  if (lines.empty()) mine = "  (no communication)\n";
   // Every rank's text to rank 0: lengths first, then the texts padded to the longest.
   const int world = shape.world_size();
   std::vector<std::string> texts(static_cast<size_t>(world));

@@ -9,23 +9,25 @@
 //
 //   ---- rank 1 (dp 0, pp 0, cp 0, tp 1) ----
 //   micro-batch 1 of 1: forward
-//     [layer 0, attention] forward out of o_proj: the partial outputs (g)
+//     [layer 0, attention, forward] g: each rank's partial result, summed over tp
 //     all_reduce sum over tp {0,1}: [2, 32, 64] fp64, 4,096 elements
-//         at tensor_parallel/tensor_parallel.cpp:45 (forward):  return all_reduced(x, *tp);
+//         at tensor_parallel/tensor_parallel.cpp:40 (forward):  tp->all_reduce(y, ReduceOp::kSum, carries("g: ..."));
 //
-// A technique titles its communications with Comm::note (its layer and block, forward or
-// backward; a pipeline message's kind and micro-batch), printed above the first
-// communication after it.
+// Each communication is titled with what it carries, composed by runtime/observe/comm_title.h
+// from what the step already knows (picotron/step_place.h: the layer, the part, forward or
+// backward; a pipeline message's micro-batch and stages) and the words its call site declares
+// (CallSite::carries). No technique builds this text.
 //
-// How: every Comm of the mesh calls an observer with each communication it records in
-// its ledger (picotron/comm.h: CommEvent, with the CALLER's file and line filled in by
-// the compiler). The observer only appends a line; the lines travel to rank 0 after the
-// step (MPI_COMM_WORLD, outside every ledger). So the run's numbers are those of the
-// same run without --explain (tests/equivalence_tests.cmake: equivalence.explain_*).
+// How: the narrator listens at Comm's one seam (picotron/comm_listener.h) to the world and
+// every group split from it, with their members' world ranks. It only appends a line; the
+// lines travel to rank 0 after the step (MPI_COMM_WORLD, outside every ledger). So the run's
+// numbers are those of the same run without --explain (tests/equivalence_tests.cmake:
+// equivalence.explain_*).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -45,19 +47,12 @@ std::vector<std::string> holdings(const TrainConfig& cfg, const MeshShape& shape
 
 // One communication as --explain prints it: collective, reduction, group with its world
 // ranks, shapes, dtype, elements, then "at FILE:LINE (function)" on a second line.
-// The sizes of the groups techniques split from the mesh's, to name their world ranks:
-// the hybrid's all-to-all group U (cp_a2a, cp_ring); HSDP's shard group and hpZ's group in
-// dp ranks (cp_dp_shard, cp_dp_replicas, cp_dp_hpz; 0: none, zero/zero_groups.h).
-struct SplitSizes {
-  int cp_a2a = 1, zero_shard = 0, zero_hpz = 0;
-};
-std::string describe_event(const Comm& comm, const CommEvent& event, const MeshShape& shape, int world_rank,
-                           const SplitSizes& split = {});
+std::string describe_event(const CommGroup& group, const CommEvent& event);
 
 class Explainer {
  public:
-  // Off (cfg.explain false): every call does nothing. On: installs the observer on the
-  // mesh's groups (and the groups split from them later).
+  // Off (cfg.explain false): every call does nothing. On: listens to the world and every
+  // group split from it (those split later too).
   Explainer(const TrainConfig& cfg, Mesh& mesh, std::function<ShardPlan(const MeshCoords&)> shard_plan_of);
   ~Explainer();
   Explainer(const Explainer&) = delete;
@@ -75,12 +70,9 @@ class Explainer {
   TrainConfig cfg_;
   Mesh& mesh_;
   std::function<ShardPlan(const MeshCoords&)> shard_plan_of_;
-  SplitSizes split_;  // the hybrid's U, HSDP's and hpZ's sizes: their groups named by world ranks
-  std::mutex mutex_;  // data parallelism's bucket all-reduces are issued from autograd's thread
-  bool recording_ = false;
   int64_t step_ = 0;
-  std::vector<std::string> lines_;
-  std::pair<std::string, std::string> pending_note_;  // (group, the last note): printed above its next communication
+  struct Narrator;  // the listener (explain.cpp): the step's lines, under its own mutex
+  std::shared_ptr<Narrator> narrator_;
 };
 
 }  // namespace picotron

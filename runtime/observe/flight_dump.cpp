@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "picotron/flight_recorder.h"
+#include "runtime/observe/flight_recorder.h"
 
 namespace picotron {
 
@@ -36,7 +36,8 @@ FlightDump::FlightDump(const FlightSettings& settings, Comm& world)
   std::error_code ignored;  // absolute: the timeout line's path works from any directory
   const std::filesystem::path absolute = std::filesystem::absolute(dir, ignored);
   recorder_->set_dump_dir(absolute.empty() ? dir : absolute.lexically_normal().string());
-  world.set_flight_recorder(recorder_);
+  listeners_ = world.listeners();
+  world.listen(recorder_);  // every group of the run, those split later too
   if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no signal watch; errors and the end still write
   g_signal_pipe = pipe_[1];
   struct sigaction action {};
@@ -65,6 +66,7 @@ FlightDump::~FlightDump() {
   else if (at_end_)
     path = recorder_->dump("end of the run (--flight-dump-at-end)");
   if (!path.empty()) std::cerr << "[rank " << rank_ << "] flight recorder: wrote " << path << std::endl;
+  if (listeners_) listeners_->remove(recorder_.get());
   if (signal_thread_.joinable()) {  // stop watching: the old actions back, the thread woken and joined
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGINT, &old_int_, nullptr);

@@ -1,5 +1,5 @@
 // runtime/observe/flight_dump.h — when a run writes its flight recorder's files
-// (picotron/flight_recorder.h: every rank's last communications), and where.
+// (runtime/observe/flight_recorder.h: every rank's last communications), and where.
 //
 //   a Comm's timeout (MPI)     the CommError unwinds run(): this object's destructor writes
 //   the NCCL watchdog          it writes them itself, then ends the process (nccl_watchdog.h)
@@ -43,7 +43,7 @@ struct FlightSettings {
 
 class FlightDump {
  public:
-  // Gives `world` a recorder (the groups split from it later record too) and starts
+  // Makes a recorder listen to `world` (and every group split from it) and starts
   // watching for SIGTERM / SIGINT. Off: does nothing.
   FlightDump(const FlightSettings& settings, Comm& world);
   FlightDump(const FlightDump&) = delete;
@@ -52,6 +52,7 @@ class FlightDump {
 
  private:
   std::shared_ptr<FlightRecorder> recorder_;
+  std::shared_ptr<CommListeners> listeners_;  // the world's, which the recorder listens to
   int rank_ = 0;
   bool at_end_ = false;
   int pipe_[2] = {-1, -1};           // the signal handler writes the signal's number into [1]

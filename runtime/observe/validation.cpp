@@ -41,7 +41,7 @@ double validation_loss(LlamaForCausalLM& model, Pipeline* pipeline, Mesh& mesh, 
                  .to(torch::kFloat64);
     }
   }
-  mesh.cp_dp().all_reduce_async(sum, ReduceOp::kAvg).wait();  // the whole global batch's mean, as the training loss
+  mesh.cp_dp().all_reduce_async(sum, ReduceOp::kAvg, carries("the validation loss, averaged")).wait();  // the whole global batch's mean, as the training loss
   return sum.item<double>() / double(batches);
 }
 

@@ -1,4 +1,4 @@
-// picotron/flight_recorder.cpp — the ring of a rank's last communications, and its file.
+// runtime/observe/flight_recorder.cpp — the ring of a rank's last communications, and its file.
 //
 // The file, DIR/comms-rank<R>.json (scripts/hang_report.py reads it):
 //
@@ -15,7 +15,7 @@
 // (a signal, the watchdog), where nothing may throw and nothing may wait for a peer.
 //
 // Test: ctest -L flight   (tests/flight_tests.cmake)
-#include "picotron/flight_recorder.h"
+#include "runtime/observe/flight_recorder.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -27,6 +27,7 @@
 #include <sstream>
 
 #include "picotron/comm_internal.h"
+#include "runtime/observe/comm_title.h"
 
 namespace picotron {
 
@@ -92,7 +93,7 @@ void FlightRecorder::watch_pauses() {
       int64_t issued;
       {
         std::lock_guard<std::mutex> ring_lock(mutex_);
-        issued = next_id_ - 1;
+        issued = next_id_ - 1;  // (-1: none yet)
       }
       longest_pause_s_.store(gap);
       paused_after_.store(issued);
@@ -113,60 +114,51 @@ std::string FlightRecorder::hint() const {
          "/comms-rank*.json; read them with: scripts/hang_report.py " + dir_;
 }
 
-int FlightRecorder::add_group(const std::string& name, std::vector<int> world_ranks, int my_rank) {
+void FlightRecorder::joined(const CommGroup& group) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Group g;
-  g.name = name;
-  g.rank = my_rank;
-  g.sent.assign(world_ranks.empty() ? size_t(world_size_) : world_ranks.size(), 0);
-  g.received = g.sent;
-  g.world_ranks = std::move(world_ranks);
-  groups_.push_back(std::move(g));
-  return int(groups_.size()) - 1;
+  if (size_t(group.id) >= groups_.size()) groups_.resize(size_t(group.id) + 1);
+  groups_[size_t(group.id)] = group;
 }
 
 double FlightRecorder::now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
-void FlightRecorder::note(int group, const std::string& what) {
+void FlightRecorder::issued(const CommGroup& /*group*/, const CommEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
-  groups_[size_t(group)].note = what;
-}
-
-int64_t FlightRecorder::issue(int group, const CommEvent& e, int64_t batch, bool last) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Group& g = groups_[size_t(group)];
-  const int64_t id = next_id_++;
-  FlightEntry& slot = ring_[size_t(id % int64_t(ring_.size()))];
-  const bool is_send = std::strcmp(e.kind, "send") == 0, is_recv = std::strcmp(e.kind, "recv") == 0;
-  const bool peer_ok = e.peer >= 0 && size_t(e.peer) < g.sent.size();
-  slot.id = id;
-  slot.group = group;
+  FlightEntry& slot = ring_[size_t(e.id % int64_t(ring_.size()))];
+  slot.id = e.id;
+  slot.group = e.group;
   slot.op = e.kind;
   slot.reduce = e.reduce;
-  slot.seq = is_send && peer_ok ? ++g.sent[size_t(e.peer)] : is_recv && peer_ok ? ++g.received[size_t(e.peer)]
-                                                                               : ++g.collectives;
+  slot.seq = e.seq;
   slot.elements = e.elements;
   slot.dtype = e.dtype;
   slot.peer = e.peer;
-  slot.batch = batch;
+  slot.batch = e.batch;
   slot.async = e.async;
   slot.at = e.at;
-  slot.note = g.note;  // (assigning into a slot's old string reuses its capacity)
-  if (last) g.note.clear();
+  slot.place = e.place;
+  slot.backward = e.backward;
   slot.state = FlightEntry::kIssued;
   slot.issued_s = now_s();
   slot.waiting_s = slot.completed_s = 0;
-  return id;
+  if (first_id_ < 0) first_id_ = e.id;
+  next_id_ = e.id + 1;
+  ++recorded_;
 }
 
-void FlightRecorder::waiting(FlightMark mark) { set_state(mark, FlightEntry::kWaiting); }
-void FlightRecorder::completed(FlightMark mark) { set_state(mark, FlightEntry::kCompleted); }
+void FlightRecorder::waiting(CommOps ops) { set_state(ops, FlightEntry::kWaiting); }
+void FlightRecorder::completed(CommOps ops) { set_state(ops, FlightEntry::kCompleted); }
 
-void FlightRecorder::set_state(FlightMark mark, FlightEntry::State state) {
-  if (mark.first < 0) return;
+std::string FlightRecorder::failing(const std::string& why, bool ending) {
+  if (ending) dump(why);  // nobody unwinds after this: now or never (the hint below names the file)
+  return hint();
+}
+
+void FlightRecorder::set_state(CommOps ops, FlightEntry::State state) {
+  if (ops.first < 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
   const double t = now_s();
-  for (int64_t id = mark.first; id < mark.first + mark.count; ++id) {
+  for (int64_t id = ops.first; id < ops.first + ops.count; ++id) {
     FlightEntry& slot = ring_[size_t(id % int64_t(ring_.size()))];
     if (slot.id != id) continue;  // overwritten since
     slot.state = state;
@@ -176,7 +168,7 @@ void FlightRecorder::set_state(FlightMark mark, FlightEntry::State state) {
 
 int64_t FlightRecorder::recorded() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return next_id_;
+  return recorded_;
 }
 
 std::string FlightRecorder::to_json(const std::string& reason) const {
@@ -186,31 +178,32 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   out << std::fixed;
   out << "{\"rank\": " << world_rank_ << ", \"world_size\": " << world_size_ << ", \"reason\": " << json_string(reason)
       << ", \"dumped_at_s\": " << now_s() << ", \"start_unix_s\": " << start_unix_s_ << ", \"capacity\": " << ring_.size()
-      << ", \"recorded\": " << next_id_ << ", \"timeout_s\": " << timeout_s_;
+      << ", \"recorded\": " << recorded_ << ", \"timeout_s\": " << timeout_s_;
   // The longest pause, or the one going on now (the watch has not woken since it began).
   const double now = now_s(), since_beat = now - last_beat_s_.load();
   const bool pausing = since_beat > longest_pause_s_.load();
   out << ", \"paused_s\": " << (pausing ? since_beat : longest_pause_s_.load())
       << ", \"paused_after\": " << (pausing ? next_id_ - 1 : paused_after_.load()) << ",\n \"groups\": [";
   for (size_t i = 0; i < groups_.size(); ++i) {
-    const Group& g = groups_[i];
+    const CommGroup& g = groups_[i];
     out << (i ? ",\n  " : "\n  ") << "{\"id\": " << i << ", \"name\": " << json_string(g.name) << ", \"ranks\": [";
     for (size_t r = 0; r < g.world_ranks.size(); ++r) out << (r ? ", " : "") << g.world_ranks[r];
-    out << "], \"rank\": " << g.rank << ", \"size\": " << g.sent.size() << "}";
+    out << "], \"rank\": " << g.rank << ", \"size\": " << g.size << "}";
   }
   out << "],\n \"entries\": [";
   const int64_t capacity = int64_t(ring_.size());
   bool first = true;
-  for (int64_t id = std::max<int64_t>(0, next_id_ - capacity); id < next_id_; ++id) {  // oldest first
+  for (int64_t id = std::max<int64_t>(std::max<int64_t>(first_id_, 0), next_id_ - capacity); id < next_id_; ++id) {  // oldest first
     const FlightEntry& e = ring_[size_t(id % capacity)];
-    const Group& g = groups_[size_t(e.group)];
+    if (e.id != id || e.group < 0 || size_t(e.group) >= groups_.size()) continue;
+    const CommGroup& g = groups_[size_t(e.group)];
     const int peer_world = e.peer >= 0 && size_t(e.peer) < g.world_ranks.size() ? g.world_ranks[size_t(e.peer)] : -1;
     out << (first ? "\n  " : ",\n  ") << "{\"id\": " << e.id << ", \"group\": " << e.group << ", \"op\": \"" << e.op
         << "\", \"reduce\": \"" << e.reduce << "\", \"seq\": " << e.seq << ", \"elements\": " << e.elements
         << ", \"dtype\": \"" << detail::dtype_name(e.dtype) << "\", \"peer\": " << e.peer
         << ", \"peer_world\": " << peer_world << ", \"batch\": " << e.batch
         << ", \"async\": " << (e.async ? "true" : "false") << ", \"site\": " << json_string(site_of(e.at))
-        << ", \"function\": " << json_string(e.at.function) << ", \"note\": " << json_string(e.note)
+        << ", \"function\": " << json_string(e.at.function) << ", \"note\": " << json_string(comm_title(e.place, e.backward, e.at.carries, /*with_micro_batch=*/true))
         << ", \"state\": \""
         << (e.state == FlightEntry::kCompleted ? "completed" : e.state == FlightEntry::kWaiting ? "waiting" : "issued")
         << "\", \"issued_s\": " << e.issued_s << ", \"waiting_s\": ";

@@ -1,4 +1,4 @@
-// picotron/flight_recorder.h — every rank's last N communications, kept in a ring, and
+// runtime/observe/flight_recorder.h — every rank's last N communications, kept in a ring, and
 // written to DIR/comms-rank<R>.json when the job goes wrong, so that a hang can be
 // explained after the fact (scripts/hang_report.py DIR reads every rank's file).
 //
@@ -8,23 +8,25 @@
 // every rank's recent history is needed, side by side. PyTorch's c10d keeps the same
 // thing ("flight recorder", TORCH_NCCL_TRACE_BUFFER_SIZE) and dumps it on a timeout.
 //
-// What one entry holds (Comm records it, one entry per collective or per P2POp):
+// A listener at Comm's one seam (picotron/comm_listener.h): given to the world, it hears
+// every group the run makes and every communication, one entry per collective or per P2POp.
+// What one entry holds:
 //
 //   id 812  group "pp" (world ranks 0,1)  send #5 to group rank 1 (world 1)
 //           8192 float32  pipeline_parallel/pipeline_parallel.cpp:230 exchange
-//           note "[pipeline] send activation a2 of micro-batch 2 ..."   batch 811
+//           note "[micro-batch 2, stage 0 -> 1] pipeline: an activation, ..."   batch 811
 //           issued at 3.201 s, completed at 3.209 s   (or "issued": posted; "waiting": the
 //           host waits in it, Work::wait)
 //
-// Numbering. seq counts what must match across ranks: for a collective, the group's
-// collectives so far (every rank of the group issues the same seq-th collective); for a
-// send, the sends so far to that peer, for a receive the receives from that peer (the
-// k-th send from a to b is the k-th receive b posts from a: NCCL's pairing rule,
-// pipeline_parallel/p2p_program.h). So two ranks' files compare entry by entry.
+// Numbering. seq is the seam's (comm_listener.h): for a collective, the group's collectives
+// so far (every rank of the group issues the same seq-th collective); for a send, the sends
+// so far to that peer, for a receive the receives from that peer (the k-th send from a to b
+// is the k-th receive b posts from a: NCCL's pairing rule, pipeline_parallel/p2p_program.h).
+// So two ranks' files compare entry by entry. The note is the communication's title
+// (runtime/observe/comm_title.h), composed when the file is written, not per call.
 //
 // Cost. One entry is a few stores into a preallocated slot under an uncontended mutex
-// (the NCCL watchdog and the dump thread also touch the ring); the note is copied into
-// a string that keeps its capacity. docs/reliability.md has the measured step times.
+// (the NCCL watchdog and the dump thread also touch the ring); no string is built. docs/reliability.md has the measured step times.
 //
 // Pauses. A thread of the recorder wakes every 100 ms; a gap of seconds between two of its
 // wake-ups is time the whole process did not run: SIGSTOP, a debugger holding it, a
@@ -51,14 +53,14 @@
 
 #include <torch/types.h>
 
-#include "picotron/comm.h"
+#include "picotron/comm_listener.h"
 
 namespace picotron {
 
 struct FlightEntry {
   enum State : uint8_t { kIssued, kWaiting, kCompleted };  // posted; the host waits in it; done
-  int64_t id = -1;             // this rank's record number, 0, 1, ...: the slot is id % capacity
-  int group = -1;              // index into the recorder's groups
+  int64_t id = -1;             // this rank's communication number, 0, 1, ...: the slot is id % capacity
+  int group = -1;              // the group's id (CommGroup::id)
   const char* op = "";         // "all_reduce", ..., "send", "recv" (static strings, as in the ledger)
   const char* reduce = "";     // "sum", "avg", "max" for reductions
   int64_t seq = 0;             // see the header: the group's collective number, or the pair's message number
@@ -67,18 +69,19 @@ struct FlightEntry {
   int peer = -1;               // send / recv: the other rank, within the group; broadcast: the root
   int64_t batch = -1;          // send / recv: id of the first op posted with it (one ncclGroup / one wait)
   bool async = false;          // posted now, waited for later (Work::wait)
-  CallSite at;
-  std::string note;            // what it carries (Comm::note), "" when nobody said
+  CallSite at;                 // where, and what it carries
+  StepPlace place;             // where in the step
+  bool backward = false;
   State state = kIssued;
   double issued_s = 0, waiting_s = 0, completed_s = 0;  // seconds since the recorder started
 };
 
-class FlightRecorder {
+class FlightRecorder : public CommListener {
  public:
   // capacity: how many entries are kept (the oldest are overwritten). timeout_s: the Comms'
   // (in the file: a rank that waited longer without timing out itself was not running).
   FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s);
-  ~FlightRecorder();  // stops the pause watch
+  ~FlightRecorder() override;  // stops the pause watch
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
@@ -89,16 +92,15 @@ class FlightRecorder {
   // scripts/hang_report.py DIR" — appended to the timeout line ("" without a dump dir).
   std::string hint() const;
 
-  // A group joins when a Comm is given the recorder (Comm::set_flight_recorder); returns its index.
-  int add_group(const std::string& name, std::vector<int> world_ranks, int my_rank);
-
-  // What the group's next call carries (kept until that call has been issued).
-  void note(int group, const std::string& what);
-  // One entry per collective; a batch's sends and receives share `batch` (the first's id,
-  // -1 for the first itself). `last`: the call's last entry (the note is used up).
-  int64_t issue(int group, const CommEvent& e, int64_t batch = -1, bool last = true);
-  void waiting(FlightMark mark);    // the host starts waiting for them (Work::wait)
-  void completed(FlightMark mark);
+  // ---- the seam (picotron/comm_listener.h) --------------------------------------------
+  void joined(const CommGroup& group) override;
+  // One entry per collective or P2POp; a batch's share `batch` (the first's id).
+  void issued(const CommGroup& group, const CommEvent& e) override;
+  void waiting(CommOps ops) override;  // the host starts waiting for them (Work::wait)
+  void completed(CommOps ops) override;
+  // A timeout or an error: the hint (where the files go). ending (the NCCL watchdog ends the
+  // process without unwinding): the file is written first.
+  std::string failing(const std::string& why, bool ending) override;
 
   // Writes the file (tmp + rename). Returns its path, or "" (no dir, or it failed: then
   // one line on stderr says why). Safe from any thread; never throws.
@@ -108,17 +110,9 @@ class FlightRecorder {
   int64_t recorded() const;  // entries issued so far (the ring keeps the last `capacity`)
 
  private:
-  struct Group {
-    std::string name;
-    std::vector<int> world_ranks;   // index = group rank (empty when nobody could tell: torchrun)
-    int rank = 0;                   // this rank's rank in the group
-    int64_t collectives = 0;        // collectives issued so far
-    std::vector<int64_t> sent, received;  // per peer (group rank): messages so far
-    std::string note;               // the next call's note
-  };
   double now_s() const;
 
-  void set_state(FlightMark mark, FlightEntry::State state);
+  void set_state(CommOps ops, FlightEntry::State state);
   int world_rank_, world_size_;
   int64_t timeout_s_;
   std::string dir_;
@@ -126,9 +120,10 @@ class FlightRecorder {
   double start_unix_s_;             // the same moment on the wall clock (to line ranks up)
   mutable std::mutex mutex_;
   mutable std::mutex dump_mutex_;   // one dump at a time (an error and a signal may race)
-  std::vector<Group> groups_;
+  std::vector<CommGroup> groups_;   // [group id]
   std::vector<FlightEntry> ring_;   // [capacity]
-  int64_t next_id_ = 0;
+  int64_t recorded_ = 0;            // entries issued to this recorder
+  int64_t first_id_ = -1, next_id_ = 0;  // the first id it heard, and the last one + 1
   // The pause watch (see the header): its thread's last wake-up, the longest gap so far and
   // the last entry issued before it.
   void watch_pauses();
