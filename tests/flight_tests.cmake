@@ -45,3 +45,23 @@ add_test(NAME flight.grade_verdict COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/f
 set_tests_properties(flight.sends_first PROPERTIES FIXTURES_SETUP flight_sends_first)
 set_tests_properties(flight.grade_verdict PROPERTIES LABELS "flight;reliability" TIMEOUT 30
   FIXTURES_REQUIRED flight_sends_first PASS_REGULAR_EXPRESSION "grade verdict ok")
+
+# scripts/hang_report.py on folders no healthy run writes (tests/flight_report_cases.py): an
+# earlier run's file beside this run's, three kinds of files that disagree, five kinds of
+# damaged file, a FIFO, and its time on 2, 4 and 8 full default rings.
+add_test(NAME flight.report_cases COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/flight_report_cases.py)
+set_tests_properties(flight.report_cases PROPERTIES LABELS "flight;reliability" TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "flight report cases ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# The timeout line names the files only when they were written (tests/flight_unwritable.sh).
+add_test(NAME flight.unwritable_folder COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/flight_unwritable.sh $<TARGET_FILE:flight_cases>)
+set_tests_properties(flight.unwritable_folder PROPERTIES LABELS "flight;mpi;reliability" TIMEOUT 90 PROCESSORS 2
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PASS_REGULAR_EXPRESSION "flight unwritable ok" FAIL_REGULAR_EXPRESSION "FAILED")
+# SIGTERM to one of two ranks (a preempted node, an OOM killer's warning): named first, not a network.
+flight_test(rank_term "rank 1 was ended by a signal \\(signal SIGTERM"
+  term 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_term)
+# A file an earlier run left in the folder (flight.clean's) beside this run's: set aside, and the
+# killed rank of this run is the one that left no file.
+flight_test(stale_file "rank 1 left no file"
+  seed ${FLIGHT_DIR}/clean kill 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/stale_file)
+set_tests_properties(flight.clean PROPERTIES FIXTURES_SETUP flight_clean)
+set_tests_properties(flight.stale_file PROPERTIES FIXTURES_REQUIRED flight_clean)

@@ -168,3 +168,8 @@ foreach(part signals refusals)
     ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "resilient ${part} ok"
     FAIL_REGULAR_EXPRESSION "FAILED")
 endforeach()
+# scripts/resilient_run.sh on a save dir with a space, quotes and glob characters in its path:
+# restarts from the newest good checkpoint; its argument errors are its own line and exit 2.
+add_test(NAME reliability.resilient_paths COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resilient_run_paths.sh $<TARGET_FILE:train>)
+set_tests_properties(reliability.resilient_paths PROPERTIES LABELS "reliability" TIMEOUT 180
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PASS_REGULAR_EXPRESSION "RESILIENT PATHS OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <random>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -33,6 +36,20 @@ FlightDump::FlightDump(const FlightSettings& settings, Comm& world)
   const std::string& dir = settings.dir;
   if (dir.empty()) return;
   recorder_ = std::make_shared<FlightRecorder>(world.rank(), world.size(), settings.entries, settings.timeout_s);
+  // The run's id, the same on every rank of this launch: rank 0's random number and clock,
+  // broadcast (before the recorder listens: it is not one of the run's communications).
+  auto run = torch::zeros({2}, torch::TensorOptions().dtype(torch::kInt64).device(world.device()));  // [id, launched ms]
+  if (world.rank() == 0) {
+    std::random_device entropy;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    run[0] = int64_t((uint64_t(entropy()) << 31) ^ uint64_t(entropy())) & ((int64_t(1) << 62) - 1);
+    run[1] = int64_t(std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+  }
+  world.broadcast(run, /*root=*/0, carries("the flight recorder: this run's id and launch time"));
+  const auto got = run.to(torch::kCPU);
+  char id[24];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(got[0].item<int64_t>()));
+  recorder_->set_run(id, double(got[1].item<int64_t>()) / 1000.0);
   std::error_code ignored;  // absolute: the timeout line's path works from any directory
   const std::filesystem::path absolute = std::filesystem::absolute(dir, ignored);
   recorder_->set_dump_dir(absolute.empty() ? dir : absolute.lexically_normal().string());
@@ -61,8 +78,8 @@ FlightDump::FlightDump(const FlightSettings& settings, Comm& world)
 FlightDump::~FlightDump() {
   if (!recorder_) return;
   std::string path;
-  if (std::uncaught_exceptions() > 0)  // run() is unwinding an error (a timeout is one): its line follows
-    path = recorder_->dump("error: the run ended with an error (this rank's error line says which)");
+  if (std::uncaught_exceptions() > 0 && !recorder_->written())  // run() is unwinding an error: its line follows
+    path = recorder_->dump("error: the run ended with an error (this rank's error line says which)");  // (a timeout wrote its own)
   else if (at_end_)
     path = recorder_->dump("end of the run (--flight-dump-at-end)");
   if (!path.empty()) std::cerr << "[rank " << rank_ << "] flight recorder: wrote " << path << std::endl;

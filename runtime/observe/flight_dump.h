@@ -1,15 +1,18 @@
 // runtime/observe/flight_dump.h — when a run writes its flight recorder's files
 // (runtime/observe/flight_recorder.h: every rank's last communications), and where.
 //
-//   a Comm's timeout (MPI)     the CommError unwinds run(): this object's destructor writes
-//   the NCCL watchdog          it writes them itself, then ends the process (nccl_watchdog.h)
+//   a Comm's timeout (MPI)     the recorder writes them as the wait fails (Work::wait tells the
+//                              listeners, picotron/comm_listener.h), before the error line
+//   the NCCL watchdog          the same, then it ends the process (nccl_watchdog.h)
 //   any other error            the same unwinding
 //   SIGTERM / SIGINT           (mpirun sends SIGTERM to every rank when one fails) a thread
 //                              of this object writes them, then the signal ends the process
 //   the end of the run         with --flight-dump-at-end
 //
 // Each rank writes DIR/comms-rank<R>.json alone (tmp + rename), without a message to
-// anyone: it works when every other rank is dead. DIR is --flight-recorder, by default
+// anyone: it works when every other rank is dead. Every file names its run: an id that all
+// ranks of one launch share (rank 0's, broadcast when the recorder starts) and the launch
+// time, so scripts/hang_report.py reads one run's files from a folder several runs wrote. DIR is --flight-recorder, by default
 // <--save-dir>/flight, else flight/ in the working directory; "off" records nothing.
 // Then: scripts/hang_report.py DIR.
 //

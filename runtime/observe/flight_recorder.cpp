@@ -73,7 +73,7 @@ bool make_dirs(const std::string& dir) {  // mkdir -p
 FlightRecorder::FlightRecorder(int world_rank, int world_size, int64_t capacity, int64_t timeout_s)
     : world_rank_(world_rank), world_size_(world_size), timeout_s_(timeout_s), start_(Clock::now()),
       start_unix_s_(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()),
-      ring_(size_t(std::max<int64_t>(capacity, 1))), beat_([this] { watch_pauses(); }) {}
+      capacity_(std::max<int64_t>(capacity, 1)), beat_([this] { watch_pauses(); }) {}
 
 FlightRecorder::~FlightRecorder() {
   {
@@ -122,9 +122,19 @@ void FlightRecorder::joined(const CommGroup& group) {
 
 double FlightRecorder::now_s() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
+// The ring: entry `id` lives in slot (id - first_id_) % capacity. It grows with what it holds
+// (one slot per entry until capacity), so a large --flight-entries costs nothing up front.
+FlightEntry* FlightRecorder::slot_of(int64_t id) {
+  const int64_t i = (id - first_id_) % capacity_;
+  return size_t(i) < ring_.size() && ring_[size_t(i)].id == id ? &ring_[size_t(i)] : nullptr;
+}
+
 void FlightRecorder::issued(const CommGroup& /*group*/, const CommEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
-  FlightEntry& slot = ring_[size_t(e.id % int64_t(ring_.size()))];
+  if (first_id_ < 0) first_id_ = e.id;
+  const size_t i = size_t((e.id - first_id_) % capacity_);
+  if (i == ring_.size()) ring_.emplace_back();
+  FlightEntry& slot = ring_[i];
   slot.id = e.id;
   slot.group = e.group;
   slot.op = e.kind;
@@ -141,7 +151,6 @@ void FlightRecorder::issued(const CommGroup& /*group*/, const CommEvent& e) {
   slot.state = FlightEntry::kIssued;
   slot.issued_s = now_s();
   slot.waiting_s = slot.completed_s = 0;
-  if (first_id_ < 0) first_id_ = e.id;
   next_id_ = e.id + 1;
   ++recorded_;
 }
@@ -149,9 +158,23 @@ void FlightRecorder::issued(const CommGroup& /*group*/, const CommEvent& e) {
 void FlightRecorder::waiting(CommOps ops) { set_state(ops, FlightEntry::kWaiting); }
 void FlightRecorder::completed(CommOps ops) { set_state(ops, FlightEntry::kCompleted); }
 
-std::string FlightRecorder::failing(const std::string& why, bool ending) {
-  if (ending) dump(why);  // nobody unwinds after this: now or never (the hint below names the file)
+std::string FlightRecorder::failing(const std::string& why, bool /*ending*/) {
+  // Written now, before the error line that points to it: the process may end without
+  // unwinding (the NCCL watchdog), and the line names the files only if they are there.
+  const std::string path = dump("timeout or communication error: " + why);
+  if (path.empty()) return dump_dir().empty() ? "" : ". Flight recorder: could not write its file in " + dump_dir() + " (the line above says why)";
   return hint();
+}
+
+bool FlightRecorder::written() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return written_;
+}
+
+void FlightRecorder::set_run(std::string id, double launched_unix_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  run_id_ = std::move(id);
+  launched_unix_s_ = launched_unix_s;
 }
 
 void FlightRecorder::set_state(CommOps ops, FlightEntry::State state) {
@@ -159,10 +182,10 @@ void FlightRecorder::set_state(CommOps ops, FlightEntry::State state) {
   std::lock_guard<std::mutex> lock(mutex_);
   const double t = now_s();
   for (int64_t id = ops.first; id < ops.first + ops.count; ++id) {
-    FlightEntry& slot = ring_[size_t(id % int64_t(ring_.size()))];
-    if (slot.id != id) continue;  // overwritten since
-    slot.state = state;
-    (state == FlightEntry::kWaiting ? slot.waiting_s : slot.completed_s) = t;
+    FlightEntry* slot = first_id_ < 0 || id < first_id_ ? nullptr : slot_of(id);
+    if (!slot) continue;  // overwritten since (or issued before the recorder listened)
+    slot->state = state;
+    (state == FlightEntry::kWaiting ? slot->waiting_s : slot->completed_s) = t;
   }
 }
 
@@ -177,7 +200,8 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   out.precision(6);
   out << std::fixed;
   out << "{\"rank\": " << world_rank_ << ", \"world_size\": " << world_size_ << ", \"reason\": " << json_string(reason)
-      << ", \"dumped_at_s\": " << now_s() << ", \"start_unix_s\": " << start_unix_s_ << ", \"capacity\": " << ring_.size()
+      << ", \"run_id\": " << json_string(run_id_) << ", \"launched_unix_s\": " << launched_unix_s_
+      << ", \"dumped_at_s\": " << now_s() << ", \"start_unix_s\": " << start_unix_s_ << ", \"capacity\": " << capacity_
       << ", \"recorded\": " << recorded_ << ", \"timeout_s\": " << timeout_s_;
   // The longest pause, or the one going on now (the watch has not woken since it began).
   const double now = now_s(), since_beat = now - last_beat_s_.load();
@@ -191,11 +215,11 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
     out << "], \"rank\": " << g.rank << ", \"size\": " << g.size << "}";
   }
   out << "],\n \"entries\": [";
-  const int64_t capacity = int64_t(ring_.size());
   bool first = true;
-  for (int64_t id = std::max<int64_t>(std::max<int64_t>(first_id_, 0), next_id_ - capacity); id < next_id_; ++id) {  // oldest first
-    const FlightEntry& e = ring_[size_t(id % capacity)];
-    if (e.id != id || e.group < 0 || size_t(e.group) >= groups_.size()) continue;
+  for (int64_t id = std::max<int64_t>(std::max<int64_t>(first_id_, 0), next_id_ - capacity_); id < next_id_; ++id) {  // oldest first
+    const FlightEntry* slot = const_cast<FlightRecorder*>(this)->slot_of(id);
+    if (!slot || slot->group < 0 || size_t(slot->group) >= groups_.size()) continue;
+    const FlightEntry& e = *slot;
     const CommGroup& g = groups_[size_t(e.group)];
     const int peer_world = e.peer >= 0 && size_t(e.peer) < g.world_ranks.size() ? g.world_ranks[size_t(e.peer)] : -1;
     out << (first ? "\n  " : ",\n  ") << "{\"id\": " << e.id << ", \"group\": " << e.group << ", \"op\": \"" << e.op
@@ -249,6 +273,8 @@ std::string FlightRecorder::dump(const std::string& reason) const {
     }
     ::close(fd);
     if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename");  // atomic: never half a file
+    std::lock_guard<std::mutex> lock(mutex_);
+    written_ = true;
     return path;
   } catch (const std::exception& e) {  // (out of memory while formatting)
     std::cerr << "[rank " << world_rank_ << "] flight recorder: " << e.what() << std::endl;

@@ -98,9 +98,16 @@ class FlightRecorder : public CommListener {
   void issued(const CommGroup& group, const CommEvent& e) override;
   void waiting(CommOps ops) override;  // the host starts waiting for them (Work::wait)
   void completed(CommOps ops) override;
-  // A timeout or an error: the hint (where the files go). ending (the NCCL watchdog ends the
-  // process without unwinding): the file is written first.
+  // A timeout or a communication error (ending: the NCCL watchdog ends the process without
+  // unwinding): the file is written now; returns the words for the error line, naming the
+  // files only when they were written (else saying that they could not be).
   std::string failing(const std::string& why, bool ending) override;
+  bool written() const;  // a file was written (by failing(), a signal, ...)
+
+  // The run this rank belongs to: an id every rank of one launch shares, and when it was
+  // launched (rank 0's clock). In the file, so that scripts/hang_report.py reads only one
+  // run's files from a folder several runs wrote into.
+  void set_run(std::string id, double launched_unix_s);
 
   // Writes the file (tmp + rename). Returns its path, or "" (no dir, or it failed: then
   // one line on stderr says why). Safe from any thread; never throws.
@@ -113,6 +120,7 @@ class FlightRecorder : public CommListener {
   double now_s() const;
 
   void set_state(CommOps ops, FlightEntry::State state);
+  FlightEntry* slot_of(int64_t id);  // the slot holding entry `id`, or null (overwritten, not yet)
   int world_rank_, world_size_;
   int64_t timeout_s_;
   std::string dir_;
@@ -121,7 +129,11 @@ class FlightRecorder : public CommListener {
   mutable std::mutex mutex_;
   mutable std::mutex dump_mutex_;   // one dump at a time (an error and a signal may race)
   std::vector<CommGroup> groups_;   // [group id]
-  std::vector<FlightEntry> ring_;   // [capacity]
+  int64_t capacity_;                // the most entries kept
+  std::vector<FlightEntry> ring_;   // grows to [capacity_] as entries come
+  std::string run_id_;              // set_run
+  double launched_unix_s_ = 0;
+  bool written_ = false;            // a file was written
   int64_t recorded_ = 0;            // entries issued to this recorder
   int64_t first_id_ = -1, next_id_ = 0;  // the first id it heard, and the last one + 1
   // The pause watch (see the header): its thread's last wake-up, the longest gap so far and
