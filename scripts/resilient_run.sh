@@ -50,11 +50,14 @@
 # mpirun with 2 ranks; a refused flag; a checkpoint that verifies but does not resume)
 set -uo pipefail
 restarts=3 check="" grace=30
+needs() {  # OPTION WHAT COUNT: the option's value must follow it
+  [ "$3" -ge 2 ] || { echo "resilient_run: $1 needs $2 after it" >&2; exit 2; }
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --restarts) restarts=${2:?--restarts needs a number}; shift 2 ;;
-    --grace) grace=${2:?--grace needs a number of seconds}; shift 2 ;;
-    --check) check=${2:?--check needs the train binary}; shift 2 ;;
+    --restarts) needs "$1" "a number" $#; restarts=$2; shift 2 ;;
+    --grace) needs "$1" "a number of seconds" $#; grace=$2; shift 2 ;;
+    --check) needs "$1" "the train binary" $#; check=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "resilient_run: unknown option '$1' (before --: --restarts N, --grace S, --check TRAIN)" >&2; exit 2 ;;
@@ -94,12 +97,21 @@ on_signal() {  # $1: INT, TERM or HUP
   fi
   [ -n "$job" ] && kill -s "$1" -- "-$job" 2>/dev/null
 }
+# shellcheck disable=SC2064  # $s expands now, on purpose: one trap per signal
 for s in INT TERM HUP; do trap "on_signal $s" "$s"; done
 
 # The processes of launch number $attempt: every process whose environment holds the
 # variable it was started with (mpirun puts each rank in a process group of its own, and
 # a rank whose mpirun died is nobody's child: neither the group nor the tree finds it).
-job_pids() { grep -lsxzF "RESILIENT_RUN_JOB=$$.$attempt" /proc/[0-9]*/environ | cut -d/ -f3; }
+# Open MPI's singleton daemon (orted / prted: a rank run without mpirun starts one) carries the
+# variable too and ends by itself once its rank has; it is not one of the run's processes.
+job_pids() {
+  local pid
+  # shellcheck disable=SC2013  # one path a line, no spaces in /proc/N/environ
+  for pid in $(grep -lsxzF "RESILIENT_RUN_JOB=$$.$attempt" /proc/[0-9]*/environ | cut -d/ -f3); do
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in orted|prted) ;; *) echo "$pid" ;; esac
+  done
+}
 
 # Runs "${launch[@]}" in a process group of its own, its stdout through a reader that
 # notes the first step line; waits for it (and for the signal's grace period, if one
@@ -122,6 +134,7 @@ launch_once() {
     elif [ $SECONDS -lt $stop_deadline ] || [ -n "$killed" ]; then sleep 0.2
     else
       echo "resilient_run: the run still runs $grace s after SIG$stop: SIGKILL to it" >&2
+      # shellcheck disable=SC2046  # one pid a word
       kill -KILL -- "-$job" $(job_pids) 2>/dev/null; killed=1
     fi
   done
@@ -130,11 +143,14 @@ launch_once() {
   # Ranks left behind (mpirun killed, or gone before them): SIGTERM, then SIGKILL.
   left=$(job_pids)
   if [ -n "$left" ]; then
-    echo "resilient_run: $(echo $left | wc -w) process(es) of the run outlived it: SIGTERM, then SIGKILL" >&2
+    echo "resilient_run: $(echo "$left" | wc -w) process(es) of the run outlived it: SIGTERM, then SIGKILL" >&2
+    # shellcheck disable=SC2086  # one pid a word
     kill -TERM $left 2>/dev/null
     local deadline=$((SECONDS + 5))
     while [ -n "$(job_pids)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-    left=$(job_pids); [ -n "$left" ] && kill -KILL $left 2>/dev/null
+    left=$(job_pids)
+    # shellcheck disable=SC2086  # one pid a word
+    [ -n "$left" ] && kill -KILL $left 2>/dev/null
     deadline=$((SECONDS + 10))
     while [ -n "$(job_pids)" ] && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
   fi
@@ -149,23 +165,34 @@ launch_once() {
 set_aside=" "
 identity() { stat -c '%d:%i' "$1" 2>/dev/null; }
 
+# The save dir's checkpoints, newest first, one path a line: step-NNNNNN folders only (a
+# glob, so any path works: spaces, quotes, glob characters, a leading dash).
+checkpoints() {
+  local d
+  for d in "$save_dir"/step-*; do
+    [[ ${d##*/} =~ ^step-([0-9]+)$ ]] && [ -d "$d" ] && printf '%d\t%s\n' "$((10#${BASH_REMATCH[1]}))" "$d"
+  done | sort -n -r -k1,1 | cut -f2-
+}
+
 # The newest step-NNNNNN of the save dir that --check-checkpoint accepts ("" if none). One
 # at the run's last step is passed over: the run was killed after its last save, in what
 # comes after it (--save-params, --export-hf), which the checkpoint before it redoes.
 newest_good() {
   local d
-  for d in $(ls -d "$save_dir"/step-* 2>/dev/null | grep -E '/step-[0-9]+$' | awk -F'/step-' '{print $NF, $0}' |
-             sort -n -r | cut -d' ' -f2-); do
+  while IFS= read -r d; do
     if [[ $end =~ ^[0-9]+$ ]] && [ "$end" -gt 0 ] && [ $((10#${d##*step-})) -ge "$end" ]; then
       echo "resilient_run: passing over $d: the run's last step (what came after it is redone)" >&2; continue
     fi
     if [[ $set_aside == *" $(identity "$d") "* ]]; then
       echo "resilient_run: passing over $d: set aside (its run ended before its first step)" >&2; continue
     fi
-    if "$check" --check-checkpoint "$d" >/dev/null 2>"$tmp/check"; then echo "$d"; return; fi
+    if "$check" --check-checkpoint "$(safe_path "$d")" >/dev/null 2>"$tmp/check"; then echo "$d"; return; fi
     echo "resilient_run: skipping $d: $(grep -m1 'error' "$tmp/check")" >&2
-  done
+  done < <(checkpoints)
 }
+
+# A path a flag's value can take: one that starts with a dash gets ./ (else it reads as a flag).
+safe_path() { case "$1" in -*) echo "./$1" ;; *) echo "$1" ;; esac; }
 
 why() {  # a launch's exit code in words
   local rc=$1
@@ -203,12 +230,13 @@ while true; do
   attempt=$((attempt + 1))
   good=$(newest_good)
   [ -n "$stop" ] && stopped "before launch $((attempt + 1))"
-  unfinished=$(ls -d "$save_dir"/step-*.tmp 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ')
+  unfinished=""
+  for d in "$save_dir"/step-*.tmp; do [ -e "$d" ] && unfinished+="${d##*/} "; done
   if [ -n "$good" ]; then
     step=$((10#${good##*step-}))
     echo "resilient_run: restart $attempt of $restarts: --resume $good (step $step${unfinished:+; unfinished: ${unfinished% }})" >&2
-    launch=("${base[@]}" --resume "$good") from=$good
-  elif ls -d "$save_dir"/step-* 2>/dev/null | grep -qE '/step-[0-9]+$'; then
+    launch=("${base[@]}" --resume "$(safe_path "$good")") from=$good
+  elif [ -n "$(checkpoints)" ]; then
     echo "resilient_run: no checkpoint in $save_dir verifies and resumes (see the lines above): not restarting" >&2
     exit $rc
   else

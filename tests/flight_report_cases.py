@@ -46,7 +46,10 @@ def write(folder, rank, d, raw=None):
 
 def report(folder, timeout=30):
     start = time.time()
-    run = subprocess.run([sys.executable, REPORT, folder], capture_output=True, text=True, timeout=timeout)
+    try:
+        run = subprocess.run([sys.executable, REPORT, folder], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, "(the report did not finish in %d s)" % timeout, time.time() - start
     return run.returncode, run.stdout + run.stderr, time.time() - start
 
 

@@ -133,7 +133,7 @@ class FlightRecorder : public CommListener {
   std::vector<FlightEntry> ring_;   // grows to [capacity_] as entries come
   std::string run_id_;              // set_run
   double launched_unix_s_ = 0;
-  bool written_ = false;            // a file was written
+  mutable bool written_ = false;    // a file was written (dump is const)
   int64_t recorded_ = 0;            // entries issued to this recorder
   int64_t first_id_ = -1, next_id_ = 0;  // the first id it heard, and the last one + 1
   // The pause watch (see the header): its thread's last wake-up, the longest gap so far and
