@@ -10,7 +10,8 @@ runs' files in the same folder are named and set aside), lines the ranks up and 
 before the waits they caused:
 
   - which rank was ended first by a signal (SIGTERM, SIGINT: a preempted node, an OOM
-    killer's warning, a user) or failed first with an error, and how long before the others;
+    killer's warning, a user), crashed first (SIGSEGV, SIGABRT: its file written from the
+    signal handler) or failed first with an error, and how long before the others;
   - which rank left no file (it died without a word: SIGKILL, a crash, the OOM killer);
   - for each group's collectives, whether the ranks disagree on the operation, the
     count or the dtype at the same sequence number (a rank skipped or added one);
@@ -275,7 +276,7 @@ class Rank:
         self.timeout_s = d.get("timeout_s", 0) or 0
         self.ended_at = (d.get("start_unix_s") or 0.0) + d["dumped_at_s"]  # wall clock, to line ranks up
         self.signalled = d["reason"].startswith("signal")
-        self.errored = d["reason"].startswith("error")
+        self.errored = d["reason"].startswith(("error", "crash"))
 
     def collectives(self, key):
         return self.coll.get(key, {})
@@ -343,7 +344,8 @@ def first_end_findings(ranks, missing):
                          ",".join(map(str, signalled)), order[-1].ended_at - first.ended_at, how, RULE_DUMP)]]
         return []
     others = ", ".join("rank %d (%s)" % (R.rank, R.d["reason"].split(":")[0]) for R in order[1:])
-    what = ("was ended by a signal (%s)" % how) if first.signalled else ("failed with an error (%s)" % how)
+    what = ("was ended by a signal (%s)" % how) if first.signalled else \
+        ("crashed (%s)" % how) if how.startswith("crash") else ("failed with an error (%s)" % how)
     return [["rank %d %s %.1f s before any other rank's file; the others followed: %s. Its end is the cause of "
              "their waits, not a network or driver problem. Rule: %s" % (first.rank, what, gap, others, RULE_DUMP)]
             + (["  rank %d's last communication: %s [%s]" % (first.rank, describe(first.entries[-1]),
@@ -516,7 +518,12 @@ def main(argv):
         d = ranks[r].d
         print("  rank %d: %s (%d communications recorded, last %d kept)"
               % (r, d["reason"], d.get("recorded", len(d["entries"])), len(d["entries"])))
-    findings = first_end_findings(ranks, missing)
+    first_end = first_end_findings(ranks, missing)
+    disagree = collective_findings(ranks, keys) + p2p_findings(ranks, keys, missing)
+    # A crash inside the library after the ranks' calls disagree (Open MPI may free a buffer
+    # twice on a count mismatch) is the disagreement's effect: that comes first then.
+    crashed_first = first_end and " crashed (" in first_end[0][0]
+    findings = [] if crashed_first and disagree else first_end
     for r in missing:
         if r in damaged:
             findings.append(["rank %d's file is damaged (see above): it is left out, and the others are judged "
@@ -524,8 +531,9 @@ def main(argv):
         else:
             findings.append(["rank %d left no file: it died without a word (SIGKILL, a crash, the OOM killer) before "
                              "it could write one; the others waited for it. Rule: %s" % (r, RULE_DUMP)])
-    findings += collective_findings(ranks, keys)
-    findings += p2p_findings(ranks, keys, missing)
+    findings += disagree
+    if crashed_first and disagree:
+        findings += first_end
     for r in sorted(ranks):
         why = ranks[r].stalled()
         if why:

@@ -6,7 +6,8 @@
 #
 # seed SRC: SRC's comms-rank*.json are copied into DIR first (files an earlier run left
 # there); the report must then also say it set them aside.
-# stop / kill / term: rank 1 is stopped (SIGSTOP), killed (SIGKILL) or ended (SIGTERM) DELAY_S seconds after the job's
+# stop / kill / term / segv: rank 1 is stopped (SIGSTOP), killed (SIGKILL), ended (SIGTERM) or
+# crashed (SIGSEGV, as a fault would) DELAY_S seconds after the job's
 # first step (rank 0's "step 1" line: loading LibTorch alone can take seconds on a loaded
 # machine, and a rank killed before the others set up their recorder leaves nothing to read).
 # A killed rank's wrapper then stays (at most 20 s), as a node whose process died would: the
@@ -17,7 +18,7 @@ set -u
 dir=$1 regex=$2; shift 2
 signal="" delay=0 seed=""
 if [ "$1" = seed ]; then seed=$2; shift 2; fi
-if [ "$1" = stop ] || [ "$1" = kill ] || [ "$1" = term ]; then signal=$1 delay=$2; shift 2; fi
+if [ "$1" = stop ] || [ "$1" = kill ] || [ "$1" = term ] || [ "$1" = segv ]; then signal=$1 delay=$2; shift 2; fi
 [ "$1" = "--" ] && shift
 rm -rf "$dir" "$dir".rank*.log; mkdir -p "$(dirname "$dir")"
 if [ -n "$seed" ]; then
@@ -25,7 +26,7 @@ if [ -n "$seed" ]; then
 fi
 wrap=()
 if [ -n "$signal" ]; then
-  case $signal in stop) sig=STOP ;; kill) sig=KILL ;; *) sig=TERM ;; esac
+  case $signal in stop) sig=STOP ;; kill) sig=KILL ;; segv) sig=SEGV ;; *) sig=TERM ;; esac
   wrap=("$dir.rank1.sh")
   cat > "$dir.rank1.sh" <<WRAP
 #!/bin/sh

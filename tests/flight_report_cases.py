@@ -29,6 +29,7 @@ def entry(i, group, op, seq, state="completed", elements=4096, peer=-1, t=1.0, n
 
 def rank_file(rank, world, run="00000000000000aa", launched=1000.0, reason="timeout or communication error: x",
               entries=None, dumped=10.0, start=None):
+    """One rank's file; start: its recorder's start on the wall clock (the file's time is start + dumped)."""
     return {"rank": rank, "world_size": world, "reason": reason, "run_id": run, "launched_unix_s": launched,
             "dumped_at_s": dumped, "start_unix_s": launched if start is None else start, "capacity": 4096,
             "recorded": len(entries or []), "timeout_s": 3, "paused_s": 0.1, "paused_after": -1,
@@ -127,7 +128,18 @@ def main():
         write(f, 0, rank_file(0, 2, entries=[entry(0, 0, "all_reduce", 1, state="waiting")]))
         expect("a FIFO in the folder", f, 2, "comms-rank1.json: not a regular file", "rank 0")
 
-        # 5. Time: N ranks x 4,096 entries, rank N-1 skipped the program's collective #4000 (its
+        # 5. A crash inside the library after the ranks' calls disagree (rank 1 skipped an all-reduce;
+        #    Open MPI may then free a buffer twice): the disagreement first, the crash after it.
+        f = folder("crash_after_skip")
+        write(f, 0, rank_file(0, 2, start=2000.0, entries=[entry(0, 0, "all_reduce", 1), entry(1, 0, "all_reduce", 2),
+                                                           entry(2, 0, "all_reduce", 3, state="waiting", t=5.0)]))
+        write(f, 1, rank_file(1, 2, start=1999.0, reason="crash: SIGABRT inside this rank (written from the signal handler)",
+                              entries=[entry(0, 0, "all_reduce", 1), entry(1, 0, "all_reduce", 2),
+                                       entry(2, 0, "all_reduce", 3, state="waiting", elements=1, t=5.0)]))
+        expect("a crash after a skipped collective", f, 1, "What went wrong first:\n  group world (world ranks 0,1): "
+               "the ranks disagree at collective #3", "Then:\n  rank 1 crashed (crash: SIGABRT")
+
+        # 6. Time: N ranks x 4,096 entries, rank N-1 skipped the program's collective #4000 (its
         #    own numbers go on: its #4000 is everyone else's #4001, another size).
         times = []
         for n in (2, 4, 8):

@@ -65,3 +65,7 @@ flight_test(stale_file "rank 1 left no file"
   seed ${FLIGHT_DIR}/clean kill 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/stale_file)
 set_tests_properties(flight.clean PROPERTIES FIXTURES_SETUP flight_clean)
 set_tests_properties(flight.stale_file PROPERTIES FIXTURES_REQUIRED flight_clean)
+# A crash is evidence too: SIGSEGV to rank 1 (as a fault inside a library would); its file is
+# written from the signal handler and the report names it first.
+flight_test(rank_crashed "rank 1 crashed \\(crash: SIGSEGV"
+  segv 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_crashed)

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,8 +20,22 @@
 namespace picotron {
 
 namespace {
-// The one global: a signal handler reaches nothing else. The write end of the pipe.
+// The globals: a signal handler reaches nothing else. The write end of the pipe (SIGTERM, SIGINT).
 volatile std::sig_atomic_t g_signal_pipe = -1;
+
+// A crash (SIGSEGV, SIGABRT, ...): the recorder writes what it has from the handler itself
+// (FlightRecorder::write_from_signal: async-signal-safe), then the action there was before
+// (Open MPI's, which prints a backtrace, or the default) takes the signal again.
+constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+std::atomic<const FlightRecorder*> g_crash_recorder{nullptr};
+struct sigaction g_crash_old[5];
+
+extern "C" void on_crash(int sig) {
+  if (const FlightRecorder* r = g_crash_recorder.exchange(nullptr)) r->write_from_signal(sig);
+  for (size_t i = 0; i < 5; ++i)
+    if (kCrashSignals[i] == sig) sigaction(sig, &g_crash_old[i], nullptr);
+  raise(sig);  // taken when this returns: the old action now
+}
 
 extern "C" void on_signal(int sig) {  // async-signal-safe: one write(2)
   const unsigned char number = static_cast<unsigned char>(sig);
@@ -55,6 +70,11 @@ FlightDump::FlightDump(const FlightSettings& settings, Comm& world)
   recorder_->set_dump_dir(absolute.empty() ? dir : absolute.lexically_normal().string());
   listeners_ = world.listeners();
   world.listen(recorder_);  // every group of the run, those split later too
+  g_crash_recorder = recorder_.get();
+  struct sigaction crash {};
+  crash.sa_handler = on_crash;
+  sigemptyset(&crash.sa_mask);
+  for (size_t i = 0; i < 5; ++i) sigaction(kCrashSignals[i], &crash, &g_crash_old[i]);
   if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no signal watch; errors and the end still write
   g_signal_pipe = pipe_[1];
   struct sigaction action {};
@@ -84,6 +104,8 @@ FlightDump::~FlightDump() {
     path = recorder_->dump("end of the run (--flight-dump-at-end)");
   if (!path.empty()) std::cerr << "[rank " << rank_ << "] flight recorder: wrote " << path << std::endl;
   if (listeners_) listeners_->remove(recorder_.get());
+  if (g_crash_recorder.exchange(nullptr))  // the crash handlers go with the recorder
+    for (size_t i = 0; i < 5; ++i) sigaction(kCrashSignals[i], &g_crash_old[i], nullptr);
   if (signal_thread_.joinable()) {  // stop watching: the old actions back, the thread woken and joined
     sigaction(SIGTERM, &old_term_, nullptr);
     sigaction(SIGINT, &old_int_, nullptr);

@@ -7,6 +7,9 @@
 //   any other error            the same unwinding
 //   SIGTERM / SIGINT           (mpirun sends SIGTERM to every rank when one fails) a thread
 //                              of this object writes them, then the signal ends the process
+//   a crash                    SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT (a double free inside
+//                              the MPI library, say): the handler writes the newest 256 entries
+//                              itself, async-signal-safe, then the signal's old action runs
 //   the end of the run         with --flight-dump-at-end
 //
 // Each rank writes DIR/comms-rank<R>.json alone (tmp + rename), without a message to

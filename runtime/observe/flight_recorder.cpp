@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <ctime>
 #include <cstring>
 #include <iostream>
 #include <sstream>
@@ -105,6 +107,13 @@ void FlightRecorder::watch_pauses() {
 void FlightRecorder::set_dump_dir(std::string dir) {
   std::lock_guard<std::mutex> lock(mutex_);
   dir_ = std::move(dir);
+  // The crash writer's paths, made now: a signal handler may not allocate.
+  const std::string path = dir_ + "/comms-rank" + std::to_string(world_rank_) + ".json";
+  crash_path_.assign(path.begin(), path.end());
+  crash_path_.push_back('\0');
+  crash_tmp_.assign(path.begin(), path.end());
+  for (char c : std::string(".crash")) crash_tmp_.push_back(c);
+  crash_tmp_.push_back('\0');
 }
 
 std::string FlightRecorder::hint() const {
@@ -280,6 +289,146 @@ std::string FlightRecorder::dump(const std::string& reason) const {
     std::cerr << "[rank " << world_rank_ << "] flight recorder: " << e.what() << std::endl;
     return "";
   }
+}
+
+// ---- written from a signal handler (a crash) ------------------------------------------------
+// Only async-signal-safe calls (open, write, rename, clock_gettime) and no allocation, no lock:
+// the process is dying, perhaps inside malloc or holding the ring's mutex. The entries are read
+// as they are (a call being recorded by another thread may show half-written). Numbers are
+// formatted by hand into a fixed buffer; the file has the fields the report reads, the note
+// being the call site's own words (the title is composed with strings: not here).
+namespace {
+struct SignalWriter {
+  int fd = -1;
+  char buf[4096];
+  size_t n = 0;
+  void flush() {
+    for (size_t done = 0; done < n;) {
+      const ssize_t w = ::write(fd, buf + done, n - done);
+      if (w <= 0) break;
+      done += size_t(w);
+    }
+    n = 0;
+  }
+  void put(const char* s) {
+    for (; *s; ++s) {
+      if (n == sizeof buf) flush();
+      buf[n++] = *s;
+    }
+  }
+  void str(const char* s) {  // a JSON string
+    put("\"");
+    for (; s && *s; ++s) {
+      const char c = static_cast<unsigned char>(*s) < 0x20 ? ' ' : *s;
+      const char one[2] = {c, '\0'};
+      if (c == '"' || c == '\\') put("\\");
+      put(one);
+    }
+    put("\"");
+  }
+  void num(int64_t v) {
+    char d[24];
+    int i = 23;
+    d[i] = '\0';
+    const bool neg = v < 0;
+    uint64_t u = neg ? uint64_t(-(v + 1)) + 1 : uint64_t(v);
+    do { d[--i] = char('0' + u % 10); u /= 10; } while (u);
+    if (neg) d[--i] = '-';
+    put(d + i);
+  }
+  void seconds(double s) {  // microseconds, as a fixed-point number
+    const int64_t us = int64_t(s * 1e6 + (s >= 0 ? 0.5 : -0.5));
+    num(us / 1000000);
+    put(".");
+    char f[7] = {0};
+    int64_t r = us % 1000000;
+    if (r < 0) r = -r;
+    for (int i = 5; i >= 0; --i) f[i] = char('0' + r % 10), r /= 10;
+    put(f);
+  }
+};
+const char* dtype_text(torch::ScalarType t) {  // as c10::getDtypeNames names them, without a string
+  switch (t) {
+    case torch::kFloat: return "float32";
+    case torch::kDouble: return "float64";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kHalf: return "float16";
+    case torch::kLong: return "int64";
+    case torch::kInt: return "int32";
+    default: return "other";
+  }
+}
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    default: return "a fatal signal";
+  }
+}
+}  // namespace
+
+void FlightRecorder::write_from_signal(int sig) const {
+  if (crash_path_.empty() || crash_path_.size() > 4096) return;
+  char dirs[4096];  // mkdir -p of the file's folder (mkdir is async-signal-safe)
+  for (size_t i = 1; i < crash_path_.size(); ++i) {
+    if (crash_path_[i] != '/') continue;
+    std::memcpy(dirs, crash_path_.data(), i);
+    dirs[i] = '\0';
+    ::mkdir(dirs, 0755);
+  }
+  const int fd = ::open(crash_tmp_.data(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const double now = double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9 -
+                     std::chrono::duration<double>(start_.time_since_epoch()).count();
+  SignalWriter w;
+  w.fd = fd;
+  w.put("{\"rank\": "), w.num(world_rank_), w.put(", \"world_size\": "), w.num(world_size_);
+  w.put(", \"reason\": \"crash: "), w.put(signal_name(sig));
+  w.put(" inside this rank (written from the signal handler: its last communications, as they were)\"");
+  w.put(", \"run_id\": "), w.str(run_id_.c_str()), w.put(", \"launched_unix_s\": "), w.seconds(launched_unix_s_);
+  w.put(", \"dumped_at_s\": "), w.seconds(now), w.put(", \"start_unix_s\": "), w.seconds(start_unix_s_);
+  w.put(", \"capacity\": "), w.num(capacity_), w.put(", \"recorded\": "), w.num(recorded_);
+  w.put(", \"timeout_s\": "), w.num(timeout_s_), w.put(", \"paused_s\": 0, \"paused_after\": -1,\n \"groups\": [");
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const CommGroup& g = groups_[i];
+    w.put(i ? ",\n  {\"id\": " : "\n  {\"id\": "), w.num(int64_t(i)), w.put(", \"name\": "), w.str(g.name.c_str());
+    w.put(", \"ranks\": [");
+    for (size_t r = 0; r < g.world_ranks.size(); ++r) w.put(r ? ", " : ""), w.num(g.world_ranks[r]);
+    w.put("], \"rank\": "), w.num(g.rank), w.put(", \"size\": "), w.num(g.size), w.put("}");
+  }
+  w.put("],\n \"entries\": [");
+  const int64_t last = std::min<int64_t>(256, capacity_);  // the newest, enough to see where it was
+  bool first = true;
+  for (int64_t id = std::max<int64_t>(std::max<int64_t>(first_id_, 0), next_id_ - last); id < next_id_; ++id) {
+    const int64_t i = (id - first_id_) % capacity_;
+    if (first_id_ < 0 || size_t(i) >= ring_.size()) continue;
+    const FlightEntry& e = ring_[size_t(i)];
+    if (e.id != id || e.group < 0 || size_t(e.group) >= groups_.size()) continue;
+    const CommGroup& g = groups_[size_t(e.group)];
+    const int peer_world = e.peer >= 0 && size_t(e.peer) < g.world_ranks.size() ? g.world_ranks[size_t(e.peer)] : -1;
+    w.put(first ? "\n  {\"id\": " : ",\n  {\"id\": "), w.num(e.id), w.put(", \"group\": "), w.num(e.group);
+    w.put(", \"op\": "), w.str(e.op), w.put(", \"reduce\": "), w.str(e.reduce), w.put(", \"seq\": "), w.num(e.seq);
+    w.put(", \"elements\": "), w.num(e.elements), w.put(", \"dtype\": "), w.str(dtype_text(e.dtype));
+    w.put(", \"peer\": "), w.num(e.peer), w.put(", \"peer_world\": "), w.num(peer_world), w.put(", \"batch\": "), w.num(e.batch);
+    w.put(", \"async\": "), w.put(e.async ? "true" : "false"), w.put(", \"site\": \""), w.put(e.at.file), w.put(":"), w.num(e.at.line);
+    w.put("\", \"function\": "), w.str(e.at.function), w.put(", \"note\": "), w.str(e.at.carries);
+    w.put(", \"state\": "), w.str(e.state == FlightEntry::kCompleted ? "completed" : e.state == FlightEntry::kWaiting ? "waiting" : "issued");
+    w.put(", \"issued_s\": "), w.seconds(e.issued_s), w.put(", \"waiting_s\": ");
+    if (e.state != FlightEntry::kIssued) w.seconds(e.waiting_s); else w.put("null");
+    w.put(", \"completed_s\": ");
+    if (e.state == FlightEntry::kCompleted) w.seconds(e.completed_s); else w.put("null");
+    w.put("}");
+    first = false;
+  }
+  w.put("]}\n");
+  w.flush();
+  ::close(fd);
+  ::rename(crash_tmp_.data(), crash_path_.data());
 }
 
 }  // namespace picotron

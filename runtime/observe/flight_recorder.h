@@ -116,6 +116,10 @@ class FlightRecorder : public CommListener {
 
   int64_t recorded() const;  // entries issued so far (the ring keeps the last `capacity`)
 
+  // From a signal handler (a crash: SIGSEGV, SIGABRT, ...): the newest 256 entries to the same
+  // file, with async-signal-safe calls only (no allocation, no lock). See the .cpp.
+  void write_from_signal(int sig) const;
+
  private:
   double now_s() const;
 
@@ -134,6 +138,7 @@ class FlightRecorder : public CommListener {
   std::string run_id_;              // set_run
   double launched_unix_s_ = 0;
   mutable bool written_ = false;    // a file was written (dump is const)
+  std::vector<char> crash_path_, crash_tmp_;  // made by set_dump_dir, for write_from_signal
   int64_t recorded_ = 0;            // entries issued to this recorder
   int64_t first_id_ = -1, next_id_ = 0;  // the first id it heard, and the last one + 1
   // The pause watch (see the header): its thread's last wake-up, the longest gap so far and
