@@ -339,6 +339,14 @@ add_test(NAME cli.mpi_comm_report_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 $
 set_tests_properties(cli.mpi_comm_report_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp +2 +all_to_all +64 +98304 +32 +49152\n" FAIL_REGULAR_EXPRESSION "cp +2 +send")
+# The hybrid (cp 4 = all-to-alls of U 2 x rings of R 2), its two groups in the ledger, per step:
+# cp_a2a 2 (U-1)/U B n Hd (2 nH + 2 f nKV) x L = 6,144 x 4 in 8 x 4 calls; cp_ring (3R-2) hops of
+# 2 B (U n) (f nKV / U) Hd = 8,192 x 4 layers in 4 x 4 sends (context_parallel/README.md).
+add_test(NAME cli.mpi_comm_report_cp4_hybrid COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --cp 4 --cp-mode hybrid
+  --cp-ulysses 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
+set_tests_properties(cli.mpi_comm_report_cp4_hybrid PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
+  "cp_a2a +2 +all_to_all +64 +49152 +32 +24576\ncp_ring +2 +send +32 +65536 +16 +32768\ncp_ring +2 +recv +32 +65536 +16 +32768\n")
 # --explain under Ulysses: which heads and positions each rank attends, and the all-to-alls
 # with the line that issues them.
 add_test(NAME cli.mpi_explain_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --cp-mode ulysses
