@@ -52,7 +52,10 @@ gdb_args=(-q -nx ${calls[@]+"${calls[@]}"} ${symbols[@]+"${symbols[@]}"} -x "$ro
 if [ -n "$stop" ]; then
   file=$stop
   [ -f "$file" ] || file=$root/scripts/gdb/$stop.gdb
-  [ -f "$file" ] || { echo "scripts/debug.sh: --stop $stop: no such file, nor scripts/gdb/$stop.gdb ($(cd "$root/scripts/gdb" && ls *.gdb | sed 's/\.gdb$//' | tr '\n' ' '))" >&2; exit 2; }
+  if [ ! -f "$file" ]; then
+    known=""; for g in "$root"/scripts/gdb/*.gdb; do known+="$(basename "$g" .gdb) "; done
+    echo "scripts/debug.sh: --stop $stop: no such file, nor scripts/gdb/$stop.gdb ($known)" >&2; exit 2
+  fi
   gdb_args+=(-x "$file")
   grep '^#' "$file" | sed 's/^# \{0,1\}/[debug] /' >&2
 fi
@@ -98,6 +101,7 @@ if [ "$all" = 1 ]; then
   exec tmux attach -t "$session"
 fi
 # Each rank runs this line: the chosen one under gdb, the others as they are.
+# shellcheck disable=SC2016  # the $ words are the inner shell's
 exec mpirun --oversubscribe --bind-to none -np "$np" --stdin "$rank" \
   env PICOTRON_DEBUG_RANK="$rank" sh -c '
     if [ "$OMPI_COMM_WORLD_RANK" = "$PICOTRON_DEBUG_RANK" ]; then exec "$@"; fi

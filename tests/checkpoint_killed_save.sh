@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2206,SC2012  # MPIEXEC may hold words; ls of a folder this test made
 # checkpoint_killed_save.sh WORKDIR -- TRAIN FLAGS...   (2 ranks; FLAGS must include --steps 6)
 #
 # 1. --save-every 1 --keep-checkpoints 2 for 4 steps leaves exactly step-000003 and -000004.

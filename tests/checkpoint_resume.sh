@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2206  # the flags' words, on purpose
 # checkpoint_resume.sh WORKDIR RTOL SAVE_NP "SAVE_FLAGS" LOAD_NP "LOAD_FLAGS" -- TRAIN FLAGS...
 #
 # Save on one layout, resume on another (or the same), against the uninterrupted run:

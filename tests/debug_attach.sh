@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016  # regular expressions with a literal $
 # tests/debug_attach.sh ROOT — attaching a debugger to a rank that is already running, the
 # way VS Code's "attach to a rank" (scripts/vscode/launch.json) and scripts/debug.sh --all
 # work (ctest: debug.attach_to_rank): rank 1 of a --tp 2 run waits (--wait-for-debugger 1);
@@ -29,7 +30,7 @@ gdb -q -nx -batch -iex "set may-call-functions off" -iex "set auto-solib-add off
   -ex continue -ex "print x" -ex delete -ex detach >debug_attach_gdb.log 2>&1
 wait $run
 rc=$?
-cat debug_attach_gdb.log | grep -E '^\$1|Breakpoint 1,' || true
+grep -E '^\$1|Breakpoint 1,' debug_attach_gdb.log || true
 [ $rc = 0 ] || { cat "$log"; echo "FAILED: the run ended with $rc after the debugger detached"; exit 1; }
 grep -q 'debugger attached' "$log" || { cat "$log"; echo "FAILED: rank 1 did not see the debugger"; exit 1; }
 grep -qE '^\$1 = \[16, 128, 128\] Float cpu' debug_attach_gdb.log ||

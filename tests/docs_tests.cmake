@@ -69,3 +69,8 @@ set_tests_properties(docs.counts PROPERTIES LABELS docs TIMEOUT 60
 add_test(NAME paths.relative_source_paths COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_source_paths.sh ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
 set_tests_properties(paths.relative_source_paths PROPERTIES LABELS docs TIMEOUT 120
   PASS_REGULAR_EXPRESSION "SOURCE PATHS OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")
+
+# Every shell script in scripts/ and tests/ passes shellcheck (its settings: .shellcheckrc;
+# scripts/setup.sh installs it).
+add_test(NAME lint.shellcheck COMMAND bash -c "cd ${CMAKE_SOURCE_DIR} && shellcheck --version | sed -n 2p && shellcheck scripts/*.sh tests/*.sh && echo SHELLCHECK OK")
+set_tests_properties(lint.shellcheck PROPERTIES LABELS docs TIMEOUT 120 PASS_REGULAR_EXPRESSION "SHELLCHECK OK")

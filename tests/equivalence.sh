@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # $mpirun and TRAIN_WRAPPER may hold words
 # equivalence.sh WORKDIR RTOL NP -- TRAIN FLAGS...
 #
 # Runs TRAIN FLAGS on NP ranks under mpirun, and the single-process reference with the
@@ -19,7 +20,6 @@
 # nothing: "ref<TAB>1<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS..." (only while the reference is
 # not made yet) and "par<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS...".
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
 plan=0; [ "$1" = "--plan" ] && { plan=1; shift; }
 work=$1 rtol=$2 np=$3; shift 3; [ "$1" = "--" ] && shift
 train=$1; shift

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016,SC2086  # regular expressions with a literal $; a number
 # tests/gdb_tensor_printer.sh GDB_TENSOR_DEMO — gdb in batch mode with
 # scripts/picotron_gdb.py and `set may-call-functions off` (gdb refuses any call into the
 # program) stops tests/gdb_tensor_demo.cpp's show() at every tensor and prints it; each

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2206,SC2086  # MPIEXEC may hold words; pid lists, one pid a word
 # resilient_run_signals.sh WORKDIR signals|refusals -- TRAIN FLAGS...
 #   (2 ranks, dp 2; FLAGS: a run of many steps that logs every step)
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2206,SC2086  # MPIEXEC may hold words; pid lists, one pid a word
 # resilient_run_test.sh WORKDIR -- TRAIN FLAGS...   (2 ranks, dp 2; FLAGS give --steps)
 #
 # One run under scripts/resilient_run.sh --restarts 3 whose ranks this script kills three

@@ -12,7 +12,7 @@ for _ in $(seq 1 600); do grep -q '^step' "$work/first.log" && break; sleep 0.1;
 "$train" "${flags[@]}" --steps 2 --save-dir "$work/d" >"$work/second.log" 2>&1
 rc=$?
 kill $pid; wait $pid 2>/dev/null
-cat "$work/second.log" | grep error
+grep error "$work/second.log"
 [ $rc -ne 0 ] && grep -qE "error: --save-dir .*/d: another run is saving checkpoints there \(pid $pid\)" "$work/second.log" ||
   { echo "FAILED: the second run was not refused"; exit 1; }
 "$train" "${flags[@]}" --steps 2 --save-dir "$work/d" >"$work/third.log" 2>&1 || { cat "$work/third.log"; echo "FAILED: the folder stayed locked"; exit 1; }

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # one word per value
 # untrusted_files.sh — a campaign against the files build/train reads and writes that
 # tests/bad_inputs.sh (the flags) does not reach: outputs landing on inputs, planted
 # symlinks, JSON from nobody (nested, FIFOs, dangling links), checkpoints edited or
