@@ -372,7 +372,9 @@ def collective_findings(ranks, keys):
 
 
 def p2p_findings(ranks, keys, missing):
-    out = []
+    """Waits for a message its peer never posted first (the peer's program lacks it: a cause),
+    then sends the peer has not received (it may be blocked elsewhere: often an effect)."""
+    out, effects = [], []
     for key in keys:
         members = [r for r in key[1] if r in ranks]
         for i, a in enumerate(members):
@@ -404,7 +406,7 @@ def p2p_findings(ranks, keys, missing):
                         continue
                     e, Y, got = stuck[0], ranks[y], max(y_got or [0])
                     last = y_got[got] if got else None
-                    out.append(["group %s: rank %d sends message #%d to rank %d, but rank %d posted only %d receives "
+                    effects.append(["group %s: rank %d sends message #%d to rank %d, but rank %d posted only %d receives "
                                 "from rank %d%s." % (group_name(key), x, e["seq"], y, y, got, x,
                                                      (' (the last: "' + last["note"] + '")') if last and last["note"] else ""),
                                 "  rank %d: %s" % (x, describe(e)),
@@ -426,7 +428,7 @@ def p2p_findings(ranks, keys, missing):
                                 "  rank %d %s" % (y, Y.where()),
                                 "  The two ranks' programs disagree on the messages between them (the number of "
                                 "micro-batches, --grad-acc-steps, or the schedule). Rule: " + RULE_P2P + "."])
-    return out
+    return out + effects
 
 
 def behind_findings(ranks, keys, missing):
@@ -522,8 +524,8 @@ def main(argv):
     disagree = collective_findings(ranks, keys) + p2p_findings(ranks, keys, missing)
     # A crash inside the library after the ranks' calls disagree (Open MPI may free a buffer
     # twice on a count mismatch) is the disagreement's effect: that comes first then.
-    crashed_first = first_end and " crashed (" in first_end[0][0]
-    findings = [] if crashed_first and disagree else first_end
+    crashed_first = bool(first_end) and " crashed (" in first_end[0][0]
+    findings = [] if crashed_first and disagree else list(first_end)
     for r in missing:
         if r in damaged:
             findings.append(["rank %d's file is damaged (see above): it is left out, and the others are judged "

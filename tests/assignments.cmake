@@ -44,3 +44,4 @@ picotron_task(data.bpe_merge POINTS 5 DOC data TESTS data.tokenizer_vs_library d
 picotron_task(kernels.rmsnorm_forward POINTS 5 DOC kernels UNIT "kernels: RMSNorm reference*" "kernels: a model with --kernels fused*")
 picotron_task(kernels.fp8_scale POINTS 5 DOC kernels UNIT "fp8 scale*" "fp8 quantize*" "fp8 linear:*")
 picotron_task(kernels.fp8_amax_sync POINTS 10 DOC kernels TESTS equivalence.fp8_tp2 equivalence.fp8_tp2_sp equivalence.fp8_cp2)
+picotron_task(flight.diagnose POINTS 10 DOC flight_recorder TESTS flight.diagnose)

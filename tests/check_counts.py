@@ -80,7 +80,7 @@ def task_table(root):
 def task_files(root):
     """name -> the files whose BEGIN ASSIGNMENT markers hold it."""
     where = {}
-    for top in ["picotron", "runtime"] + TECHNIQUES:
+    for top in ["picotron", "runtime", "tests"] + TECHNIQUES:
         for dp, _, fn in os.walk(os.path.join(root, top)):
             for f in fn:
                 if re.search(r"\.(h|cpp|cu|cuh)$", f):

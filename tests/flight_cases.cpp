@@ -13,6 +13,10 @@
 //   flight_cases clean DIR        the same three steps on both ranks, nothing wrong
 //   flight_cases cost DIR         (one rank) what one entry costs: issue + waiting +
 //                                 completed, 10^6 times, in ns
+//   flight_cases mystery DIR      (3 ranks) a ring of three passes blocks to the right; one
+//                                 rank's program has a mistake, and the job hangs: the
+//                                 flight recorder assignment (docs/assignments/flight_recorder.md)
+//   flight_cases diagnosis        prints the student's diagnosis of the mystery, as JSON
 //
 // Like train.cpp: the recorder comes from FlightDump (runtime/observe/flight_dump.h), a
 // CommError unwinds to main, which prints one line and aborts the job (dist.abort_job).
@@ -23,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 
 #include <torch/torch.h>
@@ -58,6 +63,38 @@ void run_pipeline(Comm& pp, int m, int64_t elements) {
   }
 }
 
+// The mystery: three rounds of a ring, each rank passing a block to the next and taking the
+// previous rank's, posted together (one batch, as ring attention does). Blocks of 64 KiB, past
+// MPI's eager limit. One rank's program has a mistake (the assignment: find it from the
+// flight recorder's files alone, docs/assignments/flight_recorder.md, before reading this).
+void ring_rounds(Comm& ring, int64_t elements) {
+  const int R = ring.size(), r = ring.rank();
+  for (int round = 0; round < 3; ++round) {
+    auto mine = torch::full({elements}, float(r)), theirs = torch::empty({elements});
+    std::vector<P2POp> ops;
+    if (round != 1 || r != R - 1) ops.push_back({P2POp::kSend, mine, (r + 1) % R});
+    ops.push_back({P2POp::kRecv, theirs, (r + R - 1) % R});
+    ring.batch_p2p(ops, carries("a block, one hop to the right"));
+  }
+}
+
+// The diagnosis of the mystery's hang (the flight recorder assignment): which rank's program
+// is wrong, the group, the operation it waits in and the rank it waits for, and the header
+// that states the rule it breaks. The grader checks it against the recorder's files.
+struct Diagnosis {
+  int rank;            // the rank whose program is wrong
+  std::string group;   // the group's name in the files ("world", "ring", ...)
+  std::string op;      // the operation its program lacks, or has too many of ("send", "recv", "all_reduce", ...)
+  int peer;            // for a send or a receive: the other side's world rank (-1 otherwise)
+  std::string rule;    // the header that states the rule it breaks ("picotron/comm.h", ...)
+};
+
+Diagnosis diagnosis() {
+  // BEGIN ASSIGNMENT flight.diagnose
+  return {2, "ring", "send", 0, "pipeline_parallel/p2p_program.h"};
+  // END ASSIGNMENT
+}
+
 // One "step" of data parallelism: the gradients' all-reduce, then the loss's.
 void dp_step(Comm& dp, int step, bool skip_gradients) {
   auto grads = torch::ones({4096});                       // [4096] float32
@@ -73,8 +110,16 @@ void dp_step(Comm& dp, int step, bool skip_gradients) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 2 ? argv[1] : "";
-  if (mode != "pipeline_m" && mode != "sends_first" && mode != "skip" && mode != "clean" && mode != "cost") {
-    std::fprintf(stderr, "usage: flight_cases pipeline_m|sends_first|skip|clean|cost DIR [--timeout-s 2]\n");
+  if (argc == 2 && std::string(argv[1]) == "diagnosis") {  // the student's answer, for the grader
+    const Diagnosis d = diagnosis();
+    std::printf("{\"rank\": %d, \"group\": \"%s\", \"op\": \"%s\", \"peer\": %d, \"rule\": \"%s\"}\n", d.rank,
+                d.group.c_str(), d.op.c_str(), d.peer, d.rule.c_str());
+    return 0;
+  }
+  if (mode != "pipeline_m" && mode != "sends_first" && mode != "skip" && mode != "clean" && mode != "cost" &&
+      mode != "mystery") {
+    std::fprintf(stderr, "usage: flight_cases pipeline_m|sends_first|skip|clean|cost|mystery DIR [--timeout-s 2]"
+                         " | flight_cases diagnosis\n");
     return 2;
   }
   if (mode == "cost") {  // the recorder alone, as Comm drives it for one synchronous call
@@ -104,7 +149,7 @@ int main(int argc, char** argv) {
   }
   FlightSettings settings;
   settings.dir = argv[2];
-  settings.dump_at_end = mode == "clean";
+  settings.dump_at_end = mode == "clean" || mode == "mystery";  // (the ranks that finish write theirs too)
   settings.timeout_s = argc > 4 && !std::strcmp(argv[3], "--timeout-s") ? std::atoi(argv[4]) : 2;
   Distributed dist(detect_launch(process_environment()));
   try {
@@ -118,6 +163,9 @@ int main(int argc, char** argv) {
       run_pipeline(pp, /*m=*/pp.rank() == 0 ? 4 : 2, activation);
       auto norm = torch::ones({1}, torch::kFloat64);  // [1]
       world.all_reduce(norm, ReduceOp::kSum, carries("the gradient norm"));
+    } else if (mode == "mystery") {
+      Comm ring = world.split(/*color=*/0, /*key=*/world.rank(), "ring");
+      ring_rounds(ring, activation);
     } else if (mode == "sends_first") {
       auto mine = torch::zeros({activation}), theirs = torch::zeros({activation});
       pp.send(mine, 1 - pp.rank(), carries("pipeline: an activation, sent on its own before the receive"));

@@ -69,3 +69,12 @@ set_tests_properties(flight.stale_file PROPERTIES FIXTURES_REQUIRED flight_clean
 # written from the signal handler and the report names it first.
 flight_test(rank_crashed "rank 1 crashed \\(crash: SIGSEGV"
   segv 1 -- ${PICOTRON_MPIRUN} -np 2 -- ${FLIGHT_TRAIN} --dp 2 --steps 100000 --flight-recorder ${FLIGHT_DIR}/rank_crashed)
+# The flight recorder assignment (task flight.diagnose, docs/assignments/flight_recorder.md):
+# a three-rank ring hangs (flight.mystery writes the files); the student's diagnosis, in
+# tests/flight_cases.cpp, is graded against those files (tests/flight_diagnosis_check.py).
+add_test(NAME flight.mystery COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/flight_mystery.sh ${FLIGHT_DIR}/mystery $<TARGET_FILE:flight_cases>)
+set_tests_properties(flight.mystery PROPERTIES LABELS "flight;mpi" TIMEOUT 90 PROCESSORS 2 ENVIRONMENT "${PICOTRON_TEST_ENV}"
+  FIXTURES_SETUP flight_mystery PASS_REGULAR_EXPRESSION "comms-rank0.json\ncomms-rank1.json\ncomms-rank2.json")
+add_test(NAME flight.diagnose COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/flight_diagnosis_check.py ${FLIGHT_DIR}/mystery $<TARGET_FILE:flight_cases>)
+set_tests_properties(flight.diagnose PROPERTIES LABELS "flight" TIMEOUT 30 FIXTURES_REQUIRED flight_mystery
+  PASS_REGULAR_EXPRESSION "diagnosis right" FAIL_REGULAR_EXPRESSION "FAILED")

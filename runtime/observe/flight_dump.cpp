@@ -98,9 +98,10 @@ FlightDump::FlightDump(const FlightSettings& settings, Comm& world)
 FlightDump::~FlightDump() {
   if (!recorder_) return;
   std::string path;
-  if (std::uncaught_exceptions() > 0 && !recorder_->written())  // run() is unwinding an error: its line follows
-    path = recorder_->dump("error: the run ended with an error (this rank's error line says which)");  // (a timeout wrote its own)
-  else if (at_end_)
+  if (std::uncaught_exceptions() > 0) {  // run() is unwinding an error: its line follows
+    if (!recorder_->written())  // (a timeout wrote its own as it failed)
+      path = recorder_->dump("error: the run ended with an error (this rank's error line says which)");
+  } else if (at_end_)
     path = recorder_->dump("end of the run (--flight-dump-at-end)");
   if (!path.empty()) std::cerr << "[rank " << rank_ << "] flight recorder: wrote " << path << std::endl;
   if (listeners_) listeners_->remove(recorder_.get());
