@@ -209,12 +209,21 @@ void LlamaForCausalLMImpl::check_holds(const ShardPlan& plan, bool feed_forward_
   }
 }
 
+// The embedding or the head ("embed" / "head") on x: in its place (picotron/step_place.h),
+// through the part runner (ZeRO-3 gathers around it).
+static torch::Tensor run_part(const PartRunner& runner, const char* name, Part where, const torch::Tensor& x,
+                              const std::function<torch::Tensor(const torch::Tensor&)>& part) {
+  return in_place(StepPlace::of_part(where), x, [&](const torch::Tensor& y) {
+    const auto run = [&] { return part(y); };
+    return runner ? runner(name, run) : run();
+  });
+}
+
 torch::Tensor LlamaForCausalLMImpl::embed(const torch::Tensor& tokens) {
   TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, S], got ", tokens.sizes());
   TORCH_CHECK(!model->embed_tokens.is_empty(), "this rank holds no embedding");
-  const auto run = [&] { return model->embed_tokens.forward(tokens); };  // [B, S, H]
-  return in_place(StepPlace::of_part(Part::kEmbedding), tokens,
-                  [&](const torch::Tensor&) { return part_runner ? part_runner("embed", run) : run(); });
+  return run_part(part_runner, "embed", Part::kEmbedding, tokens,
+                  [&](const torch::Tensor& t) { return model->embed_tokens.forward(t); });  // [B, S, H]
 }
 
 torch::Tensor LlamaForCausalLMImpl::run_layers(torch::Tensor x, const torch::Tensor& positions, int64_t first,
@@ -274,17 +283,13 @@ static torch::Tensor positions_of(const torch::Tensor& tokens, const torch::Tens
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
   const auto hidden = run_layers(embed(tokens), positions_of(tokens, positions));  // [B, S, H]
-  return in_place(StepPlace::of_part(Part::kHead), hidden, [&](const torch::Tensor& h) {
-    const auto run = [&] { return logits(final_norm(h)); };  // [B, S, V]
-    return part_runner ? part_runner("head", run) : run();
-  });
+  return run_part(part_runner, "head", Part::kHead, hidden,
+                  [&](const torch::Tensor& h) { return logits(final_norm(h)); });  // [B, S, V]
 }
 
 torch::Tensor LlamaForCausalLMImpl::head_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
-  auto loss = in_place(StepPlace::of_part(Part::kHead), hidden, [&](const torch::Tensor& h) {
-    const auto run = [&] { return loss_from_hidden(final_norm(h), targets); };  // scalar
-    return part_runner ? part_runner("head", run) : run();
-  });
+  auto loss = run_part(part_runner, "head", Part::kHead, hidden,
+                       [&](const torch::Tensor& h) { return loss_from_hidden(final_norm(h), targets); });  // scalar
   if (layer_stats) {  // (a mixture of experts, training: + c x the balancing loss)
     const auto term = torch::GradMode::is_enabled() ? layer_stats->loss_term() : torch::Tensor();
     if (term.defined()) loss = loss + term.to(loss.scalar_type());

@@ -133,7 +133,7 @@ double FlightRecorder::now_s() const { return std::chrono::duration<double>(Cloc
 
 // The ring: entry `id` lives in slot (id - first_id_) % capacity. It grows with what it holds
 // (one slot per entry until capacity), so a large --flight-entries costs nothing up front.
-FlightEntry* FlightRecorder::slot_of(int64_t id) {
+const FlightEntry* FlightRecorder::slot_of(int64_t id) const {
   const int64_t i = (id - first_id_) % capacity_;
   return size_t(i) < ring_.size() && ring_[size_t(i)].id == id ? &ring_[size_t(i)] : nullptr;
 }
@@ -191,7 +191,7 @@ void FlightRecorder::set_state(CommOps ops, FlightEntry::State state) {
   std::lock_guard<std::mutex> lock(mutex_);
   const double t = now_s();
   for (int64_t id = ops.first; id < ops.first + ops.count; ++id) {
-    FlightEntry* slot = first_id_ < 0 || id < first_id_ ? nullptr : slot_of(id);
+    auto* slot = first_id_ < 0 || id < first_id_ ? nullptr : const_cast<FlightEntry*>(slot_of(id));  // (ours to change)
     if (!slot) continue;  // overwritten since (or issued before the recorder listened)
     slot->state = state;
     (state == FlightEntry::kWaiting ? slot->waiting_s : slot->completed_s) = t;
@@ -226,7 +226,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   out << "],\n \"entries\": [";
   bool first = true;
   for (int64_t id = std::max<int64_t>(std::max<int64_t>(first_id_, 0), next_id_ - capacity_); id < next_id_; ++id) {  // oldest first
-    const FlightEntry* slot = const_cast<FlightRecorder*>(this)->slot_of(id);
+    const FlightEntry* slot = slot_of(id);
     if (!slot || slot->group < 0 || size_t(slot->group) >= groups_.size()) continue;
     const FlightEntry& e = *slot;
     const CommGroup& g = groups_[size_t(e.group)];

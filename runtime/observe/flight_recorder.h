@@ -124,7 +124,7 @@ class FlightRecorder : public CommListener {
   double now_s() const;
 
   void set_state(CommOps ops, FlightEntry::State state);
-  FlightEntry* slot_of(int64_t id);  // the slot holding entry `id`, or null (overwritten, not yet)
+  const FlightEntry* slot_of(int64_t id) const;  // the slot holding entry `id`, or null (overwritten, not yet)
   int world_rank_, world_size_;
   int64_t timeout_s_;
   std::string dir_;
