@@ -30,6 +30,7 @@
 #include "picotron/mesh.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "picotron/optim_state.h"
 #include "picotron/recompute.h"
 #include "picotron/shard.h"
 #include "picotron/utils.h"
@@ -321,7 +322,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   // ---- model on the mesh; optimizer: AdamW, its gradients all-reduced by data parallelism, or ZeRO
   ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg, on_mesh.model, on_mesh.plan, mesh, on_mesh.experts.get(), on_mesh.fused);
-  if (!optimizer->summary().empty()) print0(rank, optimizer->summary());
+  OptimizerState* state = optimizer->state();  // checkpoints, exports, reports (picotron/optim_state.h)
+  if (state && !state->summary().empty()) print0(rank, state->summary());
   const std::unique_ptr<Pipeline> pipeline = make_pipeline(cfg, on_mesh.model, mesh, on_mesh.my_tokens, device);
   add_own_axis_sums(*optimizer, cfg, mesh, pipeline.get());
   check_projections(*on_mesh.model, on_mesh.plan, cfg.fp8, cfg.explain, rank);  // runtime/observe/projections.h
@@ -332,7 +334,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const int64_t end_step = cfg.stop_at_step > 0 ? cfg.stop_at_step : cfg.steps;
   Checkpointer checkpoints(checkpoint_settings(cfg), world);  // --save-dir, --save-every, --async-save (runtime/checkpoint/async_save.h)
   const int64_t start_step = checkpoints.open(end_step, *optimizer, scaler, dist);  // --save-dir's lock, --resume
-  const std::vector<StatePiece> owned = optimizer->owned_state(mesh.coords());
+  const std::vector<StatePiece> owned = state ? state->owned_state(mesh.coords()) : std::vector<StatePiece>{};
   RunLog log(run_log_settings(cfg), rank, device);  // the step line, --metrics-file, --memory-trace, --max-bad-steps
   StepProfiler profile(cfg.profile, cfg.profile_first, cfg.profile_last, end_step, rank, device.is_cuda());  // --profile
   StepWatch watch(step_watch_settings(cfg), device, explain, profile, log, start_step);  // (refuses a --profile-steps range already passed)
@@ -349,7 +351,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
     watch.end(dist);  // --explain: rank 0 prints every rank's narration
     if (!log.step_done(stats)) return 3;  // diverged (--max-bad-steps)
     if (const std::string table = watch.profile_table(step); !table.empty()) print0(rank, table);
-    checkpoints.after_step(step + 1, end_step, {step + 1, optimizer->steps_taken(), scaler.scale(), scaler.clean_steps()},
+    checkpoints.after_step(step + 1, end_step, {step + 1, state ? state->steps_taken() : 0, scaler.scale(), scaler.clean_steps()},
                            owned);  // when due: saved in the step, or in the background (--async-save)
   }
   checkpoints.finish();  // a background write waited for and finished

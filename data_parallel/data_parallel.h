@@ -16,7 +16,8 @@
 //   bucketed  gradients are packed into flat buckets of --dp-bucket-mb MiB, in reverse
 //             order of the forward pass (the order backward produces them). A hook on
 //             each parameter's gradient accumulator notices when its gradient is ready;
-//             when a bucket is full its all-reduce is launched asynchronously, while
+//             when a bucket is full its all-reduce is launched asynchronously (the
+//             mechanism ZeRO-2 shares: picotron/grad_buckets.h), while
 //             backward keeps computing the earlier layers' gradients. After backward we
 //             only wait. Overlap pays when communicating one bucket takes no longer than
 //             computing the next bucket's gradients (the Playbook's overlap condition),
@@ -38,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "picotron/grad_buckets.h"
 #include "picotron/comm.h"
 #include "picotron/config.h"
 #include "picotron/optim.h"
@@ -61,34 +63,23 @@ class DataParallel : public GradSync {
   // bucketed mode launches any bucket not yet launched, then waits for all of them.
   void finish_gradient_sync() override;
 
-  int num_buckets() const { return int(buckets_.size()); }
+  int num_buckets() const { return int(flat_.size()); }
   // With record_events on, what happened in order ("launch bucket 3", "backward end",
   // ...): the overlap test reads it. Off by default (it would grow every step).
   void set_record_events(bool on) { record_events_ = on; }
   const std::vector<std::string>& events() const { return events_; }
 
  private:
-  struct Bucket {
-    torch::Tensor flat;           // [numel] the bucket's main grads, contiguous
-    std::vector<size_t> params;   // indices into params_
-    int pending = 0;              // gradients still to arrive in this backward
-    std::optional<Work> work;     // the in-flight all-reduce
-  };
   void build_buckets(double bucket_mb);
-  void on_grad_ready(size_t param_index);  // the hook
-  void launch_ready_buckets();             // in bucket order: every rank launches the same sequence
-  void launch(Bucket& b, size_t index);
+  void take(size_t param);    // a gradient into its bucket (bf16/fp16; fp32/fp64: autograd wrote it there)
+  Work launch(size_t index, torch::Tensor& bucket);  // bucket [numel]: its all-reduce, asynchronous
   void record(const std::string& event) { if (record_events_) events_.push_back(event); }
 
   Comm& group_;
   std::vector<TrainableParam>& params_;
   DpMode mode_;
-  bool sync_ = true;
-  std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;  // param index -> bucket index
-  std::vector<bool> ready_;        // param index -> its gradient arrived in this backward
-  size_t next_to_launch_ = 0;
-  std::vector<GradReadyHook> hooks_;  // one per parameter (bucketed mode)
+  std::vector<torch::Tensor> flat_;       // per bucket [numel]: its main grads, contiguous (the params' views)
+  std::unique_ptr<GradBuckets> buckets_;  // bucketed mode: the hooks, the counts, the launches in order
   bool record_events_ = false;
   std::vector<std::string> events_;
 };

@@ -132,6 +132,41 @@ std::unique_ptr<Optimizer> ExpertParallel::optimizer(const NamedTensors& named, 
 }
 
 // ---- the dense parameters and the experts, each over its own group ------------------------
+namespace {
+// The two parts' views as one: pieces and names from both, counters from the dense part.
+class BothStates : public OptimizerState {
+ public:
+  BothStates(OptimizerState& dense, OptimizerState& experts) : dense_(dense), experts_(experts) {}
+  int64_t steps_taken() const override { return dense_.steps_taken(); }
+  void set_steps_taken(int64_t t) override { dense_.set_steps_taken(t), experts_.set_steps_taken(t); }
+  std::vector<StatePiece> owned_state(const MeshCoords& here) override {
+    auto out = dense_.owned_state(here);
+    for (auto& piece : experts_.owned_state(here)) out.push_back(std::move(piece));
+    return out;
+  }
+  void load_state(const StateReader& read) override { dense_.load_state(read), experts_.load_state(read); }
+  std::map<std::string, torch::Tensor> masters_by_name() override {
+    auto out = dense_.masters_by_name();
+    out.merge(experts_.masters_by_name());
+    return out;
+  }
+  std::map<std::string, torch::Tensor> weights_by_name() override {
+    auto out = dense_.weights_by_name();
+    out.merge(experts_.weights_by_name());
+    return out;
+  }
+  torch::ScalarType state_dtype() const override { return dense_.state_dtype(); }
+  std::string summary() const override {
+    if (dense_.summary().empty() && experts_.summary().empty()) return "";  // --zero 0: plain AdamW says nothing
+    return "dense parameters: " + dense_.summary() + "\nexperts (ep_replicas: the ranks holding the same experts): " +
+           experts_.summary();
+  }
+
+ private:
+  OptimizerState &dense_, &experts_;
+};
+}  // namespace
+
 DenseAndExperts::DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep)
     : dense_(std::move(dense)), experts_(std::move(experts)), ep_(ep) {
   // The sums registered with this optimizer (over tp under SP, a pipeline's tied
@@ -143,53 +178,19 @@ DenseAndExperts::DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_p
     torch::NoGradGuard no_grad;
     for (auto& p : held) p.main_grad.div_(double(ep_));  // the ep group's sum -> its average
   });
-  all_ = dense_->params();
-  for (const auto& p : experts_->params()) all_.push_back(p);
+  if (dense_->state() && experts_->state()) state_ = std::make_unique<BothStates>(*dense_->state(), *experts_->state());
 }
 
 void DenseAndExperts::zero_main_grads() { dense_->zero_main_grads(), experts_->zero_main_grads(); }
 void DenseAndExperts::prepare_backward(bool last) { dense_->prepare_backward(last), experts_->prepare_backward(last); }
 void DenseAndExperts::accumulate_grads() { dense_->accumulate_grads(), experts_->accumulate_grads(); }
-
-void DenseAndExperts::sync_grads() {
-  dense_->sync_grads();
-  experts_->sync_grads();
-  all_ = dense_->params();
-  for (const auto& p : experts_->params()) all_.push_back(p);
-}
+void DenseAndExperts::sync_grads() { dense_->sync_grads(), experts_->sync_grads(); }
 
 double DenseAndExperts::grad_norm(Comm& world, const MeshCoords& here) {
   return std::hypot(dense_->grad_norm(world, here), experts_->grad_norm(world, here));  // sqrt(|d|^2 + |e|^2)
 }
 
 void DenseAndExperts::step(double lr, double grad_scale) { dense_->step(lr, grad_scale), experts_->step(lr, grad_scale); }
-void DenseAndExperts::set_steps_taken(int64_t t) { dense_->set_steps_taken(t), experts_->set_steps_taken(t); }
-
-std::vector<StatePiece> DenseAndExperts::owned_state(const MeshCoords& here) {
-  auto out = dense_->owned_state(here);
-  for (auto& piece : experts_->owned_state(here)) out.push_back(std::move(piece));
-  return out;
-}
-
-void DenseAndExperts::load_state(const StateReader& read) { dense_->load_state(read), experts_->load_state(read); }
-
-std::map<std::string, torch::Tensor> DenseAndExperts::masters_by_name() {
-  auto out = dense_->masters_by_name();
-  out.merge(experts_->masters_by_name());
-  return out;
-}
-
-std::map<std::string, torch::Tensor> DenseAndExperts::weights_by_name() {
-  auto out = dense_->weights_by_name();
-  out.merge(experts_->weights_by_name());
-  return out;
-}
-
-std::string DenseAndExperts::summary() const {
-  if (dense_->summary().empty() && experts_->summary().empty()) return "";  // --zero 0: plain AdamW says nothing
-  return "dense parameters: " + dense_->summary() + "\nexperts (ep_replicas: the ranks holding the same experts): " +
-         experts_->summary();
-}
 
 std::vector<double> global_tokens_per_expert(LlamaForCausalLMImpl& model, Mesh& mesh, bool sp, int loss_pp_rank) {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(mesh.world().device());

@@ -42,6 +42,7 @@
 #include "picotron/mesh.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "picotron/optim_state.h"
 #include "picotron/shard.h"
 #include "expert_parallel/moe.h"
 
@@ -106,7 +107,6 @@ class ExpertParallel {
 class DenseAndExperts : public Optimizer {
  public:
   DenseAndExperts(std::unique_ptr<Optimizer> dense, std::unique_ptr<Optimizer> experts, int ep);
-  std::vector<TrainableParam>& params() override { return all_; }
   void zero_main_grads() override;
   void prepare_backward(bool last_micro_batch) override;
   void accumulate_grads() override;
@@ -115,18 +115,12 @@ class DenseAndExperts : public Optimizer {
   void sync_grads() override;
   double grad_norm(Comm& world, const MeshCoords& here) override;
   void step(double lr, double grad_scale) override;
-  int64_t steps_taken() const override { return dense_->steps_taken(); }
-  void set_steps_taken(int64_t t) override;
-  std::vector<StatePiece> owned_state(const MeshCoords& here) override;
-  void load_state(const StateReader& read) override;
-  std::map<std::string, torch::Tensor> masters_by_name() override;
-  std::map<std::string, torch::Tensor> weights_by_name() override;
-  torch::ScalarType state_dtype() const override { return dense_->state_dtype(); }
-  std::string summary() const override;
+  // Both views side by side (none when either part has none).
+  OptimizerState* state() override { return state_.get(); }
 
  private:
   std::unique_ptr<Optimizer> dense_, experts_;
-  std::vector<TrainableParam> all_;  // both lists, for the caller (refreshed after each sync)
+  std::unique_ptr<OptimizerState> state_;
   int ep_;
 };
 

@@ -1,11 +1,10 @@
 // picotron/optim.cpp — see optim.h for the math.
 #include "picotron/optim.h"
+#include "picotron/optim_state.h"
 #include "picotron/utils.h"
 
 #include <cmath>
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 namespace picotron {
 
@@ -34,8 +33,18 @@ AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_par
     }
     params_.push_back(std::move(tp));
   }
+  state_ = adamw_state(*this);
   zero_main_grads();
 }
+
+AdamW::AdamW(std::vector<TrainableParam> laid_out, AdamWOptions opts, LaidOut)
+    : params_(std::move(laid_out)), opts_(std::move(opts)), state_(adamw_state(*this)) {}
+
+std::unique_ptr<AdamW> AdamW::over(std::vector<TrainableParam> laid_out, AdamWOptions opts) {
+  return std::unique_ptr<AdamW>(new AdamW(std::move(laid_out), std::move(opts), LaidOut{}));
+}
+
+AdamW::~AdamW() = default;
 
 void AdamW::accumulate_grads() {
   torch::NoGradGuard no_grad;
@@ -83,54 +92,7 @@ void AdamW::step(double lr, double grad_scale) {
   }
 }
 
-GradReadyHook::GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready)
-    : node_(torch::autograd::impl::grad_accumulator(param)) {
-  TORCH_CHECK(node_, "parameter ", name, " does not require grad");
-  key_ = node_->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-      [on_ready = std::move(on_ready)](const torch::autograd::variable_list& outputs,
-                                       const torch::autograd::variable_list&) {
-        on_ready();
-        return outputs;
-      }));
-}
-
-GradReadyHook::~GradReadyHook() {
-  if (node_) node_->del_post_hook(key_);  // the hook may capture an object that is going
-}
-
 double AdamW::grad_norm(Comm& world, const MeshCoords& here) { return global_grad_norm(params_, world, here); }
-
-std::vector<StatePiece> AdamW::owned_state(const MeshCoords& here) {
-  std::vector<StatePiece> out;
-  for (const auto& p : params_) {  // whole local tensors; the copy that counts writes (dp, cp, tp replicas skip)
-    if (!p.record.counts_once(here)) continue;
-    const torch::Tensor state[] = {p.master, p.exp_avg, p.exp_avg_sq};
-    for (int k = 0; k < 3; ++k)
-      out.push_back({p.name + "/" + kStateKinds[k], p.record, 0, state[k].numel(), state[k].reshape({-1})});
-  }
-  return out;
-}
-
-void AdamW::load_state(const StateReader& read) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : params_) {
-    const torch::Tensor state[] = {p.master, p.exp_avg, p.exp_avg_sq};
-    for (int k = 0; k < 3; ++k) state[k].copy_(read(p.name + "/" + kStateKinds[k], p.record, 0, -1).view(state[k].sizes()));
-    if (!p.master.is_same(p.param)) p.param.copy_(p.master);  // bf16/fp16: the rounding a step makes
-  }
-}
-
-std::map<std::string, torch::Tensor> AdamW::masters_by_name() {
-  std::map<std::string, torch::Tensor> out;
-  for (auto& p : params_) out[p.name] = p.master;
-  return out;
-}
-
-std::map<std::string, torch::Tensor> AdamW::weights_by_name() {
-  std::map<std::string, torch::Tensor> out;
-  for (auto& p : params_) out[p.name] = p.param;
-  return out;
-}
 
 torch::Tensor local_grad_square_sum(const std::vector<TrainableParam>& params, const MeshCoords& here,
                                     std::optional<torch::Device> device_) {

@@ -65,29 +65,19 @@ struct TrainableParam {
   bool aliases_grad() const { return master.is_same(param); }
 };
 
-// One piece of optimizer state this rank owns: what a checkpoint saves and loads
-// (runtime/checkpoint/resume.h writes them; any mesh can read them back).
-struct StatePiece {
-  std::string key;          // "model.layers.0.mlp.up_proj.weight/exp_avg"
-  ShardRecord record;       // full shape, and the box along split_dim (tp, pp)
-  int64_t flat_first = 0;   // the range of the box's flattened elements (ZeRO's slice)
-  int64_t flat_length = 0;
-  torch::Tensor data;       // [flat_length]: a view of the optimizer's state
-};
-// Reads elements [first, first + length) of the flattened box `record` of tensor `key`
-// (length < 0: the whole box) from a checkpoint.
-using StateReader =
-    std::function<torch::Tensor(const std::string& key, const ShardRecord& record, int64_t first, int64_t length)>;
-
-// What the training loop asks of an optimizer, whether every rank keeps the whole state
-// (AdamW, with data parallelism syncing the gradients) or a 1/N slice of it (ZeRO, in
-// zero/). One step of train.cpp:
+// What the training loop asks of an optimizer: THE STEP. Whether every rank keeps the
+// whole state (AdamW, with data parallelism syncing the gradients) or a 1/N slice of it
+// (ZeRO, in zero/, which wraps an AdamW over its slice). One step of train.cpp:
 //
 //   zero_main_grads()
 //   for each micro-batch:  prepare_backward(last) ; loss.backward() ; accumulate_grads()
 //   sync_grads()           every rank: the gradient averaged over cp x dp (ZeRO: my slice),
 //                          and the sums the techniques registered over their own axes
 //   norm = grad_norm(world, here) ; step(lr, clip / loss_scale)
+//
+// That is all a new optimizer must implement. What a checkpoint, an export or a report
+// reads of it is a separate view, OptimizerState (picotron/optim_state.h), given by
+// state(): an optimizer without one trains, but cannot be saved or exported.
 
 // A technique's sum over its own axis (sequence parallelism's norm gains over tp, a
 // pipeline's tied embedding over its two ends), registered once
@@ -96,43 +86,32 @@ using StateReader =
 // own alike): sums commute with the cp x dp average, so either place gives the same step.
 using GradSum = std::function<void(std::vector<TrainableParam>& held)>;
 
+class OptimizerState;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // Every trainable parameter: name, tensor, main gradient (ZeRO-2/3: none), shard record.
-  virtual std::vector<TrainableParam>& params() = 0;
   // Before a step's first backward: the accumulated gradients back to zero.
   virtual void zero_main_grads() = 0;
   // Before each micro-batch's backward; `last_micro_batch`: its gradients complete the step.
-  virtual void prepare_backward(bool last_micro_batch) = 0;
+  virtual void prepare_backward(bool last_micro_batch) {}
   // After each micro-batch's backward: its gradients into the main gradients.
   virtual void accumulate_grads() = 0;
   // After the last backward: average the gradients over the data-parallel (cp x dp)
   // group, and run the registered sums (run_grad_sums) where this optimizer holds them.
   virtual void sync_grads() = 0;
-  // Registers a technique's sum over its own axis (above), in the order they should run.
-  virtual void add_grad_sum(GradSum sum) { sums_.push_back(std::move(sum)); }
   // The norm of the whole averaged gradient, each element counted once: the same on
   // every rank of `world`.
   virtual double grad_norm(Comm& world, const MeshCoords& here) = 0;
-  // One AdamW update from grad_scale * gradient (grad_scale folds clipping and fp16
-  // unscaling into one factor), then the model's parameters = the updated masters.
+  // One update from grad_scale * gradient (grad_scale folds clipping and fp16 unscaling
+  // into one factor), then the model's parameters = the updated masters.
   virtual void step(double lr, double grad_scale) = 0;
-  virtual int64_t steps_taken() const = 0;
-  virtual void set_steps_taken(int64_t t) = 0;  // a resumed run
+  // The view for checkpoints, export and reports (picotron/optim_state.h); none: this
+  // optimizer cannot be saved, resumed or exported.
+  virtual OptimizerState* state() { return nullptr; }
 
-  // Checkpoints: the pieces of master weights and moments this rank writes (each piece
-  // once over its replicas), and loading them back, with the model's weights.
-  virtual std::vector<StatePiece> owned_state(const MeshCoords& here) = 0;
-  virtual void load_state(const StateReader& read) = 0;
-  // By parameter name, as this rank's shard plan cuts them (ZeRO: all-gathered over its
-  // group first, a collective): the fp32 (fp64) master weights, and the weights in the
-  // compute dtype. For --save-params, --export-hf and sampling after training.
-  virtual std::map<std::string, torch::Tensor> masters_by_name() = 0;
-  virtual std::map<std::string, torch::Tensor> weights_by_name() = 0;
-  virtual torch::ScalarType state_dtype() const = 0;  // fp32 (fp64 in fp64 runs)
-  // One line about what this rank keeps (empty: nothing worth printing).
-  virtual std::string summary() const { return ""; }
+  // Registers a technique's sum over its own axis (above), in the order they should run.
+  void add_grad_sum(GradSum sum) { sums_.push_back(std::move(sum)); }
 
  protected:
   void run_grad_sums(std::vector<TrainableParam>& held) {
@@ -142,24 +121,6 @@ class Optimizer {
 
  private:
   std::vector<GradSum> sums_;
-};
-
-// Calls on_ready() right after autograd has written `param`'s gradient in a backward:
-// a post hook on the parameter's gradient accumulator (the autograd node that writes
-// param.grad). The hook is removed when this object goes. (Bucketed data parallelism and ZeRO-2 launch their
-// communication from it.)
-class GradReadyHook {
- public:
-  GradReadyHook(const torch::Tensor& param, const std::string& name, std::function<void()> on_ready);
-  GradReadyHook(GradReadyHook&& other) noexcept : node_(std::move(other.node_)), key_(other.key_) {}
-  GradReadyHook(const GradReadyHook&) = delete;
-  GradReadyHook& operator=(const GradReadyHook&) = delete;
-  GradReadyHook& operator=(GradReadyHook&&) = delete;
-  ~GradReadyHook();
-
- private:
-  std::shared_ptr<torch::autograd::Node> node_;  // kept alive: the parameter holds it only weakly
-  uintptr_t key_ = 0;
 };
 
 // How the gradients of replicas are combined, for an optimizer that keeps whole
@@ -184,25 +145,30 @@ struct AdamWOptions {
 };
 
 // Every rank keeps every parameter's master weights and moments (the whole state of its
-// tp/pp shard); a GradSync, when given, averages the gradients over the replicas.
+// tp/pp shard); a GradSync, when given, averages the gradients over the replicas. ZeRO
+// (zero/zero_shard.h) runs one over its slice: each TrainableParam a stretch of it.
 class AdamW : public Optimizer {
  public:
   // `plan` gives each parameter its shard record; without one every parameter is whole
   // and held by this rank alone.
   AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& named_params, AdamWOptions opts,
         const ShardPlan& plan = {});
+  // Over tensors someone else laid out (ZeRO's slice): master, main_grad and moments given.
+  static std::unique_ptr<AdamW> over(std::vector<TrainableParam> laid_out, AdamWOptions opts);
+  ~AdamW() override;
   // From now on the gradients are synchronised by `sync` (built over params()).
   void sync_gradients_with(std::unique_ptr<GradSync> sync) { sync_ = std::move(sync); }
+  std::vector<TrainableParam>& params() { return params_; }
 
-  std::vector<TrainableParam>& params() override { return params_; }
-  // main_grad += param.grad, then drop param.grad (params whose grad a hook already took,
-  // or whose grad IS the main grad, are skipped).
-  void accumulate_grads() override;
+  // ---- the step (the Optimizer interface) ----
   // Zero the main grads, and point param.grad at them where the dtypes match.
   void zero_main_grads() override;
   void prepare_backward(bool last_micro_batch) override {
     if (sync_) sync_->prepare_backward(last_micro_batch);
   }
+  // main_grad += param.grad, then drop param.grad (params whose grad a hook already took,
+  // or whose grad IS the main grad, are skipped).
+  void accumulate_grads() override;
   void sync_grads() override {
     if (sync_) sync_->finish_gradient_sync();  // waits for the all-reduces launched during backward
     run_grad_sums(params_);
@@ -211,23 +177,20 @@ class AdamW : public Optimizer {
   // One AdamW update of every master weight from grad_scale * main_grad, then param =
   // master. grad_scale folds clipping and fp16 unscaling into the update.
   void step(double lr, double grad_scale = 1.0) override;
-  int64_t steps_taken() const override { return t_; }
-  void set_steps_taken(int64_t t) override { t_ = t; }
-  std::vector<StatePiece> owned_state(const MeshCoords& here) override;
-  void load_state(const StateReader& read) override;
-  std::map<std::string, torch::Tensor> masters_by_name() override;
-  std::map<std::string, torch::Tensor> weights_by_name() override;
-  torch::ScalarType state_dtype() const override { return params_.front().master.scalar_type(); }
+  OptimizerState* state() override { return state_.get(); }
+
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }  // a resumed run
 
  private:
+  struct LaidOut {};
+  AdamW(std::vector<TrainableParam> laid_out, AdamWOptions opts, LaidOut);
   std::vector<TrainableParam> params_;
   AdamWOptions opts_;
   int64_t t_ = 0;
   std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<OptimizerState> state_;  // its view for checkpoints (picotron/optim_state.cpp)
 };
-
-// The names of the three state tensors a checkpoint keeps per parameter.
-inline constexpr const char* kStateKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 // Sum over the params whose copy counts at `here` of ||main_grad||^2: a 0-d fp64 tensor
 // on the gradients' device (no host sync).

@@ -44,7 +44,7 @@ struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
     // on it, e.g. data parallelism's "gradient ready"): such hooks must not launch a
     // reduction under zb-h1. train.cpp syncs after the whole step (prepare_backward(false)
     // for every B), and ZeRO-2/3, whose hooks move gradients, pick dW up after W
-    // (Zero2Optimizer::accumulate_grads).
+    // (SlicedGradients::finish_micro_batch, zero/zero2.cpp).
     return {dx, torch::Tensor(), torch::Tensor()};
   }
 };

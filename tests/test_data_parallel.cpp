@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     auto zero_ptr = make_zero_optimizer(stage, world, named(model), {}, plan, MeshCoords{}, /*bucket_mb=*/0.05,
                                         /*offload=*/false, model);
     auto& zero = *zero_ptr;
-    zero.set_record_events(true);
+    zero.shard().set_record_events(true);
     const auto batch = loader.micro_batch(0, 0, rank);
     for (int micro = 0; micro < 2; ++micro) {  // two micro-batches of half the loss each
       zero.prepare_backward(/*last_micro_batch=*/micro == 1);
@@ -161,12 +161,12 @@ int main(int argc, char** argv) {
     }
     zero.sync_grads();
     if (stage == 2) {
-      const auto& ev = zero.events();
-      check(zero.layout().buckets.size() > 1, tag + "several buckets", rank);
+      const auto& ev = zero.shard().events();
+      check(zero.shard().layout.buckets.size() > 1, tag + "several buckets", rank);
       check(first(ev, "launch") < first(ev, "backward end"), tag + "a bucket reduce-scatter was launched before backward ended", rank);
     }
     if (stage == 3) {
-      const auto& ev = zero.events();
+      const auto& ev = zero.shard().events();
       check(first(ev, "gather layer 1") < first(ev, "forward end layer 0"),
             tag + "layer 1's gather was launched before layer 0's forward ended (prefetch)", rank);
       check(first(ev, "gather layer 0") < first(ev, "forward layer 0") &&
@@ -218,9 +218,9 @@ int main(int argc, char** argv) {
       zero.step(1e-3, 1.0);
     }
     double worst = 0;
-    for (const auto& piece : zero.layout().pieces(rank)) {
+    for (const auto& piece : zero.shard().layout.pieces(rank)) {
       const auto& p = adamw.params()[piece.param];
-      for (auto [mine, full] : {std::pair{zero.exp_avg(), p.exp_avg}, std::pair{zero.exp_avg_sq(), p.exp_avg_sq}}) {
+      for (auto [mine, full] : {std::pair{zero.shard().exp_avg(), p.exp_avg}, std::pair{zero.shard().exp_avg_sq(), p.exp_avg_sq}}) {
         const auto want = full.reshape({-1}).narrow(0, piece.first, piece.length);
         const auto got = mine.narrow(0, piece.slice_offset, piece.length);
         worst = std::max(worst, (got - want).abs().max().item<double>() / std::max(1e-300, want.abs().max().item<double>()));
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
     }
     check(worst < 1e-12, tag + "equal to AdamW's slice by slice (rel err " + std::to_string(worst) + ")", rank);
     double worst_param = 0;  // and the parameters the model computes with (stage 3: gathered)
-    const auto weights = zero.weights_by_name();
+    const auto weights = zero.state()->weights_by_name();
     for (const auto& p : adamw.params())
       worst_param = std::max(worst_param, (weights.at(p.name) - p.param).abs().max().item<double>() /
                                               p.param.abs().max().item<double>());

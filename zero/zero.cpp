@@ -3,7 +3,7 @@
 
 namespace picotron {
 
-std::unique_ptr<Zero1Optimizer> make_zero_optimizer(int stage, Comm& group,
+std::unique_ptr<ZeroOptimizer> make_zero_optimizer(int stage, Comm& group,
                                                     const std::vector<std::pair<std::string, torch::Tensor>>& named,
                                                     AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here,
                                                     double bucket_mb, bool offload, LlamaForCausalLM& model,

@@ -3,8 +3,8 @@
 //
 // During each micro-batch's backward a hook copies every gradient into its bucket and
 // frees it; a complete bucket is reduce-scattered at once (overlapping the rest of
-// backward, as data_parallel/ does with all-reduce), and only my part of it is added
-// into my slice:
+// backward: data parallelism's bucket mechanism, picotron/grad_buckets.h), and only
+// my part of it is added into my slice:
 //
 //   backward (last layer first):  grad -> bucket k [padded] ; bucket k complete:
 //                                 reduce-scatter(avg) [padded] -> [padded / N] (async)
@@ -25,67 +25,76 @@
 // their layouts are; in a pipeline the embedding gets a bucket of its own, which the
 // first and last stage then cut alike.
 //
-// Test: ctest -R "zero|data_parallel.overlap"
+// SlicedGradients is that gradient path; ZeRO-3 (zero/zero3.h) owns one too.
+//
+// Test: ctest -L zero
 #pragma once
 
-#include <deque>
-#include <optional>
+#include <functional>
+#include <memory>
+#include <vector>
 
-#include "picotron/optim.h"
-#include "zero/zero1.h"
+#include "picotron/grad_buckets.h"
+#include "zero/zero_shard.h"
+#include "zero/zero_state.h"
 
 namespace picotron {
 
-class Zero2Optimizer : public Zero1Optimizer {
+// The gradients of a micro-batch, bucket by bucket, reduce-scattered into my slice
+// (shard.grad) as backward completes each bucket.
+class SlicedGradients {
+ public:
+  // `on_complete(b)`: bucket b's gradients all arrived (ZeRO-3 releases its parameters).
+  explicit SlicedGradients(ZeroShard& shard, std::function<void(size_t bucket)> on_complete = {});
+  // Before each micro-batch's backward: every bucket waits for all its gradients again.
+  void arm() { buckets_->arm(); }
+  // After it: the buckets still pending go, and all are added into my slice. A gradient
+  // written after its hook ran (zb-h1's deferred weight gradients, which W computes after
+  // B: pipeline_parallel/zero_bubble.h) goes into its bucket here, and the buckets travel
+  // again: under zb-h1 after every B and every W.
+  void finish_micro_batch();
+  // Runs `sums` with each parameter's main_grad my piece of its averaged gradient,
+  // flattened ([piece], empty when I own none of it); afterwards no main_grad, as before.
+  void with_my_pieces(const std::function<void(std::vector<TrainableParam>&)>& sums);
+
+ private:
+  size_t layout_bucket(size_t k) const { return shard_.layout.buckets.size() - 1 - k; }  // k-th to launch
+  void take(size_t param);            // the hook: the gradient into its bucket
+  Work launch(size_t k);              // bucket k's reduce-scatter
+  void add_into_slice(size_t k);      // its average of my part, into my slice
+
+  ZeroShard& shard_;
+  std::vector<torch::Tensor> full_;   // per bucket [padded] fp32: the micro-batch's gradients of the bucket
+  std::vector<torch::Tensor> mine_;   // per bucket [padded / N]: the reduce-scattered average of my part
+  std::unique_ptr<GradBuckets> buckets_;  // launch order: the LAST bucket first (backward's order)
+};
+
+class Zero2Optimizer : public ZeroOptimizer {
  public:
   Zero2Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
                  AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb,
-                 bool offload = false)
-      : Zero2Optimizer(std::move(groups), named_params, opts, plan, here, bucket_mb, offload, /*stage=*/2,
-                       embedding_alone(named_params, plan, here)) {}
+                 bool offload = false);
 
-  // Stage 2 keeps no full gradient: params()' main_grad is undefined (but in sync_grads).
-  void prepare_backward(bool last_micro_batch) override { rearm(); }
-  // Wait for this micro-batch's bucket reduce-scatters and add them into my slice. A
-  // gradient written after its hook ran (zb-h1's deferred weight gradients, which W
-  // computes after B: pipeline_parallel/zero_bubble.h) goes into its bucket here, and the
-  // buckets travel again: under zb-h1 after every B and every W.
-  void accumulate_grads() override;
-  // Nothing left to reduce (done during backward). fix_ups run on my slice: while they
-  // run, each parameter's main_grad is my piece of its averaged gradient, flattened
-  // ([piece], empty when I own none of it).
+  void zero_main_grads() override { shard_.grad.zero_(); }
+  void prepare_backward(bool) override { grads_.arm(); }
+  void accumulate_grads() override { grads_.finish_micro_batch(); }
+  // Nothing left to reduce (done during backward); HSDP's average over the replicas, then
+  // the registered sums on my pieces.
   void sync_grads() override;
-
- protected:
-  Zero2Optimizer(ZeroGroups groups, const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
-                 AdamWOptions opts, const ShardPlan& plan, const MeshCoords& here, double bucket_mb, bool offload,
-                 int stage, const std::vector<int>& units);
-  // Every bucket of the next backward waits for all its gradients again.
-  void rearm();
-  // A bucket's gradients all arrived (stage 3 releases its parameters here).
-  virtual void on_bucket_complete(size_t bucket) {}
-  // Unit ids that give the embedding a bucket of its own when this rank is in a pipeline
-  // (its first stage, or the last one's copy of a tied embedding); otherwise none.
-  static std::vector<int> embedding_alone(const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
-                                          const ShardPlan& plan, const MeshCoords& here);
+  double grad_norm(Comm& world, const MeshCoords&) override { return shard_.grad_norm(world); }
+  void step(double lr, double grad_scale) override;  // as ZeRO-1: AdamW on my slice, all-gather
+  OptimizerState* state() override { return &state_; }
+  ZeroShard& shard() override { return shard_; }
 
  private:
-  void on_grad_ready(size_t param);   // the hook: the gradient into its bucket
-  void launch_ready_buckets();        // in descending bucket order, the same on every rank
-  void finish_oldest();               // wait for the oldest launched bucket, add it into my slice
-
-  // Per bucket, this micro-batch's gradients and their reduce-scatter in flight.
-  struct InFlight {
-    torch::Tensor full;   // [bucket padded] fp32: the micro-batch's gradients of the bucket
-    torch::Tensor mine;   // [bucket padded / N] the reduce-scattered average of my part
-    std::optional<Work> work;
-    int pending = 0;      // gradients still to arrive
-  };
-  std::vector<InFlight> inflight_;
-  std::vector<size_t> bucket_of_;
-  int next_to_launch_ = -1;      // buckets launch last to first (backward's order)
-  std::deque<size_t> launched_;  // launched, not yet added into my slice (at most 2)
-  std::vector<GradReadyHook> hooks_;  // one per parameter (picotron/optim.h)
+  ZeroShard shard_;
+  SlicedGradients grads_{shard_};
+  ZeroState state_{shard_, 2};
 };
+
+// Stage 2's unit ids (ZeroShard::Options::units) for `named_params`: the embedding in a
+// bucket of its own when this rank is a pipeline's end, so both ends cut it alike.
+std::vector<int> embedding_alone(const std::vector<std::pair<std::string, torch::Tensor>>& named_params,
+                                 const ShardPlan& plan, const MeshCoords& here);
 
 }  // namespace picotron

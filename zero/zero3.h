@@ -18,7 +18,11 @@
 // end of backward, where its gradient completes. The price: one more all-gather of the
 // parameters per micro-batch, about 3Ψ moved instead of 2Ψ: 1.5x plain data parallelism.
 //
-// Test: ctest -R "zero|data_parallel.overlap"
+// The buffers and the update are zero/zero_shard.h's (with whole_parameters off: my part of
+// each unit is the only copy kept), the gradients take ZeRO-2's path (SlicedGradients,
+// zero/zero2.h), each unit released as its gradients complete.
+//
+// Test: ctest -L zero
 #pragma once
 
 #include <map>
@@ -29,7 +33,7 @@
 
 namespace picotron {
 
-class Zero3Optimizer : public Zero2Optimizer {
+class Zero3Optimizer : public ZeroOptimizer {
  public:
   // Runs the model's embedding, layers and head through gather / release (a layer
   // wrapper, and a part runner around the one it had; the destructor removes them),
@@ -39,16 +43,15 @@ class Zero3Optimizer : public Zero2Optimizer {
                  LlamaForCausalLM& model);
   ~Zero3Optimizer() override;
 
+  void zero_main_grads() override { shard_.grad.zero_(); }
+  void prepare_backward(bool) override { grads_.arm(); }
   void accumulate_grads() override;  // stage 2's, then every unit released
-  // The model's (local) parameters in the compute dtype: each unit gathered for it.
-  std::map<std::string, torch::Tensor> weights_by_name() override;
-
- protected:
-  torch::Tensor my_params(size_t bucket) const override;  // my part: in my shard, the only copy
-  void publish(size_t bucket, const torch::Tensor& w) override;  // into my shard; forward gathers
-  torch::Tensor weights_piece(const ZeroLayout::Piece& piece) const override;
-  bool keeps_whole_parameters() const override { return false; }
-  void on_bucket_complete(size_t unit) override { release(unit); }  // its backward is over
+  void sync_grads() override;        // as stage 2: HSDP's average, the sums on my pieces
+  double grad_norm(Comm& world, const MeshCoords&) override { return shard_.grad_norm(world); }
+  // AdamW on my slice, into my shard of the parameters; no all-gather (forward gathers).
+  void step(double lr, double grad_scale) override { shard_.update(lr, grad_scale); }
+  OptimizerState* state() override { return &state_; }
+  ZeroShard& shard() override { return shard_; }
 
  private:
   void gather(size_t unit, bool wait);  // all-gather the unit's parameters (wait: until they are there)
@@ -58,8 +61,11 @@ class Zero3Optimizer : public Zero2Optimizer {
   void gather_secondary(size_t unit);   // hpZ: the unit's gather over the secondary group
   torch::Tensor run_pass(size_t pass, const std::function<torch::Tensor()>& compute);  // forward of a pass
   void before_backward(size_t pass);    // the hook on a pass's output: its units back, prefetch the previous
+  std::map<std::string, torch::Tensor> gathered_weights();  // the model's (local) parameters, each unit gathered
 
-  torch::Tensor shard_param_;  // [P_pad / N] compute dtype, my part of every unit's parameters
+  ZeroShard shard_;  // a bucket per unit; my part of each in its shard buffer
+  SlicedGradients grads_{shard_, [this](size_t unit) { release(unit); }};  // a unit's backward is over
+  ZeroState state_{shard_, 3, [this] { return gathered_weights(); }};
   // Each unit (= bucket) released, being gathered, or gathered; the passes of a forward in
   // order (embedding, layers, head), each with the units it computes with.
   enum class Held { kReleased, kGathering, kGathered };

@@ -10,7 +10,7 @@
 // the fp16 loss scale, and the step (the learning rate and the data are functions of
 // it). Each rank writes only the pieces it owns: its shard (tp, pp) of each parameter,
 // once per replica group, and under ZeRO its flat slice of the cp x dp group
-// (Optimizer::owned_state, picotron/optim.h, says which). A piece is
+// (OptimizerState::owned_state, picotron/optim_state.h, says which). A piece is
 //
 //   the box:  full tensor, cut along split_dim to [offset, offset + length)  (tp)
 //   a range:  elements [flat_first, flat_first + flat_length) of the box, flattened  (ZeRO)
@@ -34,6 +34,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/optim.h"
+#include "picotron/optim_state.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "picotron/shard.h"
 
@@ -130,7 +131,7 @@ class CheckpointReader {
 };
 
 // Sets the optimizer's master weights, moments and step count, and the model's weights,
-// from the checkpoint (this rank's pieces only: Optimizer::load_state).
+// from the checkpoint (this rank's pieces only: OptimizerState::load_state).
 void load_state(CheckpointReader& reader, Optimizer& optimizer);
 
 // --resume, on every rank: find the checkpoint, check it against the flags, load this

@@ -171,10 +171,11 @@ std::vector<std::string> CheckpointReader::incompatibilities(const json& want, s
 }
 
 void load_state(CheckpointReader& reader, Optimizer& optimizer) {
-  optimizer.load_state([&](const std::string& key, const ShardRecord& record, int64_t first, int64_t length) {
+  OptimizerState& state = state_of(optimizer, "--resume");
+  state.load_state([&](const std::string& key, const ShardRecord& record, int64_t first, int64_t length) {
     return reader.read(key, record, first, length);
   });
-  optimizer.set_steps_taken(reader.counters().adam_steps);
+  state.set_steps_taken(reader.counters().adam_steps);
 }
 
 
@@ -229,6 +230,7 @@ int64_t resume_run(const CheckpointSettings& settings, int64_t end_step, Optimiz
 
 int64_t start_checkpoints(const CheckpointSettings& settings, int64_t end_step, Optimizer& optimizer,
                           LossScaler& scaler, Comm& world, Distributed& dist) {
+  if (!settings.save_dir.empty()) state_of(optimizer, "--save-dir");  // an optimizer without a state view cannot be saved
   if (!settings.save_dir.empty() && world.rank() == 0) lock_save_dir(settings.save_dir);  // one run per --save-dir at a time
   return settings.resume.empty() ? 0 : resume_run(settings, end_step, optimizer, scaler, world, dist);
 }

@@ -9,8 +9,9 @@ namespace picotron {
 void save_whole_model(const WholeModelSettings& settings, Optimizer& optimizer, const MeshShape& shape,
                       const ShardPlanOf& shard_plan_of, Comm& world) {
   if (settings.save_params.empty() && settings.export_hf.empty()) return;
+  OptimizerState& state = state_of(optimizer, "--save-params / --export-hf");
   const auto full =
-      gather_full_tensors(optimizer.masters_by_name(), settings.llama, shape, shard_plan_of, optimizer.state_dtype(), world);
+      gather_full_tensors(state.masters_by_name(), settings.llama, shape, shard_plan_of, state.state_dtype(), world);
   if (world.rank() != 0) return;
   if (!settings.save_params.empty()) {
     save_tensors(settings.save_params, full);

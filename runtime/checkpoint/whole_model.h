@@ -9,6 +9,7 @@
 #pragma once
 
 #include "picotron/optim.h"
+#include "picotron/optim_state.h"
 #include "runtime/checkpoint/checkpoint.h"
 
 namespace picotron {

@@ -79,7 +79,7 @@ constexpr double kWidthHalf = 128;   // H/tp
 // ZeRO-Offload's two constants (the offload term above). PCIe 5.0 x16 carries 64 GB/s per
 // direction; pinned copies reach about 50 GB/s alone, about half when the GPUs of a node
 // copy at once through shared host links (and a PCIe 4.0 card, the GPU-poor case, reaches
-// about 25 alone). Zero1Optimizer::step runs AdamW as eight ATen passes over fp32 arrays,
+// about 25 alone). ZeRO runs AdamW (ZeroShard::update) as eight ATen passes over fp32 arrays,
 // about 80 B of host memory traffic per element (lerp 12, mul 8, addcmul 12, decay 8,
 // sqrt 8, div 8, add 8, addcdiv 16); at about 40 GB/s of host memory bandwidth per GPU
 // (a two-socket DDR5 server's ~350 GB/s over 8 GPUs, or a desktop's dual channel) that is

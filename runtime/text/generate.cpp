@@ -200,7 +200,7 @@ void use_whole_model(const TextSettings& settings, Optimizer& optimizer, const M
                      const ShardPlanOf& shard_plan_of, torch::Device device, Comm& world, const BatchLoader& loader) {
   if (!prints_samples(settings) && settings.eval.empty() && settings.prompt_ids.empty() && settings.prompt.empty()) return;
   const auto dtype = scalar_type(settings.dtype);
-  const auto full = gather_full_tensors(optimizer.weights_by_name(), settings.llama, shape, shard_plan_of, dtype, world);
+  const auto full = gather_full_tensors(state_of(optimizer, "sampling and --eval").weights_by_name(), settings.llama, shape, shard_plan_of, dtype, world);
   if (world.rank() != 0) return;
   const auto opts = torch::TensorOptions().device(device).dtype(dtype);
   LlamaForCausalLM whole(settings.llama, replicated_plan(settings.llama), opts);

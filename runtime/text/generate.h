@@ -16,6 +16,7 @@
 #include "picotron/data.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"
+#include "picotron/optim_state.h"
 #include "runtime/checkpoint/checkpoint.h"
 
 namespace picotron {
