@@ -6,7 +6,9 @@
 ctest runs it once per chapter (tests/lab_tests.cmake: lab.<chapter>, label labs). For the
 chapter's exercises (all of them without CHAPTER):
 
-  1. the data: each exercise names an extractor scripts/lab has, a file and section that
+  1. the data (and, after 2, each measurement read again another way: the ledger's totals
+     over the step count, the schedule's bubble formula, the memory trace, the planner's
+     command line; a broken extractor fails here): each exercise names an extractor scripts/lab has, a file and section that
      exist (the formula's place), hints that evaluate, none within the tolerance of the
      measured value, none matching an earlier hint of the same exercise;
   2. `scripts/lab solve --cache DIR` measures every answer (each command runs once);
@@ -50,6 +52,46 @@ def headings(path):
         elif not fence and re.match(r"^#{1,6}\s", line):
             out.append(re.sub(r"^#{1,6}\s+", "", line).strip())
     return out
+
+
+# ---- the oracle: each measurement read again another way, so that a broken extractor fails ----
+# (the reference answers come from the extractors themselves; without this a wrong extractor
+# would agree with itself)
+
+BUBBLE = {"afab": lambda P, m, v: (P - 1) / m, "1f1b": lambda P, m, v: (P - 1) / m,  # schedules.h
+          "interleaved": lambda P, m, v: (P - 1) / (v * m), "zb-h1": lambda P, m, v: (P - 1) / (3 * m),
+          "dualpipev": lambda P, m, v: (P - 1) / (6 * m)}
+
+
+def flag(args, name, default):
+    return int(args[args.index(name) + 1]) if name in args else default
+
+
+def oracle(e, folder):
+    """The exercise's measurement from its run's folder, not through scripts/lab's extractor."""
+    x, args = e["extract"], e["command"]["args"]
+    out = (folder / "stdout.txt").read_text()
+    if x["from"] == "ledger":  # the totals' columns over the step count, not the per-step ones
+        steps = flag(args, "--steps", 1)
+        for line in out[out.index("communication of rank 0"):].splitlines()[2:]:
+            w = line.split()
+            if len(w) == 7 and (w[0], w[2]) == (x["group"], x["kind"]):
+                return int(w[3 if x["field"] == "calls" else 4]) / steps
+            if not w:
+                break
+        return 0
+    if x["from"] == "pp_idle":  # the taught formula: idle / step = bubble / (1 + bubble)
+        s = args[args.index("--pp-schedule") + 1]
+        b = BUBBLE[s](flag(args, "--pp", 1), flag(args, "--grad-acc-steps", 1), flag(args, "--pp-virtual-stages", 1))
+        return b / (1 + b)
+    if x["from"] == "memory_trace":
+        rows = [json.loads(l) for l in (folder / x["file"]).read_text().splitlines()]
+        pick = lambda p: next(r["bytes"] for r in rows if all(r.get(k, -1) == v for k, v in p.items()))
+        return (pick(x["at"]) - (pick(x["minus"]) if "minus" in x else 0)) / x.get("scale", 1)
+    if x["from"] == "plan_best":  # the best layout's own command line
+        cmd = next(l for l in out.splitlines() if "build/train" in l and "mpirun" in l)
+        return flag(cmd.split(), "--" + x["axis"], 1)
+    raise ValueError(f"no oracle for the extractor '{x['from']}'")
 
 
 def lab(*args):
@@ -102,6 +144,11 @@ def main():
         runs = len([d for d in cache.iterdir() if (d / "ok").is_file()])
         for i in ids:
             x, e = float(measured[i]), table[i]
+            folders = [cache / m.hashlib.sha1(json.dumps([c.get("ranks", 1), c["args"]]).encode()).hexdigest()[:12]
+                       for c in m.commands_of(e)]
+            o = oracle(e, folders[0]) - (oracle(e, folders[1]) if len(folders) > 1 else 0)
+            if not m.close(x, o, max(e["tolerance"], 1e-6)):
+                problems.append(f"{i}: scripts/lab measured {x:g}, read another way {o:g}")
             seen = []
             for value, hint in m.hint_values(e, x):
                 if m.close(value, x, e["tolerance"]):
