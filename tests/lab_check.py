@@ -94,6 +94,37 @@ def oracle(e, folder):
     raise ValueError(f"no oracle for the extractor '{x['from']}'")
 
 
+def page_problems(m, table, ids):
+    """Each chapter's page (exercises.json "chapters") holds its questions in order, each under
+    its `## N. `id`` heading with its command as scripts/lab show prints it; the counts in the
+    sentence of the labs' README that says how many questions need how many runs are the data's."""
+    problems = []
+    chapters = {c["chapter"]: c["page"] for c in json.loads(m.EXERCISES.read_text())["chapters"]}
+    for chapter in sorted({table[i]["chapter"] for i in ids}):
+        if chapter not in chapters:
+            problems.append(f"chapter '{chapter}': no page in exercises.json's chapters")
+            continue
+        page = ROOT / chapters[chapter]
+        if not page.is_file():
+            problems.append(f"chapter '{chapter}': its page {chapters[chapter]} does not exist")
+            continue
+        text = page.read_text()
+        mine = [i for i in table if table[i]["chapter"] == chapter]
+        shown = re.findall(r"^## \d+\. `([^`]+)`", text, re.M)
+        if shown != mine:
+            problems.append(f"{chapters[chapter]}: its questions are {shown}, the chapter's {mine}")
+        for i in mine:
+            for cmd in m.commands_of(table[i]):
+                if m.shown_command(cmd) not in text:
+                    problems.append(f"{chapters[chapter]}: {i}'s command `{m.shown_command(cmd)}` is not shown")
+    readme = (ROOT / "docs/labs/README.md").read_text()
+    commands = {json.dumps([c.get("ranks", 1), c["args"]]) for e in table.values() for c in m.commands_of(e)}
+    said = re.search(r"The (\d+)\s+questions need (\d+) runs", readme)
+    if not said or (int(said.group(1)), int(said.group(2))) != (len(table), len(commands)):
+        problems.append(f"the labs' README (docs/labs/) should say: The {len(table)} questions need {len(commands)} runs")
+    return problems
+
+
 def lab(*args):
     return subprocess.run([sys.executable, str(LAB), *args], capture_output=True, text=True)
 
@@ -126,6 +157,7 @@ def main():
             problems.append(f"{i}: {e['taught']['file']} has no section \"{e['taught']['section']}\"")
         if not e["hints"]:
             problems.append(f"{i}: no hint for a wrong answer")
+    problems += page_problems(m, table, ids)
     if problems:
         print("\n".join(f"FAILED: {p}" for p in problems))
         return 1
