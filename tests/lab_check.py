@@ -7,8 +7,8 @@ ctest runs it once per chapter (tests/lab_tests.cmake: lab.<chapter>, label labs
 chapter's exercises (all of them without CHAPTER):
 
   1. the data (and, after 2, each measurement read again another way: the ledger's totals
-     over the step count, the schedule's bubble formula, the memory trace, the planner's
-     command line; a broken extractor fails here): each exercise names an extractor scripts/lab has, a file and section that
+     over the step count, the schedule's bubble formula, the memory trace, the metrics
+     file, the planner's command line; a broken extractor fails here): each exercise names an extractor scripts/lab has, a file and section that
      exist (the formula's place), hints that evaluate, none within the tolerance of the
      measured value, none matching an earlier hint of the same exercise;
   2. `scripts/lab solve --cache DIR` measures every answer (each command runs once);
@@ -88,6 +88,10 @@ def oracle(e, folder):
         rows = [json.loads(l) for l in (folder / x["file"]).read_text().splitlines()]
         pick = lambda p: next(r["bytes"] for r in rows if all(r.get(k, -1) == v for k, v in p.items()))
         return (pick(x["at"]) - (pick(x["minus"]) if "minus" in x else 0)) / x.get("scale", 1)
+    if x["from"] == "metrics":
+        row = [json.loads(l) for l in (folder / x["file"]).read_text().splitlines()][x["step"] - 1]
+        v = row[x["key"]]
+        return sum(v) if isinstance(v, list) and "index" not in x else (v[x["index"]] if isinstance(v, list) else v)
     if x["from"] == "plan_best":  # the best layout's own command line
         cmd = next(l for l in out.splitlines() if "build/train" in l and "mpirun" in l)
         return flag(cmd.split(), "--" + x["axis"], 1)
