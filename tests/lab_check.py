@@ -7,8 +7,8 @@ ctest runs it once per chapter (tests/lab_tests.cmake: lab.<chapter>, label labs
 chapter's exercises (all of them without CHAPTER):
 
   1. the data (and, after 2, each measurement read again another way: the ledger's totals
-     over the step count, the schedule's bubble formula, the memory trace, the metrics
-     file, the planner's command line; a broken extractor fails here): each exercise names an extractor scripts/lab has, a file and section that
+     over the step count, the schedule's bubble formula, the memory trace, the step
+     line, the metrics file, the planner's command line; a broken extractor fails here): each exercise names an extractor scripts/lab has, a file and section that
      exist (the formula's place), hints that evaluate, none within the tolerance of the
      measured value, none matching an earlier hint of the same exercise;
   2. `scripts/lab solve --cache DIR` measures every answer (each command runs once);
@@ -92,6 +92,10 @@ def oracle(e, folder):
         row = [json.loads(l) for l in (folder / x["file"]).read_text().splitlines()][x["step"] - 1]
         v = row[x["key"]]
         return sum(v) if isinstance(v, list) and "index" not in x else (v[x["index"]] if isinstance(v, list) else v)
+    if x["from"] == "step_line":  # the last step line's field, split on its bars
+        last = [l for l in out.splitlines() if l.startswith("step ")][-1]
+        part = next(p.strip() for p in last.split("|") if p.strip().startswith(x["field"] + " "))
+        return float(part.split()[1].replace(",", ""))
     if x["from"] == "plan_best":  # the best layout's own command line
         cmd = next(l for l in out.splitlines() if "build/train" in l and "mpirun" in l)
         return flag(cmd.split(), "--" + x["axis"], 1)
