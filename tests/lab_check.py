@@ -16,8 +16,8 @@ chapter's exercises (all of them without CHAPTER):
   4. for each hint, a wrong answer made from the measured value by that hint's expression
      (forgetting the backward, bytes for elements, a factor of the group size, ...):
      `check --json` says WRONG, exit 1, and gives exactly that hint;
-  5. bad input: an unknown id, malformed JSON, an answer that is not a number: one line,
-     exit 2.
+  5. bad input: an unknown id, malformed JSON, an answer that is not a number, a run that
+     fails (a course copy's task not written yet): one line, exit 2.
 
 Steps 3-5 reuse the runs of step 2 (--cache), so each command runs once. Standard library.
 """
@@ -245,6 +245,18 @@ def main():
             lines = p.stderr.strip().splitlines()
             if p.returncode != 2 or len(lines) != 1 or not lines[0].startswith("scripts/lab: "):
                 problems.append(f"bad input ({what}): exit {p.returncode}, stderr {p.stderr!r}")
+        # a run that fails (a course copy's task not written yet): its line, exit 2
+        fake = tmp / "fake-build"
+        fake.mkdir()
+        (fake / "train").write_text("#!/bin/sh\necho 'error: not implemented: dp.naive_all_reduce' >&2\nexit 1\n")
+        (fake / "train").chmod(0o755)
+        one_rank = next(i for i in table if table[i]["command"].get("ranks", 1) == 1)
+        f = tmp / "one.json"
+        f.write_text(json.dumps({one_rank: 1}))
+        p = lab("check", str(f), "--build", str(fake), "--cache", str(tmp / "fake-runs"))
+        lines = [l for l in p.stderr.strip().splitlines() if not l.startswith("[lab] running")]
+        if p.returncode != 2 or len(lines) != 1 or "not implemented: dp.naive_all_reduce" not in lines[0]:
+            problems.append(f"a failed run: exit {p.returncode}, stderr {p.stderr!r}")
         p = lab("show", "no.such_exercise")
         if p.returncode != 2 or "no exercise 'no.such_exercise'" not in p.stderr:
             problems.append(f"show of an unknown id: exit {p.returncode}, {p.stderr!r}")
