@@ -2,7 +2,8 @@
 # chapter (label labs): tests/lab_check.py solves the chapter's exercises once (each command
 # runs once, --cache), checks that the measured answers pass and that each hint's wrong
 # answer (forgetting the backward, bytes for elements, a factor of the group size) fails
-# with that hint, and that bad input gets one line. All chapters: about 110 s on 2 cores.
+# with that hint, and that bad input gets one line. All nine: 140 s on 2 cores
+# (docs/labs/README.md, "Tests").
 set(PICOTRON_LAB_CHAPTERS
   "data parallelism:dp" "tensor parallelism:tp" "pipeline parallelism:pp" "context parallelism:cp"
   "zero:zero" "expert parallelism:ep" "fp8:fp8" "memory:memory" "planner:planner")
