@@ -24,7 +24,6 @@ Steps 3-5 reuse the runs of step 2 (--cache), so each command runs once. Standar
 import importlib.machinery
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -126,7 +125,7 @@ def page_problems(m, table, ids):
                 if m.shown_command(cmd) not in text:
                     problems.append(f"{chapters[chapter]}: {i}'s command `{m.shown_command(cmd)}` is not shown")
     readme = (ROOT / "docs/labs/README.md").read_text()
-    commands = {json.dumps([c.get("ranks", 1), c["args"]]) for e in table.values() for c in m.commands_of(e)}
+    commands = {m.run_key(c) for e in table.values() for c in m.commands_of(e)}
     said = re.search(r"The (\d+)\s+questions need (\d+) runs", readme)
     if not said or (int(said.group(1)), int(said.group(2))) != (len(table), len(commands)):
         problems.append(f"the labs' README (docs/labs/) should say: The {len(table)} questions need {len(commands)} runs")
@@ -184,8 +183,7 @@ def main():
         runs = len([d for d in cache.iterdir() if (d / "ok").is_file()])
         for i in ids:
             x, e = float(measured[i]), table[i]
-            folders = [cache / m.hashlib.sha1(json.dumps([c.get("ranks", 1), c["args"]]).encode()).hexdigest()[:12]
-                       for c in m.commands_of(e)]
+            folders = [cache / m.run_folder_name(c) for c in m.commands_of(e)]
             o = oracle(e, folders[0]) - (oracle(e, folders[1]) if len(folders) > 1 else 0)
             if not m.close(x, o, max(e["tolerance"], 1e-6)):
                 problems.append(f"{i}: scripts/lab measured {x:g}, read another way {o:g}")
