@@ -57,6 +57,7 @@
 #include "runtime/observe/projections.h"
 #include "runtime/observe/holdings.h"
 #include "runtime/observe/report.h"
+#include "runtime/observe/run_dir.h"
 #include "runtime/checkpoint/resume.h"
 #include "runtime/checkpoint/whole_model.h"
 #include "runtime/preflight/resolve.h"
@@ -298,6 +299,7 @@ void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool s
                                                          t.cfg.grad_acc_steps, t.device), t.cfg.eval_batches));
   if (t.cfg.comm_report) print0(world.rank(), t.mesh.comm_report(t.cfg.steps));  // every group the run made
   if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps);
+  if (!t.cfg.run_dir.empty()) write_rank_end(t.cfg.run_dir, world, t.cfg.steps, peak_memory_bytes(t.device));  // each rank's ledger, peak
 }
 
 // ---- the run: mesh, model on the mesh, optimizer, the loop, the end ---------------------
@@ -317,6 +319,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
   Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
   print_run(cfg, dist, device, mesh.shape(), shard_plan_of);
+  if (!cfg.run_dir.empty() && rank == 0)  // --run-dir: the mesh, holdings and the run's own estimate (run_dir.h)
+    write_run_start(cfg, mesh.shape(), shard_plan_of, device.str(), launcher_name(dist.info().launcher));
 
   // ---- model on the mesh; optimizer: AdamW, its gradients all-reduced by data parallelism, or ZeRO
   ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
@@ -407,6 +411,10 @@ int main(int argc, char** argv) {
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems;
+  if (config && !config->run_dir.empty()) {  // --run-dir: the outputs not given go under it (runtime/observe/run_dir.h)
+    apply_run_dir(*config);
+    if (std::string p = prepare_run_dir(config->run_dir); !p.empty()) problems.push_back(p);
+  }
   if (!config) {  // flags that did not parse
     problems = {args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
   } else {  // config.json and the tokenizer's vocabulary applied, then the rules between the flags
@@ -422,6 +430,11 @@ int main(int argc, char** argv) {
   }
   DataSources data;  // --data and --val-data, opened (and checked) before the launch
   if (problems.empty()) problems = run_problems(*config, launch, shard_plan_of, data);
+  if (problems.empty() && !config->run_dir.empty() && launch.rank == 0) try {
+      write_run_command(*config, argc, argv);  // DIR/command.txt, DIR/config.json
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
   if (problems.empty())  // --device auto and the --dtype default, for the run (the launch line shows them)
     for (const auto& change : resolve_device(*config)) print0(launch.rank, "config: " + change);
   for (const auto& p : problems) report_error(launch.rank, p);
