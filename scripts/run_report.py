@@ -201,7 +201,8 @@ def loss_panel(d, ref):
         out.append([str(r["step"])] + cells)
     body += table(head, out, "metrics")
     if refs:
-        body += "<p>largest relative difference over the run: <b>%.3g</b> (against %s)</p>" % (worst, esc(ref))
+        body += ('<p>largest relative difference over the run: <b class="maxdiff">%.3g</b> (against %s)</p>'
+                 % (worst, esc(ref)))
     return panel("loss", "Loss and grad norm", body)
 
 
@@ -225,8 +226,8 @@ def flight_collectives(d, rank, offset_of):
     names = {g["id"]: g["name"] for g in f.get("groups", [])}
     out = []
     for e in f["entries"]:
-        if e["op"] in ("send", "recv") or e.get("completed_s") is None:
-            continue
+        if e["op"] in ("send", "recv") or e.get("completed_s") is None or e.get("function") == "write_trace":
+            continue  # (write_trace: the trace's own gathering, after the last step)
         a = e["issued_s"] * 1e6 + offset_of[rank]
         out.append((a, max(e["completed_s"] * 1e6 + offset_of[rank] - a, 1.0),
                     "%s %s" % (e["op"], names.get(e["group"], "?"))))
@@ -255,8 +256,9 @@ def timeline_panel(d):
             lanes[e["tid"]][e["name"]].append((e["ts"], e["dur"], "%s micro %d" % (e["name"], e["args"]["micro"])))
     t0 = min(e["ts"] for e in ev if e["args"]["step"] == step)
     t1 = max(e["ts"] + e["dur"] for e in ev if e["args"]["step"] == step)
-    for r in ranks:
-        lanes[r]["coll"] = [c for c in flight_collectives(d, r, offset_of) if t0 <= c[0] <= t1]
+    for r in ranks:  # the last step's: from its first action on (the gradients' sync, the norm, the loss come after)
+        lanes[r]["coll"] = [c for c in flight_collectives(d, r, offset_of) if c[0] >= t0]
+        t1 = max([t1] + [a + dur for a, dur, _ in lanes[r]["coll"]])
     w, L, lh = 760, 110, 11
     h = 24 + len(ranks) * (len(LANES) * lh + 14)
     sx = lambda t: L + (t - t0) / max(t1 - t0, 1.0) * (w - L - 10)
@@ -326,6 +328,8 @@ def ledger_panel(d, cfg):
         for g in doc["groups"]:
             for kind, n in g["ledger"].items():
                 by_group.setdefault(g["name"], []).append((doc["rank"], g, kind, n))
+    if not by_group:
+        return ""  # (one process: nothing was communicated)
     body = "<p>Elements per step as Comm's ledger counts them (picotron/comm.h), over the %d training step(s); " \
            "bytes at %d per element.</p>" % (steps, width)
     for name, rows in by_group.items():
