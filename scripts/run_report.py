@@ -256,8 +256,9 @@ def timeline_panel(d):
             lanes[e["tid"]][e["name"]].append((e["ts"], e["dur"], "%s micro %d" % (e["name"], e["args"]["micro"])))
     t0 = min(e["ts"] for e in ev if e["args"]["step"] == step)
     t1 = max(e["ts"] + e["dur"] for e in ev if e["args"]["step"] == step)
-    for r in ranks:  # the last step's: from its first action on (the gradients' sync, the norm, the loss come after)
-        lanes[r]["coll"] = [c for c in flight_collectives(d, r, offset_of) if c[0] >= t0]
+    for r in ranks:  # the last step's: from the rank's first action on (the gradients' sync, the norm, the loss after)
+        first = min(a for k in ("F", "B", "W", "send", "recv") for a, _, _ in lanes[r][k])
+        lanes[r]["coll"] = [c for c in flight_collectives(d, r, offset_of) if c[0] >= first]
         t1 = max([t1] + [a + dur for a, dur, _ in lanes[r]["coll"]])
     w, L, lh = 760, 110, 11
     h = 24 + len(ranks) * (len(LANES) * lh + 14)
@@ -297,22 +298,23 @@ def readme_for(name, zero):
     return ("zero" if zero else "data_parallel") + "/README.md"  # dp, cp_dp, world: the gradients' sync
 
 
-def formula(readme):
-    """The first lines of the README's communication section, up to the end of its first table."""
+def formula(readme, last=False):
+    """The first lines of the README's communication section (its last one with `last`: the
+    all-to-all modes of context parallelism), up to the end of its first table."""
     try:
         lines = open(os.path.join(ROOT, readme)).read().splitlines()
     except OSError:
         return ""
-    for i, line in enumerate(lines):
-        if re.match(r"^##+ (Communication|Cost) per step", line):
-            out, seen_table = [], False
-            for line in lines[i + 1:i + 40]:
-                if line.startswith("#") or (seen_table and not line.startswith("|")):
-                    break
-                seen_table = seen_table or line.startswith("|")
-                out.append(line)
-            return "\n".join(out).strip()
-    return ""
+    starts = [i for i, line in enumerate(lines) if re.match(r"^##+ (Communication|Cost) per step", line)]
+    if not starts:
+        return ""
+    out, seen_table = [], False
+    for line in lines[(starts[-1] if last else starts[0]) + 1:][:40]:
+        if line.startswith("#") or (seen_table and not line.startswith("|")):
+            break
+        seen_table = seen_table or line.startswith("|")
+        out.append(line)
+    return "\n".join(out).strip()
 
 
 def ledger_panel(d, cfg):
@@ -341,7 +343,7 @@ def ledger_panel(d, cfg):
                         % (esc(name), rank, esc(kind), num(n["elements"] // steps if n["elements"] % steps == 0
                                                           else n["elements"] / steps)),
                         num(n["elements"] * width // steps)])
-        text = formula(readme)
+        text = formula(readme, last=name in ("cp_a2a", "cp_ring"))
         body += ('<div class="group"><h3>group %s</h3><div class="side">%s<div class="formula"><p>from <a href="%s">%s'
                  '</a>:</p><pre>%s</pre></div></div></div>'
                  % (esc(name), table(["rank", "members (world)", "kind", "calls/step", "elements/step", "bytes/step"],
@@ -406,7 +408,7 @@ def narration_panel(d):
             src, i = lines[i + 1].strip()[3:], i + 1
         rows.append('<tr><td><pre>%s</pre></td><td class="src">%s</td></tr>' % (esc(line), esc(src)))
         i += 1
-    body = ('<details open><summary>%d lines: the first step, every communication with the line that issued it'
+    body = ('<details><summary>%d lines: the first step, every communication with the line that issued it'
             '</summary><table class="narration"><tr><th>narration</th><th>source line</th></tr>%s</table></details>'
             % (len(rows), "".join(rows)))
     return panel("narration", "Narration (--explain)", body)
