@@ -319,7 +319,7 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
   Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
   print_run(cfg, dist, device, mesh.shape(), shard_plan_of);
-  if (!cfg.run_dir.empty() && rank == 0)  // --run-dir: the mesh, holdings and the run's own estimate (run_dir.h)
+  if (!cfg.run_dir.empty() && rank == 0)  // --run-dir: command, config, mesh, holdings, the run's own estimate (run_dir.h)
     write_run_start(cfg, mesh.shape(), shard_plan_of, device.str(), launcher_name(dist.info().launcher));
 
   // ---- model on the mesh; optimizer: AdamW, its gradients all-reduced by data parallelism, or ZeRO
@@ -412,7 +412,10 @@ int main(int argc, char** argv) {
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems;
   std::string run_dir_problem;  // --run-dir: the outputs not given go under it (runtime/observe/run_dir.h)
-  if (config && !config->run_dir.empty()) apply_run_dir(*config), run_dir_problem = prepare_run_dir(config->run_dir);
+  if (config && !config->run_dir.empty()) {
+    apply_run_dir(*config, argc, argv);
+    run_dir_problem = prepare_run_dir(config->run_dir);
+  }
   if (!config) {  // flags that did not parse
     problems = {args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
   } else {  // config.json and the tokenizer's vocabulary applied, then the rules between the flags
@@ -429,11 +432,6 @@ int main(int argc, char** argv) {
   }
   DataSources data;  // --data and --val-data, opened (and checked) before the launch
   if (problems.empty()) problems = run_problems(*config, launch, shard_plan_of, data);
-  if (problems.empty() && !config->run_dir.empty() && launch.rank == 0) try {
-      write_run_command(*config, argc, argv);  // DIR/command.txt, DIR/config.json
-    } catch (const std::exception& e) {
-      problems.push_back(e.what());
-    }
   if (problems.empty())  // --device auto and the --dtype default, for the run (the launch line shows them)
     for (const auto& change : resolve_device(*config)) print0(launch.rank, "config: " + change);
   for (const auto& p : problems) report_error(launch.rank, p);

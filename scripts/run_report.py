@@ -239,6 +239,11 @@ def timeline_panel(d):
     if not trace:
         return ""
     ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    for e in ev:  # (a --dry-run's simulated trace has one step, and no micro-batch on its sends)
+        e.setdefault("args", {}).setdefault("step", 1)
+        e["args"].setdefault("micro", -1)
+    if not ev:
+        return ""
     step = max(e["args"]["step"] for e in ev)
     ranks = sorted({e["tid"] for e in ev})
     # The flight recorder's clock is its own: each rank's is moved so that its last pipeline

@@ -17,8 +17,10 @@ namespace picotron {
 
 namespace fs = std::filesystem;
 
-void apply_run_dir(TrainConfig& cfg) {
+void apply_run_dir(TrainConfig& cfg, int argc, const char* const* argv) {
   if (cfg.run_dir.empty()) return;
+  cfg.command_line.clear();
+  for (int i = 0; i < argc; ++i) cfg.command_line += (i ? " " : "") + std::string(argv[i]);
   const std::string d = cfg.run_dir + "/";
   if (cfg.metrics_file.empty()) cfg.metrics_file = d + "metrics.jsonl";
   if (cfg.memory_trace.empty()) cfg.memory_trace = d + "memory.jsonl";
@@ -40,18 +42,15 @@ std::string prepare_run_dir(const std::string& dir) {
   return "";
 }
 
-void write_run_command(const RunConfig& cfg, int argc, const char* const* argv) {
-  std::string command;
-  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-  write_file("--run-dir", cfg.run_dir + "/command.txt", command + "\n");
-  nlohmann::ordered_json flags = nlohmann::ordered_json::object();
-  for (const auto& [flag, value] : config_fields(cfg)) flags[flag] = value;
-  write_file("--run-dir", cfg.run_dir + "/config.json", flags.dump(1) + "\n");
-}
-
 void write_run_start(const TrainConfig& cfg, const MeshShape& shape,
                      const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of, const std::string& device,
                      const std::string& launcher) {
+  write_file("--run-dir", cfg.run_dir + "/command.txt", cfg.command_line + "\n");
+  RunConfig flags_of;  // every flag's value, as --help names them (the planner's own: their defaults)
+  static_cast<TrainConfig&>(flags_of) = cfg;
+  nlohmann::ordered_json flags = nlohmann::ordered_json::object();
+  for (const auto& [flag, value] : config_fields(flags_of)) flags[flag] = value;
+  write_file("--run-dir", cfg.run_dir + "/config.json", flags.dump(1) + "\n");
   const LlamaConfig& m = cfg.llama;
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array(), estimate = nlohmann::ordered_json::array();
   for (int r = 0; r < shape.world_size(); ++r) {

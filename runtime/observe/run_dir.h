@@ -34,17 +34,16 @@
 
 namespace picotron {
 
-// The output flags still empty, pointed under cfg.run_dir (nothing when it is empty). Pure.
-void apply_run_dir(TrainConfig& cfg);
+// The output flags still empty, pointed under cfg.run_dir (nothing when it is empty), and
+// the command line kept for DIR/command.txt. Pure.
+void apply_run_dir(TrainConfig& cfg, int argc, const char* const* argv);
 
 // Makes DIR (and its parents). "" when it is a writable folder now, else one line naming
 // --run-dir and what is wrong (a file is there, no permission). Never removes anything.
 std::string prepare_run_dir(const std::string& dir);
 
-// Rank 0: DIR/command.txt and DIR/config.json (call before the run starts).
-void write_run_command(const RunConfig& cfg, int argc, const char* const* argv);
-
-// Rank 0: DIR/run.json and DIR/estimate.json: pure arithmetic over the mesh and the plans.
+// Rank 0, at the start: DIR/command.txt, DIR/config.json, DIR/run.json and DIR/estimate.json
+// (pure arithmetic over the mesh and the plans). Throws one line naming --run-dir.
 void write_run_start(const TrainConfig& cfg, const MeshShape& shape,
                      const std::function<ShardPlan(const MeshCoords&)>& shard_plan_of, const std::string& device,
                      const std::string& launcher);
