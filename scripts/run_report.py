@@ -182,8 +182,7 @@ def loss_panel(d, ref):
     body += line_chart([("grad norm", [(r["step"], r["grad_norm"]) for r in rows], COLORS[1], False)]
                        + ([("reference grad norm", [(s, r["grad_norm"]) for s, r in sorted(refs.items())], COLORS[3], True)]
                           if refs else []), "grad norm per step")
-    head = ["step", "loss", "grad norm", "lr"] + (["val loss"] if len(series) > 1 and not refs or
-                                                  any("val_loss" in r for r in rows) else [])
+    head = ["step", "loss", "grad norm", "lr"] + (["val loss"] if any("val_loss" in r for r in rows) else [])
     if refs:
         head += ["reference loss", "largest relative difference (loss, grad norm)"]
     out, worst = [], 0.0
@@ -234,10 +233,72 @@ def flight_collectives(d, rank, offset_of):
     return out
 
 
+def draw_lanes(lanes, t0, t1, title):
+    """Each rank's lanes (LANES) between t0 and t1 (us): the SVG and the totals' rows."""
+    ranks = sorted(lanes)
+    w, L, lh = 760, 110, 11
+    h = 24 + len(ranks) * (len(LANES) * lh + 14)
+    sx = lambda t: L + (t - t0) / max(t1 - t0, 1.0) * (w - L - 10)
+    svg = ['<svg class="chart wide" viewBox="0 0 %d %d" role="img" aria-label="%s">' % (w, h, esc(title)),
+           '<text x="%d" y="14" class="t">%s, %.1f ms</text>' % (L, esc(title), (t1 - t0) / 1e3)]
+    totals = []
+    for i, r in enumerate(ranks):
+        y = 22 + i * (len(LANES) * lh + 14)
+        svg.append('<rect x="%d" y="%d" width="%d" height="%d" class="idle"/>' % (L, y, w - L - 10, len(LANES) * lh))
+        svg.append('<text x="4" y="%d" class="t">rank %d</text>' % (y + 10, r))
+        for j, (k, label) in enumerate(LANES):
+            svg.append('<text x="%d" y="%d" class="l" text-anchor="end">%s</text>' % (L - 4, y + j * lh + 9, label))
+            for a, dur, what in lanes[r][k]:
+                svg.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s %.0f us</title></rect>'
+                           % (sx(a), y + j * lh + 1, max(sx(a + dur) - sx(a), 0.8), lh - 2, COLORS[j], esc(what), dur))
+        comp = union([(a, a + dur) for k in ("F", "B", "W") for a, dur, _ in lanes[r][k]])
+        comm = union([(a, a + dur) for k in ("send", "recv", "coll") for a, dur, _ in lanes[r][k]])
+        busy = union([(a, a + dur) for k, _ in LANES for a, dur, _ in lanes[r][k]])
+        totals.append([str(r)] + ["%.2f" % (v / 1e3) for v in (comp, comm, t1 - t0 - busy)] +
+                      [str(sum(len(lanes[r][k]) for k in ("F", "B", "W"))),
+                       str(sum(len(lanes[r][k]) for k in ("send", "recv", "coll")))])
+    return "".join(svg) + "</svg>", totals
+
+
+TOTALS = ["rank", "compute ms", "communication ms", "idle ms", "compute actions", "communications"]
+
+
+def flight_timeline(d):
+    """Without a pipeline trace: each rank's communications of its last step, from the flight
+    recorder alone (a step ends with the loss's all-reduce, train.cpp's train_step)."""
+    lanes, t0, t1 = {}, None, None
+    for path in glob.glob(os.path.join(d, "flight", "comms-rank*.json")):
+        f = read_json(path)
+        names = {g["id"]: g["name"] for g in f.get("groups", [])}
+        es = [e for e in f["entries"] if e.get("completed_s") is not None and e.get("function") != "write_trace"]
+        ends = [i for i, e in enumerate(es) if e.get("function") == "train_step"]
+        if len(ends) < 1:
+            continue
+        start = ends[-2] + 1 if len(ends) >= 2 else 0
+        lane = {k: [] for k, _ in LANES}
+        for e in es[start:ends[-1] + 1]:
+            k = e["op"] if e["op"] in ("send", "recv") else "coll"
+            a = (f.get("start_unix_s", 0.0) + e["issued_s"]) * 1e6  # the machine's clock: the ranks line up
+            lane[k].append((a, max(e["completed_s"] * 1e6 - a, 1.0), "%s %s #%d" % (e["op"], names.get(e["group"], "?"),
+                                                                                     e["seq"])))
+        lanes[f["rank"]] = lane
+    if not lanes:
+        return ""
+    t0 = min(a for lane in lanes.values() for v in lane.values() for a, _, _ in v)
+    t1 = max(a + dur for lane in lanes.values() for v in lane.values() for a, dur, _ in v)
+    svg, totals = draw_lanes(lanes, t0, t1, "the last step's communications")
+    body = svg + ("<p>From the flight recorder (flight/): every communication of each rank's last step, on the "
+                  "machine's clock; the forwards and backwards are traced only by the pipeline (--pp), so here the grey ground "
+                  "between communications is compute or idle time.</p>")
+    for row in totals:
+        row[1], row[3], row[4] = "", "%s (compute or idle)" % row[3], ""
+    return panel("timeline", "A step, rank by rank", body + table(TOTALS, totals, "timeline"))
+
+
 def timeline_panel(d):
     trace = read_json(os.path.join(d, "pp_trace.json"))
     if not trace:
-        return ""
+        return flight_timeline(d)
     ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     for e in ev:  # (a --dry-run's simulated trace has one step, and no micro-batch on its sends)
         e.setdefault("args", {}).setdefault("step", 1)
@@ -265,34 +326,12 @@ def timeline_panel(d):
         first = min(a for k in ("F", "B", "W", "send", "recv") for a, _, _ in lanes[r][k])
         lanes[r]["coll"] = [c for c in flight_collectives(d, r, offset_of) if c[0] >= first]
         t1 = max([t1] + [a + dur for a, dur, _ in lanes[r]["coll"]])
-    w, L, lh = 760, 110, 11
-    h = 24 + len(ranks) * (len(LANES) * lh + 14)
-    sx = lambda t: L + (t - t0) / max(t1 - t0, 1.0) * (w - L - 10)
-    svg = ['<svg class="chart wide" viewBox="0 0 %d %d" role="img" aria-label="timeline of step %d">' % (w, h, step),
-           '<text x="%d" y="14" class="t">step %d, %.1f ms</text>' % (L, step, (t1 - t0) / 1e3)]
-    totals = []
-    for i, r in enumerate(ranks):
-        y = 22 + i * (len(LANES) * lh + 14)
-        svg.append('<rect x="%d" y="%d" width="%d" height="%d" class="idle"/>' % (L, y, w - L - 10, len(LANES) * lh))
-        svg.append('<text x="4" y="%d" class="t">rank %d</text>' % (y + 10, r))
-        for j, (k, label) in enumerate(LANES):
-            svg.append('<text x="%d" y="%d" class="l" text-anchor="end">%s</text>' % (L - 4, y + j * lh + 9, label))
-            for a, dur, what in lanes[r][k]:
-                svg.append('<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s %.0f us</title></rect>'
-                           % (sx(a), y + j * lh + 1, max(sx(a + dur) - sx(a), 0.8), lh - 2, COLORS[j], esc(what), dur))
-        comp = union([(a, a + dur) for k in ("F", "B", "W") for a, dur, _ in lanes[r][k]])
-        comm = union([(a, a + dur) for k in ("send", "recv", "coll") for a, dur, _ in lanes[r][k]])
-        busy = union([(a, a + dur) for k, _ in LANES for a, dur, _ in lanes[r][k]])
-        totals.append([str(r)] + ["%.2f" % (v / 1e3) for v in (comp, comm, t1 - t0 - busy)] +
-                      [str(sum(len(lanes[r][k]) for k in ("F", "B", "W"))), str(len(lanes[r]["coll"]))])
-    body = "".join(svg) + "</svg>"
-    body += ("<p>The grey ground is idle time. Collectives come from the flight recorder (flight/), whose clock is "
-             "lined up with the trace's at each rank's last pipeline message. Schedule %s, bubble formula %s.</p>"
-             % (esc(str(trace.get("otherData", {}).get("schedule", "?"))),
-                esc(str(trace.get("otherData", {}).get("bubble_formula", "?")))))
-    body += table(["rank", "compute ms", "communication ms", "idle ms", "compute actions", "collectives"], totals,
-                  "timeline")
-    return panel("timeline", "A step, rank by rank", body)
+    svg, totals = draw_lanes(lanes, t0, t1, "step %d" % step)
+    body = svg + ("<p>The grey ground is idle time. Collectives come from the flight recorder (flight/), whose clock is "
+                  "lined up with the trace's at each rank's last pipeline message. Schedule %s, bubble formula %s.</p>"
+                  % (esc(str(trace.get("otherData", {}).get("schedule", "?"))),
+                     esc(str(trace.get("otherData", {}).get("bubble_formula", "?")))))
+    return panel("timeline", "A step, rank by rank", body + table(TOTALS, totals, "timeline"))
 
 
 def readme_for(name, zero):

@@ -22,9 +22,9 @@ function(report_test)
     PROCESSORS 2 SKIP_REGULAR_EXPRESSION "SKIPPED:" PASS_REGULAR_EXPRESSION "ok: .*report.html in headless")
 endfunction()
 
-set(REPORT_ALL run,loss,ledger,memory,narration,hang)
+set(REPORT_ALL run,loss,timeline,ledger,memory,narration,hang)
 # Pipeline (and data) parallelism: dp 2 x pp 2, the timeline of a 1F1B step.
-report_test(NAME pipeline_dp2_pp2 NP 4 PANELS run,loss,timeline,ledger,memory,narration,hang
+report_test(NAME pipeline_dp2_pp2 NP 4 PANELS ${REPORT_ALL}
   SCREENSHOT ${REPORT_DOCS}/report_pipeline.png ARGS --dp 2 --pp 2 --grad-acc-steps 2)
 # The single-process run, the reference of the next: the same global batch, one rank.
 report_test(NAME single NP 1 PANELS run,loss,memory,narration,hang SCREENSHOT - ARGS)  # (no communication: no ledger)
