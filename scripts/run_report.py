@@ -145,20 +145,26 @@ def run_panel(d):
         return ""
     body = "<pre class=\"cmd\">%s</pre>" % esc(command) if command else ""
     if run:
-        m, mesh = run["mesh"], run["mesh"]
-        body += "<p>mesh: dp %d × pp %d × cp %d × tp %d (tp fastest)</p>" % (m["dp"], m["pp"], m["cp"], m["tp"])
+        mesh = run["mesh"]
+        body += "<p>mesh: dp %d × pp %d × cp %d × tp %d (tp fastest): a row per dp rank</p>" % (
+            mesh["dp"], mesh["pp"], mesh["cp"], mesh["tp"])
         cols = max(1, mesh["pp"] * mesh["cp"] * mesh["tp"])
         w, bw = 560, min(130, 540 // cols)
         rows = (len(run["ranks"]) + cols - 1) // cols
-        svg = ['<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="the mesh">' % (w, 10 + 56 * rows)]
+        svg = ['<svg class="chart" viewBox="0 0 %d %d" role="img" aria-label="the mesh">' % (w, 10 + 70 * rows)]
         for r in run["ranks"]:
             i, j = divmod(r["rank"], cols)
-            x, y = 10 + j * (bw + 6), 6 + i * 56
-            svg.append('<rect x="%d" y="%d" width="%d" height="48" rx="4" fill="%s" fill-opacity="0.25" stroke="#555">'
+            x, y = 10 + j * (bw + 6), 6 + i * 70
+            text = " ".join(r["holds"])  # the holdings in short: layers, heads, positions
+            short = [m.group(0) for m in (re.search(p, text) for p in (r"layers [\d-]+", r"heads [\d-]+",
+                                                                        r"positions [\d, -]+\d")) if m]
+            svg.append('<rect x="%d" y="%d" width="%d" height="62" rx="4" fill="%s" fill-opacity="0.25" stroke="#555">'
                        '<title>%s</title></rect>' % (x, y, bw, COLORS[r["pp"] % 8], esc("; ".join(r["holds"]))))
-            svg.append('<text x="%d" y="%d" class="t">rank %d</text>' % (x + 5, y + 16, r["rank"]))
+            svg.append('<text x="%d" y="%d" class="t">rank %d</text>' % (x + 5, y + 14, r["rank"]))
             svg.append('<text x="%d" y="%d" class="l">dp%d pp%d cp%d tp%d</text>'
-                       % (x + 5, y + 34, r["dp"], r["pp"], r["cp"], r["tp"]))
+                       % (x + 5, y + 27, r["dp"], r["pp"], r["cp"], r["tp"]))
+            for k, line in enumerate(short[:3]):
+                svg.append('<text x="%d" y="%d" class="l">%s</text>' % (x + 5, y + 39 + 10 * k, esc(line[:26])))
         body += "".join(svg) + "</svg>"
         body += table(["rank", "dp", "pp", "cp", "tp", "holds"],
                       [[str(r["rank"]), str(r["dp"]), str(r["pp"]), str(r["cp"]), str(r["tp"]),
