@@ -58,6 +58,7 @@
 #include "runtime/observe/projections.h"
 #include "runtime/observe/holdings.h"
 #include "runtime/observe/report.h"
+#include "runtime/observe/run_dir.h"
 #include "runtime/checkpoint/resume.h"
 #include "runtime/checkpoint/whole_model.h"
 #include "runtime/preflight/resolve.h"
@@ -298,6 +299,7 @@ void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool s
     print0(world.rank(), validation_line(validation_loss(t.model, t.pipeline, t.mesh, *data.val, t.cfg.eval_batches,
                                                          t.cfg.grad_acc_steps, t.device), t.cfg.eval_batches));
   if (t.cfg.comm_report) print0(world.rank(), t.mesh.comm_report(t.cfg.steps));  // every group the run made
+  if (!t.cfg.run_dir.empty()) write_rank_end(t.cfg.run_dir, world, t.cfg.steps, peak_memory_bytes(t.device));  // each rank's ledger, peak
   if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps);
 }
 
@@ -318,6 +320,8 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(cfg, c); };
   Explainer explain(cfg, mesh, shard_plan_of);  // --explain: the first step narrated, rank by rank
   print_run(cfg, dist, device, mesh.shape(), shard_plan_of);
+  if (!cfg.run_dir.empty() && rank == 0)  // --run-dir: command, config, mesh, holdings, the run's own estimate (run_dir.h)
+    write_run_start(cfg, mesh.shape(), shard_plan_of, device.str(), launcher_name(dist.info().launcher));
 
   // ---- model on the mesh; optimizer: AdamW, its gradients all-reduced by data parallelism, or ZeRO
   ModelOnMesh on_mesh = build_model(cfg, mesh, shard_plan_of, device);
@@ -409,6 +413,11 @@ int main(int argc, char** argv) {
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems;
+  std::string run_dir_problem;  // --run-dir: the outputs not given go under it (runtime/observe/run_dir.h)
+  if (config && !config->run_dir.empty()) {
+    apply_run_dir(*config, argc, argv);
+    run_dir_problem = prepare_run_dir(config->run_dir);
+  }
   if (!config) {  // flags that did not parse
     problems = {args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
   } else {  // config.json and the tokenizer's vocabulary applied, then the rules between the flags
@@ -416,6 +425,7 @@ int main(int argc, char** argv) {
     problems = resolved.problems.empty() ? config_problems(*config, launch) : resolved.problems;
     for (const auto& change : resolved.changes) print0(launch.rank, "config: " + change);
   }
+  if (!run_dir_problem.empty()) problems = {run_dir_problem};  // (its files' own problems follow from it)
   const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(*config, c); };
   if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, shard_plan_of);
   if (problems.empty() && config->planner.search) {  // --plan: the layouts searched, nothing launched (rank 0 prints)

@@ -2,7 +2,8 @@
 # scripts/setup.sh — install what picotron needs, once per machine; print the CMake
 # prefix of LibTorch on the last line of stdout (messages go to stderr).
 #
-#   Debian packages: build tools, OpenMPI, cxxopts, nlohmann-json, Catch2, PCRE2, ccache, gdb, tmux, shellcheck (apt-get, as root or via sudo)
+#   Debian packages: build tools, OpenMPI, cxxopts, nlohmann-json, Catch2, PCRE2, ccache, gdb, tmux, shellcheck,
+#   chromium (the run report's browser test, tests/report_browser.py) (apt-get, as root or via sudo)
 #   LibTorch: reused if you already have it, in this order:
 #     1. Torch_DIR or CMAKE_PREFIX_PATH in the environment (a LibTorch you unpacked)
 #     2. a python3 that can `import torch`
@@ -16,7 +17,7 @@ set -euo pipefail
 log() { echo "[setup] $*" >&2; }
 
 # ---- Debian packages -------------------------------------------------------------
-packages=(build-essential cmake ccache python3-venv libopenmpi-dev openmpi-bin libcxxopts-dev nlohmann-json3-dev catch2 libpcre2-dev gdb tmux shellcheck)
+packages=(build-essential cmake ccache python3-venv libopenmpi-dev openmpi-bin libcxxopts-dev nlohmann-json3-dev catch2 libpcre2-dev gdb tmux shellcheck chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

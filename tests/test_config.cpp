@@ -4,6 +4,7 @@
 #include "picotron/config.h"
 #include "runtime/cli/flags.h"
 #include "runtime/cli/settings.h"
+#include "runtime/observe/run_dir.h"
 
 using namespace picotron;
 
@@ -103,4 +104,29 @@ TEST_CASE("each piece's settings are cut from the flags field by field", "[confi
   CHECK((saving.save_dir == "ckpt" && saving.keep == 5 && saving.save_every == 3 && saving.resume == "old"));
   CHECK(saving.run.at("hidden_size") == cfg.llama.hidden_size);  // the record a manifest keeps
   CHECK(saving.run.at("global_batch_rows") == cfg.micro_batch_size * cfg.grad_acc_steps * cfg.dp);
+}
+
+TEST_CASE("--run-dir points the outputs not given under DIR, and keeps those given", "[config]") {
+  const char* argv[] = {"train", "--run-dir", "runs/a"};
+  TrainConfig c;
+  c.run_dir = "runs/a";
+  c.metrics_file = "m.jsonl";  // given: kept
+  apply_run_dir(c, 3, argv);
+  CHECK(c.metrics_file == "m.jsonl");
+  CHECK(c.memory_trace == "runs/a/memory.jsonl");
+  CHECK(c.pp_trace.empty());  // --pp 1: no pipeline trace (check_flag_rules refuses one)
+  CHECK(c.flight_recorder == "runs/a/flight");
+  CHECK(c.flight_dump_at_end);
+  CHECK(c.profile.empty());  // the profiler only when --profile-steps asks
+  CHECK(c.command_line == "train --run-dir runs/a");
+  TrainConfig p;
+  p.run_dir = "d", p.pp = 2, p.flight_recorder = "off", p.profile_first = 2, p.profile_last = 2;
+  apply_run_dir(p, 0, nullptr);
+  CHECK(p.pp_trace == "d/pp_trace.json");
+  CHECK(p.flight_recorder == "off");
+  CHECK_FALSE(p.flight_dump_at_end);
+  CHECK(p.profile == "d/profile");
+  TrainConfig none;
+  apply_run_dir(none, 0, nullptr);
+  CHECK(none.metrics_file.empty());
 }

@@ -16,6 +16,7 @@
 
 #include "context_parallel/cp_layout.h"
 #include "picotron/distributed.h"
+#include "picotron/output_file.h"
 #include "picotron/utils.h"
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_groups.h"
@@ -298,6 +299,7 @@ void Explainer::end(const Distributed& dist) {
   for (int r = 0; r < world; ++r) o << title(r) << "\n" << texts[size_t(r)];
   o << "==== end of --explain ====";
   std::cout << o.str() << std::endl;
+  if (!cfg_.run_dir.empty()) write_file("--run-dir", cfg_.run_dir + "/narration.txt", o.str() + "\n");  // (run_dir.h)
 }
 
 }  // namespace picotron
