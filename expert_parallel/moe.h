@@ -22,6 +22,10 @@
 // model's layer_stats (picotron/model.h): add_experts installs both after the model is
 // built; expert parallelism (expert_parallel.h) then replaces how the experts run.
 //
+// This header, in reading order: an expert, the routing, the block, add_experts; then the
+// router's statistics (RouterLog: what the loss reads, how a pipeline carries it, how the
+// cp / sp ranks sum it).
+//
 // Test: build/tests/unit_tests "[moe]"; ctest -R equivalence.moe
 #pragma once
 
@@ -36,6 +40,59 @@
 #include "picotron/shard.h"
 
 namespace picotron {
+
+// One expert: a SwiGLU MLP with Mixtral's names w1 (gate), w2 (down), w3 (up).
+class ExpertImpl : public torch::nn::Module {
+ public:
+  ExpertImpl(int64_t hidden, int64_t intermediate, torch::TensorOptions opts);
+  torch::Tensor forward(const torch::Tensor& x);  // [n, H] -> [n, H]
+  torch::Tensor w1, w2, w3;                       // the weights of w1 [I, H], w2 [H, I], w3 [I, H]
+};
+TORCH_MODULE(Expert);
+
+// Routing of T tokens: the k experts of each and their normalised weights.
+struct Routing {
+  torch::Tensor experts;  // [T, k] int64
+  torch::Tensor weights;  // [T, k] compute dtype
+};
+// The routing of a router's probabilities p [T, E]: top-k, weights normalised to sum 1.
+Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype);
+// Runs the experts on the routed tokens and combines: [T, H] -> [T, H]. The default runs
+// every expert here; expert parallelism replaces it.
+using ExpertRunner = std::function<torch::Tensor(const torch::Tensor& x, const Routing& r)>;
+
+struct RouterLog;  // what forward() records for the load-balancing loss (below)
+
+class MoEImpl : public torch::nn::Module {
+ public:
+  // `prefix`: "model.layers.3.block_sparse_moe." (the plan holds the router and the experts).
+  MoEImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix, int64_t layer_index,
+          torch::TensorOptions opts);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
+  // Every expert's tokens through it, weighted and summed back (the dropless combine).
+  torch::Tensor run_experts(const torch::Tensor& x, const Routing& r);  // [T, H] -> [T, H]
+
+  torch::Tensor gate;                 // the router's weight [E, H] (module "gate")
+  std::map<int64_t, Expert> experts;  // by global expert index: those this rank holds
+  int64_t num_experts, top_k, layer_index;
+  ExpertRunner runner;                // empty: run_experts
+  std::shared_ptr<RouterLog> log;     // where forward() records its routing (add_experts sets it)
+};
+TORCH_MODULE(MoE);
+
+// A mixture of experts in place of each held layer's MLP, when the config has experts
+// (c.is_moe()): the blocks in the layers' feed_forward slots (registered as
+// "block_sparse_moe", Mixtral's name, with the experts `plan` lists) and one RouterLog as
+// the model's layer_stats. Call it right after building the model. Returns the log (null
+// for a dense model).
+std::shared_ptr<RouterLog> add_experts(LlamaForCausalLMImpl& model, const ShardPlan& plan, torch::TensorOptions opts);
+// The mixture of experts in a layer, or null (a dense layer).
+MoEImpl* moe_of(DecoderLayerImpl& layer);
+
+// ---- the router's statistics: what the load-balancing loss reads -------------------
+// Each MoE block's forward records its counts and summed probabilities here; the loss
+// (aux_loss) reads them once per micro-batch. Pipeline parallelism carries them from stage
+// to stage as a side tensor, and cp / sp ranks sum them (router_stats_sum).
 
 // What the routers of one forward saw (one micro-batch), for the loss and the metrics: the
 // model's LayerStats in a mixture of experts, n = 2E + 1 ([counts | probs | rows]).
@@ -81,49 +138,6 @@ struct RouterLog : LayerStats {
   void rerecord(int64_t layer, const torch::Tensor& t) override { layers.at(layer).probs = t; }
 };
 
-// One expert: a SwiGLU MLP with Mixtral's names w1 (gate), w2 (down), w3 (up).
-class ExpertImpl : public torch::nn::Module {
- public:
-  ExpertImpl(int64_t hidden, int64_t intermediate, torch::TensorOptions opts);
-  torch::Tensor forward(const torch::Tensor& x);  // [n, H] -> [n, H]
-  torch::Tensor w1, w2, w3;                       // the weights of w1 [I, H], w2 [H, I], w3 [I, H]
-};
-TORCH_MODULE(Expert);
-
-// Routing of T tokens: the k experts of each and their normalised weights.
-struct Routing {
-  torch::Tensor experts;  // [T, k] int64
-  torch::Tensor weights;  // [T, k] compute dtype
-};
-// Runs the experts on the routed tokens and combines: [T, H] -> [T, H]. The default runs
-// every expert here; expert parallelism replaces it.
-using ExpertRunner = std::function<torch::Tensor(const torch::Tensor& x, const Routing& r)>;
-
-class MoEImpl : public torch::nn::Module {
- public:
-  // `prefix`: "model.layers.3.block_sparse_moe." (the plan holds the router and the experts).
-  MoEImpl(const LlamaConfig& c, const ShardPlan& plan, const std::string& prefix, int64_t layer_index,
-          torch::TensorOptions opts);
-  torch::Tensor forward(const torch::Tensor& x);  // [B, S, H] -> [B, S, H]
-  // Every expert's tokens through it, weighted and summed back (the dropless combine).
-  torch::Tensor run_experts(const torch::Tensor& x, const Routing& r);  // [T, H] -> [T, H]
-
-  torch::Tensor gate;                 // the router's weight [E, H] (module "gate")
-  std::map<int64_t, Expert> experts;  // by global expert index: those this rank holds
-  int64_t num_experts, top_k, layer_index;
-  ExpertRunner runner;                // empty: run_experts
-  std::shared_ptr<RouterLog> log;     // where forward() records its routing (add_experts sets it)
-};
-TORCH_MODULE(MoE);
-
-// A mixture of experts in place of each held layer's MLP, when the config has experts
-// (c.is_moe()): the blocks in the layers' feed_forward slots (registered as
-// "block_sparse_moe", Mixtral's name, with the experts `plan` lists) and one RouterLog as
-// the model's layer_stats. Call it right after building the model. Returns the log (null
-// for a dense model).
-std::shared_ptr<RouterLog> add_experts(LlamaForCausalLMImpl& model, const ShardPlan& plan, torch::TensorOptions opts);
-// The mixture of experts in a layer, or null (a dense layer).
-MoEImpl* moe_of(DecoderLayerImpl& layer);
 // The model's router log, or null (a dense model).
 RouterLog* router_log_of(LlamaForCausalLMImpl& model);
 
@@ -137,8 +151,5 @@ RouterLog* router_log_of(LlamaForCausalLMImpl& model);
 std::function<torch::Tensor(const torch::Tensor&)> router_stats_sum(Comm* cp, Comm* tp_sp);
 // Installs that sum in the model's router log (a dense model, or both null: nothing).
 void sum_routing_over(LlamaForCausalLMImpl& model, Comm* cp, Comm* tp_sp);
-
-// The routing of a router's probabilities p [T, E]: top-k, weights normalised to sum 1.
-Routing route(const torch::Tensor& probs, int64_t k, torch::ScalarType weight_dtype);
 
 }  // namespace picotron

@@ -14,11 +14,12 @@
 // B nH S^2 x 4 bytes (512 MiB at B 1, nH 32, S 2048), and every score is read from global
 // memory Hd times by the P V step; FlashAttention's tiles keep both on the chip.
 // Same contract as the rungs above (kernels/ops.h; q [B, nH, S, Hd], k, v [B, nKV, S, Hd],
-// bf16 or fp16, Hd 64 or 128) and the same host side of the backward (flash_common.cuh).
+// bf16 or fp16, Hd 64 or 128) and the same host side of the backward (attention_launch.cuh).
 //
 // reference: reference::flash_attention_forward / _backward (kernels/reference.cpp)
 // test:      build/tests/unit_tests "[kernels][gpu]"    bench: build/bench/bench_kernels
-#include "kernels/flash_common.cuh"
+// alone:     build/kernels/attention_rung 0   (this rung against the reference, timed; a GPU)
+#include "kernels/attention_launch.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {

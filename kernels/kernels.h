@@ -2,7 +2,8 @@
 // the rest of the project includes.
 //
 //   reference::X   plain ATen, any device: the CPU path and the oracle of the tests
-//   cuda::X        the fused kernel (kernels/X.cu), CUDA tensors only
+//   cuda::X        the fused kernel (kernels/X.cu), CUDA tensors only; attention's rungs:
+//                  kernels/attention_{naive,wmma,mma}.cu (below, and kernels/README.md)
 //   the autograd ops below: what the model, the loss and the optimizer call under
 //   --kernels fused (kernels/autograd.cpp wraps each cuda:: forward/backward pair;
 //   kernels/use_kernels.cpp points the model's slots and AdamW at them)
@@ -34,9 +35,10 @@ namespace reference {
 
 namespace cuda {
 #include "kernels/ops.h"
-// The ladder's second rung (kernels/flash_attention_mma.cu) and its rung 0, the S x S scores
-// in global memory (kernels/attention_naive.cu): the same contract as
-// flash_attention_forward / _backward above; their reference is reference::flash_attention_*.
+// The attention ladder's rung 2 (kernels/attention_mma.cu) and its rung 0, the S x S scores
+// in global memory (kernels/attention_naive.cu): the same contract as rung 1's
+// flash_attention_forward / _backward above (kernels/attention_wmma.cu); their reference is
+// reference::flash_attention_*. Each rung alone: build/kernels/attention_rung N.
 std::tuple<at::Tensor, at::Tensor> flash_attention_mma_forward(const at::Tensor& q, const at::Tensor& k,
                                                                const at::Tensor& v, double scale, bool causal);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_mma_backward(const at::Tensor& dout, const at::Tensor& q,
@@ -71,8 +73,8 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
                                 int64_t chunk_rows = 4096);
 // The rungs of the hand-written attention ladder (kernels/README.md), slowest first:
 //   kNaive kernels/attention_naive.cu: the S x S scores in global memory, a thread per element
-//   kWmma  kernels/flash_attention.cu: WMMA 16x16x16, S, P and O staged in shared memory
-//   kMma   kernels/flash_attention_mma.cu: mma.sync m16n8k16, S, P, O in registers, cp.async
+//   kWmma  kernels/attention_wmma.cu: WMMA 16x16x16, S, P and O staged in shared memory
+//   kMma   kernels/attention_mma.cu: mma.sync m16n8k16, S, P, O in registers, cp.async
 enum class FlashRung { kNaive, kWmma, kMma };
 // Causal attention, GQA without repeating K/V: q [B, nH, S, Hd], k, v [B, nKV, S, Hd]
 // -> (out [B, nH, S, Hd], lse [B, nH, S] fp32). Gradients for q, k, v (not through lse).

@@ -66,7 +66,7 @@ void adamw_step(const std::vector<at::Tensor>& params, const std::vector<at::Ten
                 const std::vector<at::Tensor>& grads, const std::vector<at::Tensor>& exp_avg,
                 const std::vector<at::Tensor>& exp_avg_sq, const std::vector<bool>& decay, const AdamWHyper& h);
 
-// ---- kernels/flash_attention.cu --------------------------------------------------
+// ---- kernels/attention_wmma.cu (cuda::: rung 1 of the attention ladder, kernels/README.md) --
 // FlashAttention-2 (arXiv 2307.08691). q [B, nH, S, Hd], k, v [B, nKV, S, Hd] (bf16 or
 // fp16, contiguous, Hd 64 or 128, nH a multiple of nKV: query head h reads kv head
 // h / (nH / nKV), K/V never repeated). scale = 1/sqrt(Hd) normally.

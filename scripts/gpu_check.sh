@@ -15,8 +15,9 @@
 #      ZeRO-1, pp2 x cp2 zb-h1, dp2 + ZeRO-3), and one fp32 case at rtol 1e-4 (fp32
 #      rounding, amplified by AdamW's 1/sqrt(v) over 6 steps, moved parameters by 1-5e-5
 #      on the first GPU run while losses agreed to 1e-7); if not, NCCL's message
-#   4. bench_kernels (each fused kernel against ATen, the attention ladder against SDPA)
-#      and the end-to-end aten vs fused training throughput (bench/kernels_e2e.sh, smollm-360m)
+#   4. each rung of the attention ladder alone (build/kernels/attention_rung N: against the
+#      reference, timed beside SDPA), bench_kernels (each fused kernel against ATen, the
+#      attention ladder against SDPA) and the end-to-end aten vs fused training throughput (bench/kernels_e2e.sh, smollm-360m)
 #   --long: the speed check alone (run the default check first: it proves the path):
 #   bench_kernels, then the end-to-end comparison with PyTorch (bench/vs_pytorch.sh's GPU
 #   mode), smollm-1.7b B=4 and smollm-360m B=8 at seq 2048, bf16: picotron aten and fused against a minimal
@@ -143,7 +144,7 @@ build_it() {
     -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/prefix" -DMPI_C_COMPILER="$ompi/bin/mpicc" | tee "$build.configure.log" &&
     { grep -q 'CUDA parts (NCCL, kernels): ON' "$build.configure.log" ||
       { echo "the CUDA parts were not configured (see above): no NCCL or no CUDA LibTorch"; return 1; }; } &&
-    cmake --build "$build" -j "$(nproc)" --target train unit_tests bench_kernels compare_runs
+    cmake --build "$build" -j "$(nproc)" --target train unit_tests bench_kernels compare_runs attention_rung
 }
 if [ -n "$prebuilt" ]; then
   # The staged binaries: LibTorch, CUDA and NCCL from this machine's torch wheel (the same
@@ -218,6 +219,10 @@ fi
 fi  # (1-3)
 
 # ---- 4. speed ------------------------------------------------------------------------------
+# The attention ladder one rung at a time (kernels/README.md, "Run one rung"): each against
+# the reference, then timed beside SDPA; the step fails if any rung does.
+# shellcheck disable=SC2016  # $1 is the inner bash's
+step attention_rungs 20 120 bash -c 'rc=0; for n in 0 1 2; do "$1" "$n" || rc=1; done; exit $rc' _ "$build/kernels/attention_rung"
 step bench_kernels 60 150 "$build/bench/bench_kernels"
 if [ $long -eq 0 ]; then
   TRAIN=$train MODELS=smollm-360m STEPS=20 MICRO_BATCHES="8 4" step kernels_e2e 90 240 "$root/bench/kernels_e2e.sh"

@@ -133,7 +133,8 @@ def main():
         lines.append("```")
 
     lines += ["", "## 4. Speed", ""]
-    for name, title in (("bench_kernels", "Each fused kernel against ATen (`bench_kernels`)"),
+    for name, title in (("attention_rungs", "The attention ladder, one rung at a time (`kernels/attention_rung N`)"),
+                        ("bench_kernels", "Each fused kernel against ATen (`bench_kernels`)"),
                         ("kernels_e2e", "End to end, `--kernels aten` against `--kernels fused` (`bench/kernels_e2e.sh`)"),
                         ("vs_pytorch", "Against a minimal PyTorch LLaMA (eager, torch.compile) and transformers "
                                        "(`bench/vs_pytorch.sh`, GPU mode)")):

@@ -4,7 +4,8 @@
 # (about 25 minutes on 2 cores, minutes on 16) would spend them. scripts/gpu_check.sh
 # --build-only --stage DIR calls this after its build; --prebuilt DIR runs from it.
 #
-#   STAGE/train, STAGE/tests/{unit_tests,compare_runs}, STAGE/bench/bench_kernels
+#   STAGE/train, STAGE/tests/{unit_tests,compare_runs}, STAGE/bench/bench_kernels,
+#   STAGE/kernels/attention_rung
 #             the binaries, stripped, in the build folder's layout (tests/equivalence.sh
 #             finds compare_runs beside train)
 #   STAGE/lib/           what they load that is neither the C library nor LibTorch, CUDA
@@ -21,9 +22,9 @@ die() { echo "gpu_stage: error: $*" >&2; exit 1; }
 [ $# -eq 3 ] || die "usage: scripts/gpu_stage.sh BUILD_DIR DEPS_DIR STAGE_DIR"
 build=$1 deps=$2 stage=$3
 limit_mb=${STAGE_LIMIT_MB:-40}
-binaries=(train tests/unit_tests tests/compare_runs bench/bench_kernels)
+binaries=(train tests/unit_tests tests/compare_runs bench/bench_kernels kernels/attention_rung)
 for b in "${binaries[@]}"; do [ -x "$build/$b" ] || die "$build/$b is not built (scripts/gpu_check.sh --build-only builds it)"; done
-rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/tests" "$stage/bench"
+rm -rf "$stage" && mkdir -p "$stage/lib" "$stage/tests" "$stage/bench" "$stage/kernels"
 for b in "${binaries[@]}"; do
   cp "$build/$b" "$stage/$b"
   strip --strip-unneeded "$stage/$b" 2>/dev/null || true

@@ -56,7 +56,7 @@ build=$(dirname "$train")
 "$check" --prebuilt "$tmp/none" --out "$tmp/o" >"$tmp/f.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/f.log" "no staged build there" "--prebuilt of an empty folder" || bad "--prebuilt of an empty folder: exit 1"
 if "$here/../scripts/gpu_stage.sh" "$build" "$tmp/no_deps" "$tmp/stage" >"$tmp/stage.log" 2>&1; then
   ok "gpu_stage.sh: $(tail -n 1 "$tmp/stage.log")"
-  for b in train tests/unit_tests tests/compare_runs bench/bench_kernels; do
+  for b in train tests/unit_tests tests/compare_runs bench/bench_kernels kernels/attention_rung; do
     [ -x "$tmp/stage/$b" ] && ok "staged $b" || bad "staged $b"
   done
   expect "$tmp/stage/MANIFEST.txt" "^# from the GPU machine's torch wheel .*libtorch" "the manifest names what torch provides"

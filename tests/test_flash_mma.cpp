@@ -1,14 +1,14 @@
-// The register-resident FlashAttention-2 rung (kernels/flash_attention_mma.cu), checked on
+// The register-resident FlashAttention-2 rung (kernels/attention_mma.cu), checked on
 // the CPU, where no GPU runs it:
-//   1. the fragment tables of kernels/flash_mma.cuh against the PTX ISA's text, each a
-//      bijection onto its tile; the ldmatrix address patterns; the swizzle (a permutation,
+//   1. the fragment tables of kernels/attention_mma_fragments.cuh against the PTX ISA's
+//      text, each a bijection onto its tile; the ldmatrix address patterns; the swizzle (a permutation,
 //      and no bank conflicts where the unswizzled layout has 8-way ones);
 //   2. an mma.m16n8k16 emulated from those tables, its operands brought by an emulated
 //      ldmatrix from swizzled tiles, = A B; and a C fragment reused as an A fragment
 //      (P from S) gives (A B) C;
-//   3. both kernels' warps emulated lane by lane with the same functions of flash_mma.cuh
-//      (tile loops, masks, quad shuffles, online softmax, P from S's registers, the dS
-//      round trip, the dQ split) = reference::flash_attention_forward / _backward.
+//   3. both kernels' warps emulated lane by lane with the same functions of
+//      attention_mma_fragments.cuh (tile loops, masks, quad shuffles, online softmax, P
+//      from S's registers, the dS round trip, the dQ split) = reference::flash_attention_*.
 //      Emulation in fp32, reference in fp64: 1e-5 relative (fp32 rounding over sums of
 //      at most S + Hd terms, ~1e-6 seen);
 //   4. on a GPU, the kernels themselves = the reference (bf16 2e-2, fp16 5e-3, as the WMMA
@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/flash_mma.cuh"
+#include "kernels/attention_mma_fragments.cuh"
 #include "kernels/kernels.h"
 
 namespace K = picotron::kernels;
@@ -400,7 +400,7 @@ const std::vector<Shape> kShapes = {{2, 2, 1, 1, 64}, {1, 4, 2, 77, 64}, {1, 6, 
 TEST_CASE("flash mma rung: fragment tables = the PTX ISA's, each a bijection onto its tile", "[kernels]") {
   for (int lane = 0; lane < kLanes; ++lane) {
     const int g = lane / 4, t = lane % 4;  // groupID, threadID_in_group
-    // The ISA's text, transcribed apart from flash_mma.cuh:
+    // The ISA's text, transcribed apart from attention_mma_fragments.cuh:
     for (int i = 0; i < 8; ++i) {  // A: row g for a0, a1, a4, a5, else g + 8; col 2t + (i & 1), + 8 for i >= 4
       const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8, col = t * 2 + (i & 1) + (i >= 4 ? 8 : 0);
       CHECK(same(fm::frag_a(lane, i), {row, col}));

@@ -1,7 +1,7 @@
-// kernels/flash_attention_mma.cu — FlashAttention-2 as the paper builds it: scores,
-// softmax state and output in registers, tiles copied asynchronously. The second rung of
-// the ladder (kernels/README.md); the first, kernels/flash_attention.cu, computes the same
-// thing with WMMA and stages S, P and O in shared memory.
+// kernels/attention_mma.cu — rung 2 of the attention ladder (kernels/README.md):
+// FlashAttention-2 as the paper builds it, scores, softmax state and output in registers
+// (mma.sync), tiles copied asynchronously. Rung 1, kernels/attention_wmma.cu, computes the
+// same thing with WMMA and stages S, P and O in shared memory.
 //
 // Paper: Dao, "FlashAttention-2", arXiv 2307.08691: Algorithm 1 (forward), Algorithm 2
 // (backward), Section 3.3 (work split between warps: each warp owns rows of Q_i, so the
@@ -25,9 +25,10 @@
 //     reads it for the softmax, writes P and re-reads it for every 16 output columns,
 //     rescales O in shared memory and loads + stores it around every P V_j step, and
 //     re-reads Q_i's fragments: ~74 KiB of shared traffic beside the 32 KiB of K_j, V_j
-//     operands both rungs read. Here a C fragment's layout is known (flash_mma.cuh): the
-//     softmax works on it in place (a row reduction: 2 shuffles within a quad), and P's
-//     A fragments are S's registers repacked. Only K_j, V_j come from shared memory.
+//     operands both rungs read. Here a C fragment's layout is known
+//     (attention_mma_fragments.cuh): the softmax works on it in place (a row reduction:
+//     2 shuffles within a quad), and P's A fragments are S's registers repacked. Only
+//     K_j, V_j come from shared memory.
 //   - Q_i's A fragments are loaded once into registers, for the whole row of tiles.
 //   - cp.async copies K_j+1, V_j+1 into the second buffer while the tensor cores work on
 //     K_j, V_j (the WMMA rung loads, then waits at a barrier), and holds no registers.
@@ -44,11 +45,15 @@
 //
 // FLOPs: forward 4 B nH S^2 Hd (halved when causal), backward 2.5x that (S recomputed).
 // reference: reference::flash_attention_forward / _backward (kernels/reference.cpp), the
-//            same signatures (kernels/ops.h); the fragment arithmetic: kernels/flash_mma.cuh
+//            same signatures (kernels/ops.h); the fragment arithmetic:
+//            kernels/attention_mma_fragments.cuh
 // test:      build/tests/unit_tests "[kernels]"   (tests/test_flash_mma.cpp: the warps of
 //            both kernels emulated lane by lane on the CPU, and on a GPU the kernels)
 // bench:     build/bench/bench_kernels   (one row per rung, against SDPA)
-#include "kernels/flash_mma_tiles.cuh"
+// alone:     build/kernels/attention_rung 2   (this rung against the reference, timed; a GPU)
+// This file: the forward and its launcher; the backward: attention_mma_backward.cu; what
+// both share: attention_mma.cuh; the checks every rung's launcher shares: attention_launch.cuh.
+#include "kernels/attention_mma.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {

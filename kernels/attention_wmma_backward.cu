@@ -1,7 +1,8 @@
-// kernels/flash_attention_backward.cu — FlashAttention-2's backward (arXiv 2307.08691,
+// kernels/attention_wmma_backward.cu — rung 1's backward: FlashAttention-2's (arXiv 2307.08691,
 // Algorithm 2): dQ, dK, dV from dO, recomputing the scores tile by tile from Q, K and the
 // forward's lse instead of keeping the S x S probabilities. The tiling, the memory and
-// FLOP arithmetic: kernels/flash_attention.cu's header. Shared pieces: flash_common.cuh.
+// FLOP arithmetic: kernels/attention_wmma.cu's header. Shared pieces: attention_wmma.cuh
+// (rung 1's tiles and GEMM), attention_launch.cuh (every rung's checks and buffers).
 //
 //   D_i  = rowsum(dO_i * O_i)                                (a small kernel first)
 //   per key tile j (one block per (j, b * nKV + kv)), for every query head of the group
@@ -11,12 +12,13 @@
 //
 // reference: kernels/reference.cpp, reference::flash_attention_backward (kernels/ops.h)
 // test:      build/tests/unit_tests "[kernels]"      bench: build/bench/bench_kernels
-#include "kernels/flash_common.cuh"
+// alone:     build/kernels/attention_rung 1
+#include "kernels/attention_wmma.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
-// ---- backward: Algorithm 2 (D_i and dQ's conversion: flash_common.cuh) -----------------
+// ---- backward: Algorithm 2 (D_i and dQ's conversion: attention_launch.cuh) -----------------
 // Main kernel. P_ij is recomputed from S_ij and the forward's lse_i instead of being
 // stored: storing it would be the S x S matrix the forward avoided; recomputing costs
 // one more Q_i K_j^T (hence ~2.5x the forward's FLOPs instead of 2x).

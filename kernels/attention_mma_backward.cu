@@ -1,18 +1,18 @@
-// kernels/flash_attention_mma_backward.cu — the mma rung's backward: FlashAttention-2's
+// kernels/attention_mma_backward.cu — the mma rung's backward: FlashAttention-2's
 // Algorithm 2 with the scores, their gradients and dK_j, dV_j in registers. The picture,
-// the work split and the measurements: kernels/flash_attention_mma.cu's header; the pieces
-// both directions share: flash_mma_tiles.cuh; the host side every rung shares (checks,
-// buffers, the D pre-kernel, dQ's conversion): flash_common.cuh.
+// the work split and the measurements: kernels/attention_mma.cu's header; the pieces
+// both directions share: attention_mma.cuh; the host side every rung shares (checks,
+// buffers, the D pre-kernel, dQ's conversion): attention_launch.cuh.
 //
 // reference: reference::flash_attention_backward (kernels/reference.cpp, kernels/ops.h)
 // test:      build/tests/unit_tests "[kernels]"   (tests/test_flash_mma.cpp)
-#include "kernels/flash_mma_tiles.cuh"
+#include "kernels/attention_mma.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
 
 
-// ---- backward: Algorithm 2 (D_i and dQ's conversion: flash_common.cuh) -----------------
+// ---- backward: Algorithm 2 (D_i and dQ's conversion: attention_launch.cuh) -----------------
 template <int Hd> struct BwdLayoutMma {  // byte offsets: K_j, V_j [Bc][Hd]; Q, dO [2][Br][Hd]; dS_i [Br][Bc]
   static constexpr int Br = mma::bwd_br(Hd), Bc = mma::kBwdBc;
   static constexpr int k = 0, v = k + Bc * Hd * 2, q = v + Bc * Hd * 2, dout = q + 2 * Br * Hd * 2,

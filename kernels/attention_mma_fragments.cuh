@@ -1,7 +1,7 @@
-// kernels/flash_mma.cuh — the index arithmetic of the register-resident FlashAttention-2
-// rung (kernels/flash_attention_mma.cu): which element of a tile each lane holds in the
-// registers of one tensor-core instruction, mma.sync.m16n8k16 (bf16 / fp16 in, fp32
-// accumulate), which address each lane hands to ldmatrix, and the swizzled shared layout.
+// kernels/attention_mma_fragments.cuh — the index arithmetic of rung 2 of the attention
+// ladder, the register-resident FlashAttention-2 (kernels/attention_mma.cu): which element
+// of a tile each lane holds in the registers of one tensor-core instruction,
+// mma.sync.m16n8k16 (bf16 / fp16 in, fp32 accumulate), which address each lane hands to ldmatrix, and the swizzled shared layout.
 // Pure constexpr functions, the same ones the kernel calls and tests/test_flash_mma.cpp
 // runs on the CPU; the PTX wrappers (mma, ldmatrix, cp.async) at the end exist in CUDA
 // compilations only.
@@ -62,7 +62,7 @@
 
 namespace picotron::kernels::mma {
 
-// ---- the tiles of flash_attention_mma.cu ----------------------------------------------
+// ---- the tiles of attention_mma.cu ----------------------------------------------
 constexpr int kWarps = 4, kThreads = 32 * kWarps;  // a block: 4 warps, each owns 16 rows
 constexpr int kFwdBr = 16 * kWarps;                // forward: query rows per block (Q_i)
 constexpr int kFwdBc = 64;                         // forward: keys per K_j, V_j tile

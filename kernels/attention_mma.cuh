@@ -1,12 +1,13 @@
-// kernels/flash_mma_tiles.cuh — the mma rung's pieces that its forward
-// (flash_attention_mma.cu) and backward (flash_attention_mma_backward.cu) share: tiles
-// copied into swizzled shared memory with cp.async, a warp's C fragments stored back as
-// rows, C fragments repacked as A fragments (P from S, dS^T from its registers), and the
-// scale check of the launchers. The fragment arithmetic itself: kernels/flash_mma.cuh.
+// kernels/attention_mma.cuh — what rung 2's forward (attention_mma.cu) and backward
+// (attention_mma_backward.cu) share: tiles copied into swizzled shared memory with
+// cp.async, a warp's C fragments stored back as rows, C fragments repacked as A fragments
+// (P from S, dS^T from its registers), and the scale check of the launchers. The fragment
+// arithmetic itself: kernels/attention_mma_fragments.cuh; the checks every rung shares:
+// kernels/attention_launch.cuh.
 #pragma once
 
-#include "kernels/flash_common.cuh"
-#include "kernels/flash_mma.cuh"
+#include "kernels/attention_launch.cuh"
+#include "kernels/attention_mma_fragments.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {  // (each .cu including this gets its own copy: internal linkage)
@@ -55,8 +56,8 @@ __device__ void store_rows(const float (&acc)[Hd / 8][4], const float (&mul)[2],
   }
 }
 
-// The A fragment of k-slice kk from the C fragments c of n-tiles 2kk, 2kk + 1 (flash_mma.cuh:
-// P from S, dS^T from its registers), rounded to T.
+// The A fragment of k-slice kk from the C fragments c of n-tiles 2kk, 2kk + 1
+// (attention_mma_fragments.cuh: P from S, dS^T from its registers), rounded to T.
 template <typename T, int N>
 __device__ inline void a_from_c(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
 #pragma unroll

@@ -1,5 +1,7 @@
-// kernels/flash_attention.cu — FlashAttention-2's forward, on tensor cores. The backward is
-// in kernels/flash_attention_backward.cu; this header describes both.
+// kernels/attention_wmma.cu — rung 1 of the attention ladder (kernels/README.md):
+// FlashAttention-2's forward on tensor cores through WMMA, S_ij, P_ij and O_i staged in
+// shared memory. The backward is in kernels/attention_wmma_backward.cu; this header
+// describes both.
 //
 // Paper: Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
 // Partitioning", arXiv 2307.08691. Forward = Algorithm 1, backward = Algorithm 2.
@@ -35,10 +37,12 @@
 // reference: kernels/reference.cpp, reference::flash_attention_forward /
 //            reference::flash_attention_backward, same signatures (kernels/ops.h)
 // test:      build/tests/unit_tests "[kernels]"      bench: build/bench/bench_kernels
+// alone:     build/kernels/attention_rung 1   (this rung against the reference, timed; a GPU)
 //
-// This file: the forward (Algorithm 1). The backward: kernels/flash_attention_backward.cu;
-// what both use: kernels/flash_common.cuh.
-#include "kernels/flash_common.cuh"
+// This file: the forward (Algorithm 1) and its launcher. The backward:
+// kernels/attention_wmma_backward.cu; what both use: kernels/attention_wmma.cuh; the checks
+// every rung's launcher shares: kernels/attention_launch.cuh.
+#include "kernels/attention_wmma.cuh"
 
 namespace picotron::kernels::cuda {
 namespace {
