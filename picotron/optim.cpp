@@ -1,6 +1,6 @@
 // picotron/optim.cpp — see optim.h for the math.
 #include "picotron/optim.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 #include <cmath>
 

@@ -3,7 +3,8 @@
 // zero1.h for the picture and the costs; the layout is zero_layout.cpp.
 #include "zero/zero1.h"
 
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
 
 #include <algorithm>
 #include <cmath>
