@@ -16,7 +16,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <csignal>
 #include <iostream>
 #include <thread>
 
@@ -33,7 +32,9 @@
 #include "picotron/optim_state.h"
 #include "picotron/recompute.h"
 #include "picotron/shard.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
+#include "runtime/observe/measure.h"
+#include "runtime/output/print0.h"
 // the techniques
 #include "context_parallel/context_parallel.h"
 #include "data_parallel/data_parallel.h"
@@ -46,13 +47,11 @@
 // the runtime that keeps it safe
 #include "runtime/checkpoint/async_save.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/checkpoint_check.h"
 #include "runtime/observe/explain.h"
 #include "runtime/observe/flight_dump.h"
 #include "runtime/cli/flags.h"
 #include "runtime/text/generate.h"
 #include "runtime/checkpoint/hf.h"
-#include "runtime/planner/memory_estimate.h"
 #include "runtime/planner/layout_search.h"
 #include "runtime/observe/profile.h"
 #include "runtime/observe/projections.h"
@@ -61,10 +60,12 @@
 #include "runtime/observe/run_dir.h"
 #include "runtime/checkpoint/resume.h"
 #include "runtime/checkpoint/whole_model.h"
+#include "runtime/preflight/preflight.h"
 #include "runtime/preflight/resolve.h"
 #include "runtime/preflight/startup.h"
 #include "runtime/observe/step_watch.h"
 #include "runtime/observe/validation.h"
+#include "runtime/output/output_file.h"
 
 using namespace picotron;
 
@@ -300,7 +301,7 @@ void report_end(Trainer& t, const Batches& data, ExpertParallel* experts, bool s
                                                          t.cfg.grad_acc_steps, t.device), t.cfg.eval_batches));
   if (t.cfg.comm_report) print0(world.rank(), t.mesh.comm_report(t.cfg.steps));  // every group the run made
   if (!t.cfg.run_dir.empty()) write_rank_end(t.cfg.run_dir, world, t.cfg.steps, peak_memory_bytes(t.device));  // each rank's ledger, peak
-  if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps);
+  if (t.pipeline && !t.cfg.pp_trace.empty()) t.pipeline->write_trace(t.cfg.pp_trace, world, t.cfg.steps, write_file);
 }
 
 // ---- the run: mesh, model on the mesh, optimizer, the loop, the end ---------------------
@@ -368,102 +369,13 @@ int run(TrainConfig cfg, const DataSources& sources, Distributed& dist) {
   return 0;
 }
 
-// --dry-run: no launch, no allocation; the summaries are pure arithmetic (rank 0 prints).
-int dry_run(const TrainConfig& cfg, int rank, const ShardPlanOf& shard_plan_of) {
-  if (rank != 0) return 0;
-  const MeshShape shape{cfg.dp, cfg.pp, cfg.cp, cfg.tp};
-  std::cout << model_summary(cfg) << "\n" << plan_summary(cfg, shape, shard_plan_of) << "\n"
-            << holdings_summary(cfg, shape, shard_plan_of) << std::endl;
-  std::cout << memory_summary(cfg, shard_plan_of) << std::endl;
-  if (cfg.pp > 1) {
-    const PipelineSchedule s = parse_schedule(cfg.pp_schedule);
-    std::cout << pipeline_summary(cfg.llama, s, cfg.pp, cfg.pp_virtual_stages) << "\n"
-              << pipeline_programs_text(s, cfg.pp, int(cfg.grad_acc_steps), cfg.pp_virtual_stages) << std::endl;
-    if (!cfg.pp_trace.empty()) try {  // the schedule's own picture, in unit time (pipeline_trace.cpp)
-        write_simulated_trace(cfg.pp_trace, s, cfg.pp, int(cfg.grad_acc_steps), cfg.pp_virtual_stages);
-      } catch (const std::exception& e) {
-        report_error(rank, e.what());
-        return 1;
-      }
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A write past a file-size limit (ulimit -f) must fail with EFBIG, which the output
-  // files report as one line, instead of killing the process with SIGXFSZ.
-  std::signal(SIGXFSZ, SIG_IGN);
-  const ParsedArgs args = parse_args(argc, argv);
-  if (!args.config && args.exit_code == 0) {  // --help
-    std::cout << args.message << std::endl;
-    return 0;
-  }
-  LaunchInfo launch;
-  try {
-    launch = detect_launch(process_environment());
-  } catch (const std::exception& e) {
-    report_error(-1, e.what());  // the launch environment itself is broken: no rank to tell
-    return 2;
-  }
-  if (args.config && !args.config->check_checkpoint.empty())  // verify a checkpoint, print what it holds, exit
-    return check_checkpoint(args.config->check_checkpoint, launch.rank);       // (runtime/checkpoint/checkpoint_check.h)
-  // Everything that can be wrong before any rank communicates (runtime/preflight/resolve.h, startup.h):
-  // every rank finds the same problems and prints them.
-  std::optional<RunConfig> config = args.config;
-  std::vector<std::string> problems;
-  std::string run_dir_problem;  // --run-dir: the outputs not given go under it (runtime/observe/run_dir.h)
-  if (config && !config->run_dir.empty()) {
-    apply_run_dir(*config, argc, argv);
-    run_dir_problem = prepare_run_dir(config->run_dir);
-  }
-  if (!config) {  // flags that did not parse
-    problems = {args.message.substr(args.message.rfind("error: ", 0) == 0 ? 7 : 0)};
-  } else {  // config.json and the tokenizer's vocabulary applied, then the rules between the flags
-    const ResolvedConfig resolved = resolve_config(*config);
-    problems = resolved.problems.empty() ? config_problems(*config, launch) : resolved.problems;
-    for (const auto& change : resolved.changes) print0(launch.rank, "config: " + change);
-  }
-  if (!run_dir_problem.empty()) problems = {run_dir_problem};  // (its files' own problems follow from it)
-  const ShardPlanOf shard_plan_of = [&](const MeshCoords& c) { return shard_plan_for(*config, c); };
-  if (problems.empty() && config->dry_run) return dry_run(*config, launch.rank, shard_plan_of);
-  if (problems.empty() && config->planner.search) {  // --plan: the layouts searched, nothing launched (rank 0 prints)
-    if (launch.rank == 0) std::cout << layout_search_text(*config, shard_plan_for) << std::endl;
-    return 0;
-  }
-  DataSources data;  // --data and --val-data, opened (and checked) before the launch
-  if (problems.empty()) problems = run_problems(*config, launch, shard_plan_of, data);
-  if (problems.empty())  // --device auto and the --dtype default, for the run (the launch line shows them)
-    for (const auto& change : resolve_device(*config)) print0(launch.rank, "config: " + change);
-  for (const auto& p : problems) report_error(launch.rank, p);
-  if (problems.empty() || launch.world_size > 1) {
-    std::unique_ptr<Distributed> dist;
-    try {
-      // Bounded by --timeout-s (the default when the flags did not parse): a rank that
-      // stopped before MPI_Init must not hang the others there.
-      dist = std::make_unique<Distributed>(launch, std::chrono::seconds(config ? config->timeout_s : TrainConfig{}.timeout_s));
-    } catch (const std::exception& e) {
-      report_error(launch.rank, e.what());
-      return 2;
-    }
-    // The ranks must have been given the same configuration (one bounded collective).
-    if (auto mismatch = config_mismatch(config, launch, *dist); !mismatch.empty()) {
-      report_error(launch.rank, mismatch);
-      problems.push_back(mismatch);
-    }
-    // Each rank has printed its problems; leave together so that none is killed first.
-    if (!problems.empty()) dist->exit_together(2, std::chrono::seconds(30));
-    try {
-      return run(*config, data, *dist);
-    } catch (const std::exception& e) {
-      std::string msg = out_of_memory_message(e.what(), *config);
-      if (msg.empty()) msg = e.what();
-      msg = msg.substr(0, msg.find('\n'));
-      if (msg.rfind("[rank ", 0) == 0) msg = msg.substr(msg.find("] ") + 2);  // Comm errors carry the rank already
-      report_error(dist->rank(), msg);
-      dist->abort_job(1);  // a rank that fails takes the job down: nobody waits forever
-    }
-  }
-  return 2;
+  // Flags, launch, every check on every rank, MPI started (runtime/preflight/preflight.h);
+  // --help, --dry-run, --plan, --check-checkpoint and any problem end here.
+  Launched ready = preflight(argc, argv, shard_plan_for);
+  if (ready.exit_code) return *ready.exit_code;
+  // The run; an error on any rank is one line and the job's abort (nobody waits forever).
+  return run_or_abort(ready, [&] { return run(ready.config, ready.data, *ready.dist); });
 }

@@ -25,6 +25,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
+#include "runtime/launch/launch_env.h"
 
 using namespace picotron;
 

@@ -24,7 +24,8 @@
 #include <torch/torch.h>
 
 #include "kernels/kernels.h"
-#include "picotron/utils.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
 
 using namespace picotron;
 namespace K = picotron::kernels;

@@ -10,7 +10,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
 
 namespace picotron {
 

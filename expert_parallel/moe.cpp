@@ -2,7 +2,7 @@
 #include "expert_parallel/moe.h"
 
 #include "picotron/saved_object.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 #include <stdexcept>
 

@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 namespace picotron::kernels::reference {
 

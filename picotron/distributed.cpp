@@ -1,31 +1,14 @@
-// picotron/distributed.cpp — who am I? Launch detection, MPI start-up, the GPU choice.
+// picotron/distributed.cpp — MPI start-up (bounded), the local rank, the GPU choice, the abort.
 //
-// detect_launch() only reads an environment map; Distributed applies the answer:
-//
-//   launcher   rank / world size / local rank                         runtime started here
-//   --------   -----------------------------------------------------  --------------------
-//   torchrun   RANK / WORLD_SIZE / LOCAL_RANK (+ MASTER_ADDR/PORT)    none: NCCL's id goes
-//                                                                      through a TCPStore
-//   mpirun     OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK              MPI_Init_thread
-//   PMI        PMI_RANK / PMI_SIZE / MPI_LOCALRANKID (MPICH, Intel)    MPI_Init_thread
-//   srun       SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID             MPI_Init_thread
-//   nothing    0 / 1 / 0                                              MPI_Init_thread
-//                                                                      (a singleton world)
-//
-// The innermost launcher wins, because launchers nest and each one leaves its variables
-// behind: `srun torchrun ...` and `mpirun` inside an sbatch script both inherit
-// SLURM_PROCID. So torchrun (recognised by TORCHELASTIC_RUN_ID, which only its agent
-// sets) comes first, then OpenMPI and PMI, then Slurm, then a bare RANK/WORLD_SIZE pair.
-//
+// The launcher's variables were read by runtime/launch/launch_env.cpp (detect_launch).
 // A torchrun job with one process is run like a single process (MPI singleton), so
 // `--device cpu` works under it too; with more processes there is no MPI at all.
 //
-// Test: ctest -R distributed   (tests/test_distributed.cpp: every launcher, bad values)
+// Test: ctest -R distributed   (tests/test_distributed.cpp)
 #include "picotron/distributed.h"
 
 #include <thread>
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -41,11 +24,7 @@
 
 #include "picotron/comm_internal.h"
 
-extern char** environ;
-
 namespace picotron {
-
-using Env = std::map<std::string, std::string>;
 
 const char* launcher_name(Launcher l) {
   switch (l) {
@@ -56,96 +35,6 @@ const char* launcher_name(Launcher l) {
     case Launcher::kTorchrun: return "torchrun";
   }
   return "?";
-}
-
-namespace {
-
-[[noreturn]] void bad_env(const std::string& name, const std::string& value, const std::string& why) {
-  throw std::invalid_argument("launch environment: " + name + "=\"" + value + "\" " + why);
-}
-
-// Strict integer parsing: "12abc", " 12", "" and out-of-range values are errors.
-int parse_int(const Env& env, const std::string& name, int min_value) {
-  const std::string& s = env.at(name);
-  int value = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size())
-    bad_env(name, s, "is not an integer");
-  if (value < min_value) bad_env(name, s, "must be at least " + std::to_string(min_value));
-  return value;
-}
-
-bool parse_bool(const Env& env, const std::string& name) {
-  const std::string& s = env.at(name);
-  if (s == "True" || s == "true" || s == "1") return true;
-  if (s == "False" || s == "false" || s == "0") return false;
-  bad_env(name, s, "is not a boolean (True or False)");
-}
-
-// Fills rank / world size / local rank from the three variables of one launcher.
-LaunchInfo from_vars(const Env& env, Launcher launcher, const std::string& rank_var,
-                     const std::string& size_var, const std::string& local_var) {
-  for (const std::string& v : {rank_var, size_var})
-    if (!env.count(v))
-      throw std::invalid_argument("launch environment: " + v + " is not set, but the other " +
-                                  launcher_name(launcher) + " variables are");
-  LaunchInfo info;
-  info.launcher = launcher;
-  info.world_size = parse_int(env, size_var, /*min_value=*/1);
-  info.rank = parse_int(env, rank_var, /*min_value=*/0);
-  if (info.rank >= info.world_size)
-    bad_env(rank_var, env.at(rank_var), "must be below " + size_var + "=" + std::to_string(info.world_size));
-  if (!local_var.empty() && env.count(local_var)) {
-    info.local_rank = parse_int(env, local_var, /*min_value=*/0);
-    if (info.local_rank >= info.world_size)
-      bad_env(local_var, env.at(local_var), "must be below " + size_var + "=" + std::to_string(info.world_size));
-  }
-  return info;
-}
-
-LaunchInfo from_torchrun(const Env& env) {
-  LaunchInfo info = from_vars(env, Launcher::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK");
-  if (info.world_size > 1) {  // several processes must meet somewhere: the TCPStore
-    for (const char* v : {"MASTER_ADDR", "MASTER_PORT"})
-      if (!env.count(v) || env.at(v).empty())
-        throw std::invalid_argument(std::string("launch environment: ") + v + " is not set, but WORLD_SIZE=" +
-                                    std::to_string(info.world_size) + " (torchrun sets both)");
-    info.master_addr = env.at("MASTER_ADDR");
-    info.master_port = parse_int(env, "MASTER_PORT", /*min_value=*/1);
-    if (info.master_port > 65535) bad_env("MASTER_PORT", env.at("MASTER_PORT"), "is not a TCP port (1..65535)");
-  }
-  if (env.count("LOCAL_WORLD_SIZE")) info.local_world_size = parse_int(env, "LOCAL_WORLD_SIZE", /*min_value=*/1);
-  if (env.count("TORCHELASTIC_USE_AGENT_STORE"))
-    info.agent_store = parse_bool(env, "TORCHELASTIC_USE_AGENT_STORE");
-  if (env.count("TORCHELASTIC_RESTART_COUNT"))
-    info.restart_count = parse_int(env, "TORCHELASTIC_RESTART_COUNT", /*min_value=*/0);
-  return info;
-}
-
-}  // namespace
-
-LaunchInfo detect_launch(const Env& env) {
-  auto has = [&](const char* name) { return env.count(name) > 0; };
-  if (has("TORCHELASTIC_RUN_ID")) return from_torchrun(env);
-  if (has("OMPI_COMM_WORLD_RANK") || has("OMPI_COMM_WORLD_SIZE"))
-    return from_vars(env, Launcher::kMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                     "OMPI_COMM_WORLD_LOCAL_RANK");
-  if (has("PMI_RANK") || has("PMI_SIZE"))
-    return from_vars(env, Launcher::kPmi, "PMI_RANK", "PMI_SIZE", has("MPI_LOCALRANKID") ? "MPI_LOCALRANKID" : "");
-  if (has("SLURM_PROCID") && has("SLURM_NTASKS"))
-    return from_vars(env, Launcher::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
-  if (has("RANK") || has("WORLD_SIZE")) return from_torchrun(env);
-  return LaunchInfo{};  // a single process
-}
-
-std::map<std::string, std::string> process_environment() {
-  Env env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string entry(*e);
-    size_t eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  return env;
 }
 
 // ---- Distributed --------------------------------------------------------------
@@ -231,39 +120,6 @@ int Distributed::select_cuda_device() const {
                            "] --device cuda: this build has no CUDA support (it needs a CUDA LibTorch, "
                            "a CUDA toolkit and NCCL at configure time)");
 #endif
-}
-
-void Distributed::exit_together(int code, std::chrono::seconds timeout) const {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  if (mpi_initialised_) {
-    MPI_Request barrier;
-    int done = 0;
-    MPI_Ibarrier(MPI_COMM_WORLD, &barrier);
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!done && std::chrono::steady_clock::now() < deadline) {
-      MPI_Test(&barrier, &done, MPI_STATUS_IGNORE);
-      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    if (done && owns_mpi_) MPI_Finalize();  // everyone has reported: leave cleanly
-  }
-  std::_Exit(code);
-}
-
-std::vector<uint64_t> Distributed::all_gather(const std::vector<uint64_t>& mine, std::chrono::seconds timeout) const {
-  if (!mpi_initialised_) return {};
-  std::vector<uint64_t> all(mine.size() * size_t(info_.world_size));
-  MPI_Request request;
-  MPI_Iallgather(mine.data(), int(mine.size()), MPI_UINT64_T, all.data(), int(mine.size()), MPI_UINT64_T,
-                 MPI_COMM_WORLD, &request);
-  int done = 0;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done && std::chrono::steady_clock::now() < deadline) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!done) return {};  // (the request is left pending: the job is about to end)
-  return all;
 }
 
 void report_error(int rank, const std::string& msg) {

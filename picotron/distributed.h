@@ -1,32 +1,24 @@
-// picotron/distributed.h — how this process learns who it is.
+// picotron/distributed.h — the process-wide runtime the communicators are built on.
 //
-// A process learns (rank, world size, local rank) from its launcher. Launchers nest
-// (`srun torchrun ...`, `mpirun` inside an sbatch script) and each leaves its variables
-// behind, so the innermost one wins:
-//   1. torchrun (TORCHELASTIC_RUN_ID set; RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-//      MASTER_PORT)                                             -> no MPI; NCCL's id goes
-//                                                                  through a c10d TCPStore
-//   2. mpirun (OpenMPI: OMPI_COMM_WORLD_*), another PMI launcher (PMI_RANK/PMI_SIZE),
-//      srun (Slurm: SLURM_PROCID/NTASKS/LOCALID)                -> MPI is initialised
-//   3. a bare RANK/WORLD_SIZE pair (as torchrun exports)        -> as torchrun
-//   4. nothing: a single process, world size 1                  -> MPI is initialised as a
-//                                                                  singleton (world of 1)
-// A torchrun job of one process is treated like a single process (MPI singleton).
+// A process knows who it is (LaunchInfo: rank, world size, local rank) from its launcher
+// (read by runtime/launch/launch_env.h: detect_launch). Distributed applies the answer:
 //
-// Reading the environment is pure (detect_launch) so it can be unit-tested; the
-// Distributed object owns the side effects (MPI_Init / MPI_Finalize, cudaSetDevice).
-// Malformed values throw std::invalid_argument with one line naming the variable.
+//   mpirun, srun, PMI, a single process   MPI_Init_thread (bounded: RendezvousDeadline),
+//                                          the node split that gives the local rank
+//   torchrun with several processes       no MPI: NCCL's id goes through a c10d TCPStore
+//   --device cuda                          cudaSetDevice(local rank % device count)
+//
+// A rank that fails takes the job down (abort_job: MPI_Abort). How a job ends before it
+// trains (every rank's line, then one exit) is the runtime's: runtime/launch/job_exit.h.
 //
 // Test: ctest -R distributed
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 namespace picotron {
 
@@ -45,14 +37,9 @@ struct LaunchInfo {
   int restart_count = 0;    // torchrun's TORCHELASTIC_RESTART_COUNT (agent-store key prefix)
 };
 
-// Pure: reads only the given environment (tests pass a map; main passes the real one).
 // "[rank r] error: msg" on stderr as ONE write(2), so that the lines of ranks failing at
 // once never interleave (rank < 0: no rank to name).
 void report_error(int rank, const std::string& msg);
-
-LaunchInfo detect_launch(const std::map<std::string, std::string>& env);
-// The real process environment as a map.
-std::map<std::string, std::string> process_environment();
 
 // Bounds one start-up rendezvous (MPI_Init, communicator set-up: calls that wait for
 // every rank and have no timeout of their own). If the scope has not ended (or disarm()
@@ -95,21 +82,13 @@ class Distributed {
   int local_rank() const { return info_.local_rank; }
   int local_world_size() const { return info_.local_world_size; }
   bool has_mpi() const { return mpi_initialised_; }
+  bool owns_mpi() const { return owns_mpi_; }  // we called MPI_Init (and so MPI_Finalize)
 
   // Select this rank's GPU (local_rank modulo the device count); returns its index.
   int select_cuda_device() const;
 
   // Kill the whole job after an error on this rank (MPI_Abort, or _exit for torchrun).
   [[noreturn]] void abort_job(int code) const;
-
-  // For setup errors that every rank finds alike (bad flags, a missing file): after each
-  // rank has printed its error, wait (at most `timeout`) until all ranks got here, then
-  // exit with `code`. Without the wait, mpirun kills the slower ranks as soon as the
-  // first one exits, before they could print.
-  [[noreturn]] void exit_together(int code, std::chrono::seconds timeout) const;
-  // Every rank's `mine` (the same length on all), rank after rank; empty when MPI is not
-  // running (torchrun) or when some rank did not answer within `timeout`.
-  std::vector<uint64_t> all_gather(const std::vector<uint64_t>& mine, std::chrono::seconds timeout) const;
 
  private:
   LaunchInfo info_;

@@ -1,7 +1,7 @@
 // picotron/model.cpp — the LLaMA forward pass. See model.h for the picture, shapes and slots.
 #include "picotron/model.h"
 #include "picotron/step_place.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 #include <algorithm>
 #include <set>

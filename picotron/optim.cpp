@@ -1,7 +1,7 @@
 // picotron/optim.cpp — see optim.h for the math.
 #include "picotron/optim.h"
+#include "picotron/dtype.h"
 #include "picotron/optim_state.h"
-#include "picotron/utils.h"
 
 #include <cmath>
 

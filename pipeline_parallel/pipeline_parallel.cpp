@@ -2,7 +2,6 @@
 // math and the communication; schedules.h for the order of the actions.
 #include "pipeline_parallel/pipeline_parallel.h"
 #include "picotron/step_place.h"
-#include "picotron/utils.h"
 
 #include <fstream>
 #include <map>

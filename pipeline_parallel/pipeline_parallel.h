@@ -73,7 +73,9 @@ std::string pipeline_summary(const LlamaConfig& c, PipelineSchedule s, int P, in
 // `simulate`: F = 1, B = 2, or B = W = 1), written as the Chrome trace --pp-trace writes
 // for a run (one unit drawn as 1 ms), so scripts/plot_pipeline.py draws the schedule's own
 // picture beside a measured one. Throws if the schedule cannot run (its problem).
-void write_simulated_trace(const std::string& path, PipelineSchedule s, int P, int m, int v);
+// How a trace reaches its file: write_file(flag, path, contents), the runtime's (runtime/output/output_file.h).
+using WriteFile = std::function<void(const std::string& flag, const std::string& path, const std::string& contents)>;
+void write_simulated_trace(const std::string& path, PipelineSchedule s, int P, int m, int v, const WriteFile& write_file);
 
 
 // One trace event (--pp-trace): what ran on this rank, when, in microseconds since a
@@ -122,7 +124,7 @@ class Pipeline {
   // --pp-trace: gathers every rank's events on rank 0 of `world` and writes one Chrome
   // trace (pipeline_parallel/pipeline_trace.cpp), with the schedule, its bubble formula and
   // `steps` in its "otherData"; rank 0 says where. Collective.
-  void write_trace(const std::string& path, Comm& world, int64_t steps) const;
+  void write_trace(const std::string& path, Comm& world, int64_t steps, const WriteFile& write_file) const;
   int loss_rank() const { return last_rank_; }  // the pp rank that holds the head and the loss: P-1, or 0 in the V
 
  private:

@@ -2,7 +2,8 @@
 // send and receive events gathered on rank 0 and written as one Chrome trace (JSON for
 // chrome://tracing or ui.perfetto.dev; scripts/plot_pipeline.py draws it); with --dry-run,
 // the schedule's unit-time simulation in the same form. Reporting only: the schedule
-// itself is pipeline_parallel.cpp.
+// itself is pipeline_parallel.cpp. The file is written by the caller's `write_file` (the
+// runtime's: runtime/output/output_file.h, never half a file).
 //
 // Test: ctest -R pp_trace
 #include <cstdio>
@@ -10,12 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/output_file.h"
 #include "pipeline_parallel/pipeline_parallel.h"
 
 namespace picotron {
 
-void Pipeline::write_trace(const std::string& path, Comm& world, int64_t steps) const {
+void Pipeline::write_trace(const std::string& path, Comm& world, int64_t steps, const WriteFile& write_file) const {
   const int pp = mesh_.shape().pp, m = int(opts_.grad_acc_steps), v = opts_.virtual_stages;
   char formula_value[32];
   std::snprintf(formula_value, sizeof formula_value, "%.3f", bubble_formula(opts_.schedule, pp, m, v));
@@ -74,7 +74,7 @@ void Pipeline::write_trace(const std::string& path, Comm& world, int64_t steps) 
             << "python scripts/plot_pipeline.py " << path << " out.png)" << std::endl;
 }
 
-void write_simulated_trace(const std::string& path, PipelineSchedule s, int P, int m, int v) {
+void write_simulated_trace(const std::string& path, PipelineSchedule s, int P, int m, int v, const WriteFile& write_file) {
   const Simulation sim = simulate(s, P, m, v);
   if (!sim.problem.empty()) throw std::runtime_error("--pp-trace: the schedule cannot run: " + sim.problem);
   char formula_value[32];

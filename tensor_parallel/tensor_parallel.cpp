@@ -1,7 +1,7 @@
 // tensor_parallel/tensor_parallel.cpp — see tensor_parallel.h for the picture and the math.
 #include "tensor_parallel/tensor_parallel.h"
 #include "picotron/saved_object.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -21,7 +21,8 @@
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/shard.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
 
 using namespace picotron;
 

@@ -24,8 +24,9 @@ the code that decides it, and every page that states one is compared with it:
                      schedules", "all N schedules", "N pipeline schedules" anywhere.
   unity batch        CMakeLists.txt's UNITY_BUILD_BATCH_SIZE: "its whole batch of up to N
                      files" (docs/building.md).
-  files              every .h/.cpp/.cu/.cuh of a technique folder is named in its README.md
-                     (the folder's map: a new file cannot go unexplained).
+  files              every .h/.cpp/.cu/.cuh of a technique folder, of the step (picotron/)
+                     and of each runtime room is named in its README.md (the folder's map,
+                     picotron/README.md's reading order: a new file cannot go unexplained).
   labels             README.md's "# one label: unit, mpi, ..." names exactly the labels that
                      tests/*.cmake give (task.NAME and assignments_build aside).
 
@@ -196,9 +197,12 @@ def main():
         for label in sorted(listed - declared):
             problems.append(f"README.md:{line}: the list of labels names '{label}', which no test has")
 
-    # Every source file of a technique folder is named in the folder's README.md (a pair by its
-    # stem: `zero1.h`, zero1.{h,cpp}, `zero1.cpp` all name zero1.h and zero1.cpp).
-    for folder in TECHNIQUES:
+    # Every source file of a technique folder, the step and each runtime room is named in the
+    # folder's README.md (a pair by its stem: `zero1.h`, zero1.{h,cpp}, `zero1.cpp` all name
+    # zero1.h and zero1.cpp).
+    rooms = sorted(f"runtime/{d}" for d in os.listdir(os.path.join(root, "runtime"))
+                   if os.path.isdir(os.path.join(root, "runtime", d)))
+    for folder in TECHNIQUES + ["picotron"] + rooms:
         readme = read(root, f"{folder}/README.md")
         stems = sorted({f.rsplit(".", 1)[0] for f in os.listdir(os.path.join(root, folder))
                         if re.search(r"\.(h|cpp|cu|cuh)$", f)})

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """tests/check_layers.py ROOT — the include arrows point one way (README.md, "Layout").
 
-  the step         picotron/: config, Comm and its launch plumbing, mesh, shard, model,
-                   init, data, optim, recompute, output files. Includes only the step.
+  the step         picotron/: config, Distributed and Comm, mesh, shard, model, init, data,
+                   optim, recompute (picotron/README.md). Includes only the step.
   the techniques   data_parallel/ tensor_parallel/ pipeline_parallel/ context_parallel/
                    zero/ expert_parallel/ kernels/: the step and their own folder, never
                    another technique, never the runtime
-  the runtime      runtime/<room>/: cli, checkpoint, planner, observe, text, preflight (runtime/README.md).
+  the runtime      runtime/<room>/: launch, output, cli, checkpoint, planner, observe, text, preflight
+                   (runtime/README.md).
                    The step and the techniques (it reads their pure arithmetic:
                    schedules, layouts), never train.cpp. No source file loose in runtime/:
                    each lives in its room.

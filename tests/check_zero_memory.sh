@@ -4,7 +4,7 @@
 # layers, so that a layer, which ZeRO-3 gathers whole, is small next to the model).
 #
 # "mem" is the step's peak of CPU tensor memory, counted exactly by picotron's wrapper
-# around LibTorch's CPU allocator (picotron/utils.h).
+# around LibTorch's CPU allocator (runtime/observe/measure.h).
 set -euo pipefail
 train=$1; shift
 work=$(mktemp -d)

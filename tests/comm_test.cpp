@@ -44,6 +44,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
+#include "runtime/launch/launch_env.h"
 #include "picotron/mesh.h"
 
 using namespace picotron;

@@ -8,7 +8,7 @@
 add_executable(comm_tests comm_test.cpp)
 add_executable(comm_failure comm_failure.cpp)
 foreach(target comm_tests comm_failure)
-  target_link_libraries(${target} PRIVATE picotron_step)
+  target_link_libraries(${target} PRIVATE picotron_step picotron_runtime_launch)  # (detect_launch)
   target_link_options(${target} PRIVATE ${PICOTRON_LINK_FLAGS})
   target_compile_options(${target} PRIVATE ${PICOTRON_WARNINGS})
   target_precompile_headers(${target} REUSE_FROM picotron_step)

@@ -34,6 +34,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
+#include "runtime/launch/launch_env.h"
 #include "picotron/step_place.h"
 #include "runtime/observe/flight_recorder.h"
 #include "pipeline_parallel/p2p_program.h"

@@ -12,6 +12,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
+#include "runtime/launch/launch_env.h"
 
 namespace picotron::testing {
 

@@ -1,6 +1,6 @@
 # Reliability: what a careless or hostile user, a full disk or a diverging run does to
 # build/train. Every case: one line naming the flag or file, a non-zero exit, no hang,
-# no partial file under a final name (picotron/output_file.h). Divergence: cli.diverged*.
+# no partial file under a final name (runtime/output/output_file.h). Divergence: cli.diverged*.
 set(R_FLAGS --device cpu --model tiny --steps 3 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1)
 list(JOIN R_FLAGS " " R_FLAGS_LINE)  # the same, inside sh -c strings
 function(picotron_reliability name regex)
@@ -106,7 +106,7 @@ picotron_reliability(file_size_limit "error: --save-params .*limit.safetensors: 
 
 # Outputs checked where the paths really lead (runtime/preflight/startup.cpp, output_problems):
 # through a symlink, "dir/." and into an input folder; and a planted <output>.tmp symlink
-# is removed, not followed (picotron/output_file.cpp).
+# is removed, not followed (runtime/output/output_file.cpp).
 set(RL ${CMAKE_CURRENT_BINARY_DIR}/reliability_links)
 picotron_reliability(output_symlink_to_input "error: --metrics-file .*link.jsonl: is the --eval input, which it would overwrite" sh -c
   "rm -rf ${RL} && mkdir -p ${RL} && echo '{\"input_ids\": [[1, 2, 3]]}' > ${RL}/batch.json && ln -s batch.json ${RL}/link.jsonl && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RL}/batch.json --metrics-file ${RL}/link.jsonl")

@@ -10,7 +10,9 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
 
 using namespace picotron;
 
@@ -64,7 +66,7 @@ TEST_CASE("a parameter file whose payload was altered is refused, naming the ten
   CHECK_THROWS_WITH(load_tensors(path), Catch::Contains(path) && Catch::Contains("checksum mismatch in tensor"));
 }
 
-TEST_CASE("utils: FLOPs per token, thousands separators, byte sizes", "[utils]") {
+TEST_CASE("measure, format: FLOPs per token, thousands separators, byte sizes", "[measure][format]") {
   const LlamaConfig c = preset("smollm-135m");
   CHECK(flops_per_token(c, 2048) == Approx(6.0 * 134515008 + 12.0 * 30 * 576 * 2048));
   CHECK(with_commas(8030261248) == "8,030,261,248");
@@ -74,7 +76,7 @@ TEST_CASE("utils: FLOPs per token, thousands separators, byte sizes", "[utils]")
   CHECK(device_peak_flops(torch::kCPU) == 0.0);
 }
 
-TEST_CASE("utils: the CPU tensor memory counter sees every allocation and free, and the peak", "[utils]") {
+TEST_CASE("measure: the CPU tensor memory counter sees every allocation and free, and the peak", "[measure]") {
   count_cpu_tensor_memory();
   const torch::Device cpu(torch::kCPU);
   const int64_t before = current_memory_bytes(cpu);

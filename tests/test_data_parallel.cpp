@@ -20,6 +20,7 @@
 #include "picotron/comm.h"
 #include "picotron/data.h"
 #include "picotron/distributed.h"
+#include "runtime/launch/launch_env.h"
 #include "picotron/init.h"
 #include "picotron/model.h"
 #include "picotron/optim.h"

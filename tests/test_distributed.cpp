@@ -11,6 +11,7 @@
 
 #include "picotron/comm.h"
 #include "picotron/distributed.h"
+#include "runtime/launch/launch_env.h"
 
 #include <catch2/catch.hpp>
 

@@ -4,8 +4,6 @@
 
 #include <stdexcept>
 
-#include "picotron/utils.h"
-
 namespace picotron {
 
 void Zero1Optimizer::sync_grads() {

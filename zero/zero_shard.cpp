@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 namespace picotron {
 

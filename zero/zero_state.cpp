@@ -2,7 +2,7 @@
 // zero_state.h; the buffers are zero_shard.h's.
 #include "zero/zero_state.h"
 
-#include "picotron/utils.h"
+#include "picotron/format.h"
 
 namespace picotron {
 

@@ -28,7 +28,7 @@
 #include "picotron/comm.h"
 #include "picotron/optim.h"
 #include "picotron/optim_state.h"
-#include "picotron/utils.h"
+#include "runtime/observe/measure.h"
 #include "runtime/checkpoint/resume.h"
 
 namespace picotron {

@@ -9,7 +9,8 @@
 
 #include "picotron/distributed.h"
 #include "picotron/shard.h"
-#include "picotron/utils.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
 #include "runtime/checkpoint/checkpoint_format.h"
 
 namespace picotron {

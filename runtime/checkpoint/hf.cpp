@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "picotron/init.h"
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 #include "runtime/checkpoint/safetensors.h"
 
 namespace picotron {

@@ -19,8 +19,11 @@
 #include <cstring>
 
 #include "runtime/checkpoint/checkpoint_format.h"
-#include "picotron/output_file.h"
-#include "picotron/utils.h"
+#include "runtime/output/output_file.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
+#include "runtime/output/print0.h"
 
 namespace picotron {
 

@@ -10,8 +10,11 @@
 #include "runtime/checkpoint/checkpoint_check.h"
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "picotron/distributed.h"
-#include "picotron/output_file.h"
-#include "picotron/utils.h"
+#include "runtime/launch/job_exit.h"
+#include "runtime/output/output_file.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
 
 namespace picotron {
 
@@ -192,7 +195,7 @@ int64_t resume_run(const CheckpointSettings& settings, int64_t end_step, Optimiz
     const std::string shared = problem_of_any_rank(problem, world);
     if (shared.empty()) return;
     report_error(dist.rank(), shared);
-    dist.exit_together(2, std::chrono::seconds(30));
+    exit_together(dist, 2, std::chrono::seconds(30));
   };
   std::unique_ptr<CheckpointReader> reader;
   double check_seconds = 0;

@@ -8,8 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/output_file.h"
-#include "picotron/utils.h"
+#include "runtime/output/output_file.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
 
 namespace picotron {
 

@@ -26,7 +26,7 @@ namespace picotron {
 
 // Writes `tensors` (moved to the CPU, made contiguous) in the given order, with string
 // metadata. Throws one line naming the path if it cannot.
-// Written to "<path>.tmp" and renamed when whole (picotron/output_file.h); `flag` names
+// Written to "<path>.tmp" and renamed when whole (runtime/output/output_file.h); `flag` names
 // the file in errors.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {}, const std::string& flag = "writing");

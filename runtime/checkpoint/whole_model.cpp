@@ -1,7 +1,7 @@
 // runtime/checkpoint/whole_model.cpp — --save-params and --export-hf (whole_model.h).
 #include "runtime/checkpoint/whole_model.h"
 
-#include "picotron/utils.h"
+#include "runtime/output/print0.h"
 #include "runtime/checkpoint/hf.h"
 
 namespace picotron {

@@ -16,8 +16,9 @@
 
 #include "context_parallel/cp_layout.h"
 #include "picotron/distributed.h"
-#include "picotron/output_file.h"
-#include "picotron/utils.h"
+#include "runtime/launch/job_exit.h"
+#include "runtime/output/output_file.h"
+#include "picotron/format.h"
 #include "pipeline_parallel/schedules.h"
 #include "zero/zero_groups.h"
 #include "runtime/cli/train_config.h"
@@ -270,12 +271,12 @@ void Explainer::end(const Distributed& dist) {
   // Every rank's text to rank 0: lengths first, then the texts padded to the longest.
   const int world = shape.world_size();
   std::vector<std::string> texts(static_cast<size_t>(world));
-  const auto lengths = dist.all_gather({uint64_t(mine.size())}, std::chrono::seconds(cfg_.timeout_s));
+  const auto lengths = all_gather_bounded(dist, {uint64_t(mine.size())}, std::chrono::seconds(cfg_.timeout_s));
   if (lengths.size() == size_t(world)) {
     const size_t words = (*std::max_element(lengths.begin(), lengths.end()) + 7) / 8;
     std::vector<uint64_t> packed(words, 0);
     std::memcpy(packed.data(), mine.data(), mine.size());
-    const auto all = dist.all_gather(packed, std::chrono::seconds(cfg_.timeout_s));
+    const auto all = all_gather_bounded(dist, packed, std::chrono::seconds(cfg_.timeout_s));
     for (int r = 0; r < world && all.size() == words * size_t(world); ++r)
       texts[size_t(r)].assign(reinterpret_cast<const char*>(all.data() + size_t(r) * words), lengths[size_t(r)]);
   }

@@ -19,7 +19,7 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 
 namespace picotron {
 namespace prof = torch::autograd::profiler;

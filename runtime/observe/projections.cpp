@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "picotron/utils.h"
+#include "runtime/output/print0.h"
 
 #include <sstream>
 

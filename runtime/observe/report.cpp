@@ -10,7 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "picotron/distributed.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
+#include "runtime/output/print0.h"
 #include "runtime/cli/train_config.h"
 #include "zero/zero_groups.h"
 

@@ -15,9 +15,9 @@
 
 #include "runtime/cli/train_config.h"
 #include "picotron/data.h"
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 #include "picotron/shard.h"
-#include "picotron/utils.h"
+#include "runtime/observe/measure.h"
 
 namespace picotron {
 
@@ -52,7 +52,7 @@ bool should_log(int64_t step, int64_t steps, int log_every);
 
 // --metrics-file: one JSON object per step (nlohmann-json), each line written (and the
 // write checked) as the step ends, into "<path>.tmp"; finish() renames it into place
-// (picotron/output_file.h). Inactive with an empty path.
+// (runtime/output/output_file.h). Inactive with an empty path.
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);
@@ -64,7 +64,7 @@ class MetricsWriter {
 };
 
 // --memory-trace: one JSON object per phase of each step (this rank's tensor memory,
-// picotron/utils.h): {"step", "phase", "micro", "t", "bytes", "peak"}. Phases: "start",
+// runtime/observe/measure.h): {"step", "phase", "micro", "t", "bytes", "peak"}. Phases: "start",
 // "forward" and "backward" of each micro-batch (or "pipeline" for a whole pipeline
 // step), "sync", "optimizer". scripts/plot_memory.py draws it.
 class MemoryTraceWriter {

@@ -8,7 +8,7 @@
 #include <system_error>
 #include <thread>
 
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 #include "runtime/cli/flags.h"
 #include "runtime/observe/explain.h"
 #include "runtime/planner/memory_estimate.h"

@@ -19,7 +19,7 @@
 // A flag given on the command line keeps its own path (--metrics-file m.jsonl puts the
 // metrics there, the rest still goes under DIR). Nothing is written twice: a shared file by
 // rank 0 only, a rank's own file by that rank. Every file goes through OutputFile
-// (picotron/output_file.h): written to <path>.tmp, renamed into place when whole.
+// (runtime/output/output_file.h): written to <path>.tmp, renamed into place when whole.
 //
 // Test: ctest -L report   (tests/report_tests.cmake)
 #pragma once

@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "picotron/utils.h"
+#include "runtime/observe/measure.h"
 #include "runtime/cli/train_config.h"
 
 namespace picotron {

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "picotron/utils.h"
+#include "runtime/output/print0.h"
 
 namespace picotron {
 

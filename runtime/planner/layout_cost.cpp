@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "context_parallel/cp_layout.h"
-#include "picotron/utils.h"
+#include "runtime/observe/measure.h"
 #include "pipeline_parallel/schedules.h"
 #include "runtime/cli/train_config.h"
 #include "zero/zero_groups.h"

@@ -5,7 +5,7 @@
 // One step on one GPU, N GPUs, G tokens per step (micro-batch B x grad-acc m x dp x S):
 //
 //   compute  = G x (F + R) / N / (peak x eff) x imbalance
-//              F = flops_per_token (picotron/utils.h:
+//              F = flops_per_token (runtime/observe/measure.h:
 //              6 x matmul parameters + 12 L H S, the MFU of the step line); R = recompute:
 //              full F/3 (one more forward), selective the attention core's forward (1/3 of
 //              F's attention term); eff = kMaxEfficiency x T/(T + kRowsHalf) x w/(w + kWidthHalf),

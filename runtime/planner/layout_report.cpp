@@ -8,7 +8,7 @@
 #include "runtime/cli/flags.h"
 #include "runtime/planner/memory_per_token.h"
 #include "runtime/planner/layout_search.h"
-#include "picotron/utils.h"
+#include "picotron/format.h"
 
 namespace picotron {
 namespace {

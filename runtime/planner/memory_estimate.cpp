@@ -8,7 +8,7 @@
 #include "picotron/recompute.h"
 #include "runtime/planner/memory_moe.h"
 #include "runtime/planner/memory_per_token.h"
-#include "picotron/utils.h"
+#include "picotron/format.h"
 #include "pipeline_parallel/schedules.h"
 #include "runtime/cli/train_config.h"
 

@@ -6,7 +6,7 @@
 // The activation formulas are derived tensor by tensor from model.cpp in
 // docs/memory.md ("Where the memory goes"); tests/check_memory_estimate.sh runs
 // real steps and checks the prediction against the measured peak (the CPU counting
-// allocator, picotron/utils.h) within 10%.
+// allocator, runtime/observe/measure.h) within 10%.
 //
 // What one token keeps per layer and at the head, with ATen's ops or with --kernels fused
 // (whose norms, SwiGLU and chunked loss keep less), is memory_per_token.h's.

@@ -1,7 +1,7 @@
 // runtime/planner/memory_moe.cpp — a mixture-of-experts block's bytes per token. See memory_moe.h.
 #include "runtime/planner/memory_moe.h"
 
-#include "picotron/utils.h"
+#include "picotron/format.h"
 #include "runtime/cli/train_config.h"
 
 namespace picotron {

@@ -8,7 +8,7 @@
 #include "kernels/kernels.h"
 #include "picotron/recompute.h"
 #include "runtime/planner/memory_moe.h"
-#include "picotron/utils.h"
+#include "picotron/format.h"
 #include "runtime/cli/train_config.h"
 
 namespace picotron {

@@ -9,10 +9,10 @@
 
 #include <torch/torch.h>
 
-#include "picotron/utils.h"
 #include "runtime/checkpoint/hf.h"
 #include "runtime/checkpoint/safetensors.h"  // fnv1a64
 #include "runtime/cli/flags.h"
+#include "runtime/launch/job_exit.h"
 #include "runtime/text/tokenizer.h"  // apply_tokenizer
 
 namespace picotron {
@@ -29,7 +29,7 @@ std::string config_mismatch(const std::optional<RunConfig>& config, const Launch
   mine[0] = config ? 1 : 0;
   for (size_t i = 0; i < fields.size(); ++i) mine[i + 1] = fnv1a64(fields[i].second.data(), fields[i].second.size());
   const int timeout = config ? config->timeout_s : TrainConfig{}.timeout_s;
-  const auto all = dist.all_gather(mine, std::chrono::seconds(timeout));
+  const auto all = all_gather_bounded(dist, mine, std::chrono::seconds(timeout));
   if (dist.has_mpi() && all.empty())
     return "some rank did not reach the start-up check within --timeout-s " + std::to_string(timeout) + " s";
   for (int r = 0; r < launch.world_size && !all.empty(); ++r) {

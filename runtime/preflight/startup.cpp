@@ -19,9 +19,10 @@
 #include "kernels/fp8.h"
 #include "runtime/checkpoint/checkpoint_format.h"
 #include "runtime/planner/memory_estimate.h"
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "picotron/utils.h"
+#include "picotron/format.h"
+#include "runtime/observe/measure.h"
 #include "runtime/cli/train_config.h"
 
 #include <nlohmann/json.hpp>

@@ -38,7 +38,7 @@ void wait_for_debugger(const TrainConfig& cfg, int rank);
 
 torch::Device choose_device(const TrainConfig& cfg, const Distributed& dist);
 
-// Every output flag's path checked (picotron/output_file.h): one line per problem.
+// Every output flag's path checked (runtime/output/output_file.h): one line per problem.
 std::vector<std::string> output_problems(const TrainConfig& cfg);
 
 // What this machine and build must have for the flags: a visible GPU for --device cuda

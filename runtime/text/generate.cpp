@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -17,7 +17,7 @@
 #include <iostream>
 
 #include "picotron/data.h"
-#include "picotron/utils.h"
+#include "picotron/dtype.h"
 
 namespace picotron {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 
 #ifdef PICOTRON_WITH_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "picotron/output_file.h"
+#include "runtime/output/output_file.h"
 
 namespace picotron {
 

@@ -1,5 +1,5 @@
-// picotron/output_file.cpp — see output_file.h.
-#include "picotron/output_file.h"
+// runtime/output/output_file.cpp — see output_file.h.
+#include "runtime/output/output_file.h"
 
 #include <cerrno>
 #include <cstring>

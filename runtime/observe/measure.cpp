@@ -1,5 +1,5 @@
-// picotron/utils.cpp — see utils.h.
-#include "picotron/utils.h"
+// runtime/observe/measure.cpp — see measure.h.
+#include "runtime/observe/measure.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,9 +9,6 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <sys/resource.h>
-
-#include <cstdio>
-#include <iostream>
 
 #ifdef PICOTRON_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -118,12 +115,6 @@ int64_t cuda_allocated_bytes([[maybe_unused]] torch::Device device, [[maybe_unus
 
 }  // namespace
 
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f s", s);
-  return text;
-}
-
 int64_t available_memory_bytes() {
   std::ifstream meminfo("/proc/meminfo");
   for (std::string line; std::getline(meminfo, line);)
@@ -162,44 +153,6 @@ void reset_peak_memory(torch::Device device) {
   if (device.is_cpu()) {
     if (cpu_counter) cpu_counter->reset_peak();
     else std::ofstream("/proc/self/clear_refs") << "5";  // Linux: VmHWM := the current RSS
-  }
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string t = "[";
-  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
-  return t + "]";
-}
-
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return (n < 0 ? "-" : "") + out;
-}
-
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 4) { bytes /= 1024.0; ++u; }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[u]);
-  return buf;
-}
-
-void print0(int rank, const std::string& line) {
-  if (rank != 0) return;
-  std::cout << line << std::endl;
-}
-
-torch::ScalarType scalar_type(Precision p) {
-  switch (p) {
-    case Precision::kFP64: return torch::kFloat64;
-    case Precision::kBF16: return torch::kBFloat16;
-    case Precision::kFP16: return torch::kFloat16;
-    default: return torch::kFloat32;
   }
 }
 

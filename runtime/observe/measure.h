@@ -1,4 +1,4 @@
-// picotron/utils.h — measuring a run: FLOPs and MFU, memory, timers, rank-0 output.
+// runtime/observe/measure.h — measuring a run: FLOPs and MFU, memory, a timer.
 //
 // MFU (model FLOPs utilisation), picotron's convention:
 //   flops per token = 6 N_matmul + 12 L H S
@@ -9,12 +9,13 @@
 //   MFU = flops per token x tokens/s / (peak FLOP/s per GPU x GPUs)
 // Peak: dense bf16 of the device; 989.5 TFLOP/s for H100 and H200 (SXM).
 //
-// Test: build/tests/unit_tests "[utils]"   (or ctest -L unit)
+// Test: build/tests/unit_tests "[measure]"   (or ctest -L unit)
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -40,15 +41,6 @@ void reset_peak_memory(torch::Device device);
 // The machine's MemAvailable (/proc/meminfo), in bytes; 0 when unknown.
 int64_t available_memory_bytes();
 
-// 1234567 -> "1,234,567"
-std::string with_commas(int64_t n);
-// {2, 3} -> "[2, 3]"
-std::string shape_text(const std::vector<int64_t>& shape);
-// 1536 -> "1.50 KiB"
-std::string human_bytes(double bytes);
-// 1.234 -> "1.23 s"
-std::string seconds_text(double seconds);
-
 // Wall-clock timer; on CUDA the caller synchronises before reading it (the loss .item()
 // at the end of a step does).
 class Timer {
@@ -60,15 +52,5 @@ class Timer {
  private:
   std::chrono::steady_clock::time_point start_;
 };
-
-// Print a line (with a newline, flushed) on rank 0 only.
-void print0(int rank, const std::string& line);
-
-torch::ScalarType scalar_type(Precision p);
-// Where sums, statistics and optimizer state are kept: fp64 for fp64 runs, else fp32
-// (bf16 has 8 bits of mantissa: too few to add up thousands of terms).
-inline torch::ScalarType accumulate_type(torch::ScalarType t) {
-  return t == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-}
 
 }  // namespace picotron

@@ -1,4 +1,4 @@
-// picotron/output_file.h — how every output file of a run is written: never half.
+// runtime/output/output_file.h — how every output file of a run is written: never half.
 //
 //   start-up   output_path_problem(): the path is not empty, not a directory, device or
 //              FIFO, its directory exists and is writable (a directory output: the nearest
