@@ -45,7 +45,7 @@
 // FLOPs: forward 4 B nH S^2 Hd (halved when causal), backward 2.5x that (S recomputed).
 // reference: reference::flash_attention_forward / _backward (kernels/reference.cpp), the
 //            same signatures (kernels/ops.h); the fragment arithmetic: kernels/flash_mma.cuh
-// test:      build/tests/unit_tests "[kernels]"   (tests/test_flash_mma.cpp: the warps of
+// test:      build/tests/unit_tests "[kernels]"   (tests/unit/test_flash_mma.cpp: the warps of
 //            both kernels emulated lane by lane on the CPU, and on a GPU the kernels)
 // bench:     build/bench/bench_kernels   (one row per rung, against SDPA)
 #include "kernels/flash_mma_tiles.cuh"

@@ -5,7 +5,7 @@
 // buffers, the D pre-kernel, dQ's conversion): flash_common.cuh.
 //
 // reference: reference::flash_attention_backward (kernels/reference.cpp, kernels/ops.h)
-// test:      build/tests/unit_tests "[kernels]"   (tests/test_flash_mma.cpp)
+// test:      build/tests/unit_tests "[kernels]"   (tests/unit/test_flash_mma.cpp)
 #include "kernels/flash_mma_tiles.cuh"
 
 namespace picotron::kernels::cuda {

@@ -5,7 +5,7 @@
 # --build-only --stage DIR calls this after its build; --prebuilt DIR runs from it.
 #
 #   STAGE/train, STAGE/tests/{unit_tests,compare_runs}, STAGE/bench/bench_kernels
-#             the binaries, stripped, in the build folder's layout (tests/equivalence.sh
+#             the binaries, stripped, in the build folder's layout (tests/scripts/equivalence.sh
 #             finds compare_runs beside train)
 #   STAGE/lib/           what they load that is neither the C library nor LibTorch, CUDA
 #                        or NCCL (those come from the GPU machine's own torch wheel, the

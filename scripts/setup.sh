@@ -85,9 +85,9 @@ if [ "$extras" != 0 ] && ! has matplotlib; then
   pip_install matplotlib || log "could not install matplotlib: the plot tests are skipped"
 fi
 # transformers and safetensors: the tests that import and export Hugging Face folders
-# (tests/hf_roundtrip.py) check picotron against the real library.
+# (tests/scripts/hf_roundtrip.py) check picotron against the real library.
 if [ "$extras" != 0 ] && ! has transformers safetensors; then
-  log "installing transformers and safetensors into $venv (for tests/hf_roundtrip.py)"
+  log "installing transformers and safetensors into $venv (for tests/scripts/hf_roundtrip.py)"
   pip_install "transformers==4.57.6" "safetensors" ||
     log "could not install transformers: the Hugging Face tests are skipped"
 fi

@@ -10,13 +10,13 @@ set(CHECKPOINT_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-s
     --seq-len 32 --steps 6 --warmup-steps 2 --lr 3e-3 --min-lr 3e-4 --grad-clip 0.5 --generate 0 --log-every 1
     --threads 1)
 function(picotron_checkpoint name rtol save_np save_flags load_np load_flags)
-  add_test(NAME checkpoint.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_resume.sh
+  add_test(NAME checkpoint.${name} COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/checkpoint_resume.sh
     ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/${name} ${rtol} ${save_np} "${save_flags}" ${load_np} "${load_flags}"
     -- $<TARGET_FILE:train> ${CHECKPOINT_FLAGS} ${ARGN})
   set_tests_properties(checkpoint.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
     LABELS "checkpoint;mpi" PROCESSORS 1 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
   set_property(GLOBAL APPEND PROPERTY PICOTRON_CHECKPOINT_CASES checkpoint.${name})  # (after the batches: it compares)
-  picotron_batch_case(checkpoint "${save_np};${load_np}" whole ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_resume.sh
+  picotron_batch_case(checkpoint "${save_np};${load_np}" whole ${CMAKE_SOURCE_DIR}/tests/scripts/checkpoint_resume.sh
     ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/${name} ${rtol} ${save_np} "${save_flags}" ${load_np} "${load_flags}"
     -- ${CHECKPOINT_FLAGS} ${ARGN})
 endfunction()
@@ -110,11 +110,11 @@ picotron_bad_checkpoint(manifest_dtype_edited "error: .*manifest.json: corrupt: 
   "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); t=m['tensors']['model.norm.weight/exp_avg']; t['dtype']='I32'; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
 picotron_bad_checkpoint(manifest_step_edited "error: .*manifest.json: corrupt: checksum mismatch: the manifest was edited"
   "python3 -c \"import json,sys; p=sys.argv[1]; m=json.load(open(p)); m['adam_steps']=1; json.dump(m, open(p, 'w'))\" $B/step-000002/manifest.json")
-# A manifest whose config disagrees with its own tensors, resealed (tests/reseal_manifest.py):
+# A manifest whose config disagrees with its own tensors, resealed (tests/scripts/reseal_manifest.py):
 # --check-checkpoint said "ok" and --resume refused it; now the check names it too. The
 # resealed but unedited manifest passes (the reseal is picotron's own checksum).
 add_test(NAME checkpoint.check_resealed_passes COMMAND sh -c "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed && \
-cp -r ${CKPT} ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed && python3 ${CMAKE_CURRENT_SOURCE_DIR}/reseal_manifest.py \
+cp -r ${CKPT} ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed && python3 ${CMAKE_SOURCE_DIR}/tests/scripts/reseal_manifest.py \
 ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed/step-000002/manifest.json pass && \
 ${TRAIN} --check-checkpoint ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resealed/step-000002")
 set_tests_properties(checkpoint.check_resealed_passes PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint
@@ -122,13 +122,13 @@ set_tests_properties(checkpoint.check_resealed_passes PROPERTIES FIXTURES_REQUIR
 add_test(NAME checkpoint.check_config_disagrees COMMAND ${EXPECT_FAIL}
   "error: checkpoint .*manifest.json: tensor '.*' is \\[.*\\], but the config's model \\(hidden_size 32, .* makes it \\[" -- sh -c
   "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies && cp -r ${CKPT} ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies && \
-python3 ${CMAKE_CURRENT_SOURCE_DIR}/reseal_manifest.py ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies/step-000002/manifest.json \
+python3 ${CMAKE_SOURCE_DIR}/tests/scripts/reseal_manifest.py ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies/step-000002/manifest.json \
 'm[\"config\"][\"hidden_size\"] = 32' && ${TRAIN} --check-checkpoint ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/config_lies/step-000002")
 set_tests_properties(checkpoint.check_config_disagrees PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS checkpoint TIMEOUT 60)
 # A rank file's header that disagrees with the manifest, the bytes untouched (so their
 # checksum still matches): an I32 over F32 bytes resumed and trained at loss 1.3e11 before
 # (runtime/checkpoint/checkpoint_check.h); impossible shapes are named before LibTorch sees them.
-set(EDIT_HEADER "python3 ${CMAKE_CURRENT_SOURCE_DIR}/edit_safetensors_header.py ${FILE0}")
+set(EDIT_HEADER "python3 ${CMAKE_SOURCE_DIR}/tests/scripts/edit_safetensors_header.py ${FILE0}")
 picotron_bad_checkpoint(header_dtype "error: checkpoint .*step-000002: rank-00000.safetensors: tensor '.*' is I32 in the file's header, F32 in the manifest"
   "${EDIT_HEADER} first dtype '\"I32\"'")
 picotron_bad_checkpoint(header_shape "error: checkpoint .*step-000002: rank-00000.safetensors: tensor '.*' is \\[2, [0-9]+\\] in the file's header, \\[[0-9]+\\] in the manifest"
@@ -156,7 +156,7 @@ add_test(NAME checkpoint.mpi_bad_missing_rank_file COMMAND ${EXPECT_FAIL} "\\[ra
 set_tests_properties(checkpoint.mpi_bad_missing_rank_file PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 FAIL_REGULAR_EXPRESSION "FAIL:" PASS_REGULAR_EXPRESSION "\\[rank 0\\] error: .*rank-00001.safetensors: no such file")
 # Keep the newest K; a rank killed while it writes step 3 leaves step 2 loadable.
-add_test(NAME checkpoint.keep_and_killed_save COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_killed_save.sh
+add_test(NAME checkpoint.keep_and_killed_save COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/checkpoint_killed_save.sh
   ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/killed -- ${TRAIN} ${CHECKPOINT_FLAGS} --dp 2 --micro-batch-size 2)
 set_tests_properties(checkpoint.keep_and_killed_save PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 180
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "killed save ok" FAIL_REGULAR_EXPRESSION "FAILED")
@@ -167,7 +167,7 @@ set_tests_properties(checkpoint.check_ok PROPERTIES FIXTURES_REQUIRED checkpoint
   PASS_REGULAR_EXPRESSION "checkpoint .*step-000002: ok \\([0-9]+ tensors in 1 file\\(s\\) match the manifest.*step 2 of 6.*mesh: dp 1, tp 1.*model: tiny \\(hidden_size 64.*rank-00000.safetensors +[0-9.]+ MiB")
 set(B ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/check_bad)
 add_test(NAME checkpoint.check_bad COMMAND ${EXPECT_FAIL} "error: checkpoint .*rank-00000.safetensors: tensor .* is I32 in the file's header, F32 in the manifest" --
-  sh -c "rm -rf ${B} && cp -r ${CKPT} ${B} && python3 ${CMAKE_CURRENT_SOURCE_DIR}/edit_safetensors_header.py ${B}/step-000002/rank-00000.safetensors first dtype '\"I32\"' && ${TRAIN} --check-checkpoint ${B}")
+  sh -c "rm -rf ${B} && cp -r ${CKPT} ${B} && python3 ${CMAKE_SOURCE_DIR}/tests/scripts/edit_safetensors_header.py ${B}/step-000002/rank-00000.safetensors first dtype '\"I32\"' && ${TRAIN} --check-checkpoint ${B}")
 set_tests_properties(checkpoint.check_bad PROPERTIES FIXTURES_REQUIRED checkpoint_fixture LABELS "checkpoint;cli" TIMEOUT 60)
 # Under mpirun a damage only rank 1 reads and hashes (its tp slices in rank-00001) is named
 # on rank 0 too (problem_of_any_rank), and both stop before any step.
@@ -180,14 +180,14 @@ set_tests_properties(checkpoint.mpi_bad_header_every_rank PROPERTIES LABELS "che
 # --async-save (runtime/checkpoint/async_save.h): saved every step in the background, resumed
 # bit-exactly; a rank killed during a background write leaves the previous checkpoint.
 picotron_checkpoint(bitexact_async_dp2_fp32 exact 2 "${DP2} --async-save --save-every 1" 2 "${DP2}" --dtype fp32)
-add_test(NAME checkpoint.async_killed_save COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_killed_save.sh
+add_test(NAME checkpoint.async_killed_save COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/checkpoint_killed_save.sh
   ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/async_killed -- ${TRAIN} ${CHECKPOINT_FLAGS} --dp 2 --micro-batch-size 2 --async-save)
 set_tests_properties(checkpoint.async_killed_save PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 180
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "killed save ok" FAIL_REGULAR_EXPRESSION "FAILED")
 
 # scripts/resilient_run.sh: three ranks killed at random steps (the seed is printed), three
 # restarts from the newest checkpoint that verifies; the final parameters are bit-exact.
-add_test(NAME checkpoint.resilient_run_three_kills COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resilient_run_test.sh
+add_test(NAME checkpoint.resilient_run_three_kills COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/resilient_run_test.sh
   ${CMAKE_CURRENT_BINARY_DIR}/checkpoint/resilient -- ${TRAIN} --device cpu --model tiny --hidden-size 64
   --intermediate-size 128 --num-hidden-layers 2 --seq-len 128 --steps 24 --warmup-steps 2 --lr 3e-3 --grad-clip 0.5
   --generate 0 --threads 1 --dp 2 --micro-batch-size 16 --dtype fp32)
@@ -206,7 +206,7 @@ for s in 1 2 3 4; do for r in 0 1; do f=step-00000$s/rank-0000$r.safetensors; cm
 set_tests_properties(checkpoint.async_same_bytes PROPERTIES LABELS "checkpoint;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "async bytes equal")
 
-# The cases' runs in a few launches (tests/equivalence_batch.sh, as the equivalence cases'):
+# The cases' runs in a few launches (tests/scripts/equivalence_batch.sh, as the equivalence cases'):
 # the uninterrupted and the saving runs of every case, one mpirun per rank count
 # (checkpoint.batch.saves_npN), then the resumed ones (checkpoint.batch.resumes_npN); each
 # case then compares its own files, or runs what the batches did not make.

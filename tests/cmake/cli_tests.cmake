@@ -1,7 +1,7 @@
 # Command-line tests of build/train: help, dry runs, a short training run with a
 # metrics file, other data sources, and bad input (non-zero exit + a one-line error).
 set(TRAIN $<TARGET_FILE:train>)
-set(EXPECT_FAIL ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh)
+set(EXPECT_FAIL ${CMAKE_SOURCE_DIR}/tests/scripts/expect_failure.sh)
 set(CLI_ENV "OMP_NUM_THREADS=1")
 
 function(picotron_cli_test name)
@@ -16,9 +16,9 @@ set_tests_properties(cli.help PROPERTIES PASS_REGULAR_EXPRESSION
 # Exact published counts; the 8B dry run must not allocate its 32 GB of fp32 weights:
 # it runs under a 6 GiB address-space limit.
 # The checksums in a parameter file are standard FNV-1a 64: an independent implementation
-# (tests/fnv_independent.py) recomputes each from the tensor's bytes.
+# (tests/scripts/fnv_independent.py) recomputes each from the tensor's bytes.
 picotron_cli_test(cli.checksums_standard_fnv1a sh -c "${TRAIN} --device cpu --model tiny --hidden-size 32 --intermediate-size 64 --num-hidden-layers 1 --vocab-size 256 --steps 1 --seq-len 16 --micro-batch-size 1 \
---save-params ${CMAKE_CURRENT_BINARY_DIR}/fnv_check.safetensors >/dev/null && python3 ${CMAKE_CURRENT_SOURCE_DIR}/fnv_independent.py ${CMAKE_CURRENT_BINARY_DIR}/fnv_check.safetensors")
+--save-params ${CMAKE_CURRENT_BINARY_DIR}/fnv_check.safetensors >/dev/null && python3 ${CMAKE_SOURCE_DIR}/tests/scripts/fnv_independent.py ${CMAKE_CURRENT_BINARY_DIR}/fnv_check.safetensors")
 set_tests_properties(cli.checksums_standard_fnv1a PROPERTIES PASS_REGULAR_EXPRESSION "FNV-1a 64 STANDARD")
 picotron_cli_test(cli.dry_run_llama3_8b sh -c "ulimit -v 6291456 && ${TRAIN} --model llama3-8b --dry-run")
 set_tests_properties(cli.dry_run_llama3_8b PROPERTIES PASS_REGULAR_EXPRESSION "total parameters   8030261248 ")
@@ -27,7 +27,7 @@ set_tests_properties(cli.dry_run_smollm_135m PROPERTIES PASS_REGULAR_EXPRESSION 
 
 # A short run: metrics file has every key and the loss falls; samples are printed.
 picotron_cli_test(cli.train_metrics sh -c
-  "${TRAIN} --device cpu --steps 30 --seq-len 32 --micro-batch-size 8 --warmup-steps 5 --generate 2 --metrics-file ${CMAKE_CURRENT_BINARY_DIR}/cli_metrics.jsonl && ${CMAKE_CURRENT_SOURCE_DIR}/check_metrics.sh ${CMAKE_CURRENT_BINARY_DIR}/cli_metrics.jsonl 30")
+  "${TRAIN} --device cpu --steps 30 --seq-len 32 --micro-batch-size 8 --warmup-steps 5 --generate 2 --metrics-file ${CMAKE_CURRENT_BINARY_DIR}/cli_metrics.jsonl && ${CMAKE_SOURCE_DIR}/tests/scripts/check_metrics.sh ${CMAKE_CURRENT_BINARY_DIR}/cli_metrics.jsonl 30")
 set_tests_properties(cli.train_metrics PROPERTIES PASS_REGULAR_EXPRESSION "arithmetic accuracy: [0-9]+/100.*ok: 30 steps")
 
 # Other data sources: a text file (bytes) and a token file (.bin), grad accumulation, fp64.
@@ -200,7 +200,7 @@ set_tests_properties(cli.mpi_comm_report_pp2_dualpipev PROPERTIES LABELS "cli;mp
 list(JOIN PICOTRON_MPIRUN " " MPIRUN_LINE)
 add_test(NAME cli.mpi_pp_trace COMMAND sh -c "${MPIRUN_LINE} -np 4 ${TRAIN} --device cpu --pp 4 --pp-schedule zb-h1 \
 --grad-acc-steps 4 --steps 2 --seq-len 16 --micro-batch-size 1 --generate 0 --threads 1 \
---pp-trace ${CMAKE_CURRENT_BINARY_DIR}/pp_trace.json && python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_trace.py \
+--pp-trace ${CMAKE_CURRENT_BINARY_DIR}/pp_trace.json && python3 ${CMAKE_SOURCE_DIR}/tests/scripts/check_trace.py \
 ${CMAKE_CURRENT_BINARY_DIR}/pp_trace.json 4 4 2")
 set_tests_properties(cli.mpi_pp_trace PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "trace ok")
@@ -286,8 +286,8 @@ ${CMAKE_CURRENT_BINARY_DIR}/zero3_bf16_3.jsonl ${CMAKE_CURRENT_BINARY_DIR}/zero3
 ${CMAKE_CURRENT_BINARY_DIR}/zero3_bf16_3.params 1e-2")
 set_tests_properties(cli.mpi_zero3_bf16 PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED")
-# The measured peak memory of a CPU run falls stage by stage (tests/check_zero_memory.sh).
-add_test(NAME cli.mpi_zero_memory_falls COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_zero_memory.sh ${TRAIN} ${PICOTRON_MPIRUN})
+# The measured peak memory of a CPU run falls stage by stage (tests/scripts/check_zero_memory.sh).
+add_test(NAME cli.mpi_zero_memory_falls COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/check_zero_memory.sh ${TRAIN} ${PICOTRON_MPIRUN})
 set_tests_properties(cli.mpi_zero_memory_falls PROPERTIES LABELS "cli;mpi" TIMEOUT 240
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "peak memory falls stage by stage")
 picotron_cli_test(cli.bad_zero ${EXPECT_FAIL} "error: --zero must be 0, 1, 2 or 3, got 4" -- ${TRAIN} --zero 4)
@@ -370,10 +370,10 @@ picotron_cli_test(cli.cp_hybrid_needs_group ${EXPECT_FAIL} "error: --cp-mode hyb
 picotron_mpi_cli_test(cli.mpi_cp_ulysses_heads 4 "\\[rank 3\\] error: --cp-mode ulysses: the 1 attention heads per tp rank" ${TRAIN} --cp 2 --tp 2 --cp-mode ulysses --num-attention-heads 2 --num-key-value-heads 2 --hidden-size 64)
 picotron_cli_test(cli.bad_recompute ${EXPECT_FAIL} "error: --recompute must be none, selective or full, got 'some'" -- ${TRAIN} --recompute some)
 # --memory-trace: every phase of every step, as JSON lines; tensor memory rises through
-# forward and falls through backward (tests/check_memory_trace.py).
+# forward and falls through backward (tests/scripts/check_memory_trace.py).
 add_test(NAME cli.memory_trace COMMAND sh -c "${TRAIN} --device cpu --steps 2 --seq-len 64 --grad-acc-steps 2 --generate 0 \
 --threads 1 --memory-trace ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl >/dev/null && python3 \
-${CMAKE_CURRENT_SOURCE_DIR}/check_memory_trace.py ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl 2 2")
+${CMAKE_SOURCE_DIR}/tests/scripts/check_memory_trace.py ${CMAKE_CURRENT_BINARY_DIR}/memory_trace.jsonl 2 2")
 set_tests_properties(cli.memory_trace PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "memory trace ok")
 # The plot scripts draw a real run's memory trace and metrics, with the Python of the
 # torch virtualenv that scripts/setup.sh made (and put matplotlib in); without it they
@@ -381,23 +381,23 @@ set_tests_properties(cli.memory_trace PROPERTIES LABELS cli TIMEOUT 120 PASS_REG
 get_filename_component(PICOTRON_VENV "${Torch_DIR}/../../../../../../.." ABSOLUTE)
 set(PICOTRON_PYTHON "${PICOTRON_VENV}/bin/python")
 execute_process(COMMAND "${PICOTRON_PYTHON}" -c "import matplotlib" RESULT_VARIABLE NO_MATPLOTLIB OUTPUT_QUIET ERROR_QUIET)
-# Hugging Face folders in and out, against transformers itself (tests/hf_roundtrip.py):
+# Hugging Face folders in and out, against transformers itself (tests/scripts/hf_roundtrip.py):
 # registered when the torch virtualenv has transformers (scripts/setup.sh installs it).
 execute_process(COMMAND "${PICOTRON_PYTHON}" -c "import transformers, safetensors" RESULT_VARIABLE NO_TRANSFORMERS
   OUTPUT_QUIET ERROR_QUIET)
 if(NO_TRANSFORMERS EQUAL 0)
-  add_test(NAME hf.roundtrip COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_roundtrip.py
+  add_test(NAME hf.roundtrip COMMAND "${PICOTRON_PYTHON}" ${CMAKE_SOURCE_DIR}/tests/scripts/hf_roundtrip.py
     ${CMAKE_CURRENT_BINARY_DIR}/hf ${TRAIN} ${PICOTRON_MPIRUN})
   set_tests_properties(hf.roundtrip PROPERTIES LABELS "cli;mpi;hf" TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
     PROCESSORS 2 PASS_REGULAR_EXPRESSION "hf ok" FAIL_REGULAR_EXPRESSION "FAILED")
   # Mixtral folders (a mixture of experts) in and out: logits, the loss with the
-  # load-balancing term and one AdamW step against MixtralForCausalLM (tests/hf_mixtral.py).
-  add_test(NAME hf.mixtral COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_mixtral.py
+  # load-balancing term and one AdamW step against MixtralForCausalLM (tests/scripts/hf_mixtral.py).
+  add_test(NAME hf.mixtral COMMAND "${PICOTRON_PYTHON}" ${CMAKE_SOURCE_DIR}/tests/scripts/hf_mixtral.py
     ${CMAKE_CURRENT_BINARY_DIR}/hf_mixtral ${TRAIN})
   set_tests_properties(hf.mixtral PROPERTIES LABELS "cli;hf" TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
     PASS_REGULAR_EXPRESSION "hf mixtral ok" FAIL_REGULAR_EXPRESSION "FAILED")
   # Untrusted folders: a shard outside the folder, an extra tensor, NaN weights, overlapping bytes.
-  add_test(NAME hf.untrusted_folders COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/hf_untrusted.py
+  add_test(NAME hf.untrusted_folders COMMAND "${PICOTRON_PYTHON}" ${CMAKE_SOURCE_DIR}/tests/scripts/hf_untrusted.py
     ${CMAKE_CURRENT_BINARY_DIR}/hf_untrusted ${TRAIN})
   set_tests_properties(hf.untrusted_folders PROPERTIES LABELS "cli;reliability;hf" TIMEOUT 120
     ENVIRONMENT "OMP_NUM_THREADS=1" PASS_REGULAR_EXPRESSION "hf untrusted ok" FAIL_REGULAR_EXPRESSION "FAILED")
@@ -407,11 +407,11 @@ endif()
 # The C++ tokenizer (runtime/text/tokenizer.h) against the tokenizers library: three byte-level
 # BPE styles (GPT-2, Llama-3, SmolLM) trained on the project's docs, the same ids on every
 # paragraph and on hard cases, and decoding back to the text.
-add_executable(tokenizer_check tokenizer_check.cpp)
+add_executable(tokenizer_check tools/tokenizer_check.cpp)
 target_link_libraries(tokenizer_check PRIVATE picotron_core)
 target_link_options(tokenizer_check PRIVATE ${PICOTRON_LINK_FLAGS})
 if(NO_TRANSFORMERS EQUAL 0)
-  add_test(NAME data.tokenizer_vs_library COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer_cases.py
+  add_test(NAME data.tokenizer_vs_library COMMAND "${PICOTRON_PYTHON}" ${CMAKE_SOURCE_DIR}/tests/scripts/tokenizer_cases.py
     ${CMAKE_CURRENT_BINARY_DIR}/tokenizers $<TARGET_FILE:tokenizer_check> ${CMAKE_SOURCE_DIR}/README.md
     ${CMAKE_SOURCE_DIR}/docs/testing.md ${CMAKE_SOURCE_DIR}/pipeline_parallel/README.md)
   set_tests_properties(data.tokenizer_vs_library PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "tokenizers ok"
@@ -447,7 +447,7 @@ endif()
 # experts get up to 1.36x their share in tiny-moe --dp 2 --ep 2: -2.0%).
 set(M25 --hidden-size 512 --intermediate-size 1536 --num-hidden-layers 8)
 function(picotron_memory_estimate name np)
-  add_test(NAME memory_estimate.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/check_memory_estimate.sh
+  add_test(NAME memory_estimate.${name} COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/check_memory_estimate.sh
     ${CMAKE_CURRENT_BINARY_DIR}/memory_estimate/${name} ${np} 0.02 -- ${TRAIN} ${ARGN})
   set(processors 2)
   if(np EQUAL 1)  # one process: ctest runs another test beside it
@@ -497,11 +497,11 @@ add_test(NAME cli.diverged_samples COMMAND ${TRAIN} ${DIVERGE} --micro-batch-siz
 set_tests_properties(cli.diverged_samples PROPERTIES LABELS cli TIMEOUT 120 PASS_REGULAR_EXPRESSION "samples .*step +8/8|step +8/8.*samples")
 picotron_cli_test(cli.bad_max_bad_steps ${EXPECT_FAIL} "error: --max-bad-steps must be >= 1, got 0" -- ${TRAIN} --max-bad-steps 0)
 
-# Real text end to end (tests/text_data_check.py): scripts/prepare_data.py's round trip
+# Real text end to end (tests/scripts/text_data_check.py): scripts/prepare_data.py's round trip
 # text -> ids -> text by document, training with --val-data --tokenizer --prompt, and the
 # bad inputs (one line each, nothing left behind).
 if(NO_TRANSFORMERS EQUAL 0)
-  add_test(NAME data.text_end_to_end COMMAND "${PICOTRON_PYTHON}" ${CMAKE_CURRENT_SOURCE_DIR}/text_data_check.py
+  add_test(NAME data.text_end_to_end COMMAND "${PICOTRON_PYTHON}" ${CMAKE_SOURCE_DIR}/tests/scripts/text_data_check.py
     ${CMAKE_CURRENT_BINARY_DIR}/text_data ${TRAIN})
   set_tests_properties(data.text_end_to_end PROPERTIES LABELS cli TIMEOUT 180 ENVIRONMENT "OMP_NUM_THREADS=1"
     PASS_REGULAR_EXPRESSION "text data ok" FAIL_REGULAR_EXPRESSION "FAILED")
@@ -512,7 +512,7 @@ endif()
 add_test(NAME cli.mpi_profile COMMAND sh -c "rm -rf ${CMAKE_CURRENT_BINARY_DIR}/profile && ${MPIRUN_LINE} -np 2 ${TRAIN} \
 --device cpu --dp 2 --steps 4 --seq-len 16 --micro-batch-size 2 --generate 0 --threads 1 \
 --profile ${CMAKE_CURRENT_BINARY_DIR}/profile --profile-steps 2:3 > ${CMAKE_CURRENT_BINARY_DIR}/profile.log 2>&1 \
-&& python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_profile.py ${CMAKE_CURRENT_BINARY_DIR}/profile 2 ${CMAKE_CURRENT_BINARY_DIR}/profile.log")
+&& python3 ${CMAKE_SOURCE_DIR}/tests/scripts/check_profile.py ${CMAKE_CURRENT_BINARY_DIR}/profile 2 ${CMAKE_CURRENT_BINARY_DIR}/profile.log")
 set_tests_properties(cli.mpi_profile PROPERTIES LABELS "cli;mpi" TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   PROCESSORS 2 PASS_REGULAR_EXPRESSION "profile ok")
 picotron_cli_test(cli.bad_profile_steps ${EXPECT_FAIL} "error: --profile-steps: '3' is not A:B" -- ${TRAIN} --profile p --profile-steps 3)
@@ -534,12 +534,12 @@ set_tests_properties(cli.vs_pytorch_gpu_commands PROPERTIES PASS_REGULAR_EXPRESS
 # Every pipeline schedule x {fp8, tp, ep, recompute}: each projection is what the flags ask,
 # read from the model (--explain's projection lines, runtime/observe/projections.h), or the
 # combination is refused in one line (fp8 with a schedule that defers dW).
-add_test(NAME cli.projections_every_schedule COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/projections_matrix.sh ${TRAIN})
+add_test(NAME cli.projections_every_schedule COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/projections_matrix.sh ${TRAIN})
 set_tests_properties(cli.projections_every_schedule PROPERTIES LABELS "cli;mpi" TIMEOUT 300 PROCESSORS 2
   PASS_REGULAR_EXPRESSION "PROJECTIONS OK" FAIL_REGULAR_EXPRESSION "FAIL")
 
 # --dry-run --pp-trace: the schedule's unit-time simulation as a trace (the picture in
 # pipeline_parallel/README.md): each rank's boxes are its --dry-run program, the idle units
 # the formula's (dualpipev and 1f1b, P = 4, m = 8).
-add_test(NAME cli.pp_trace_simulated COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_simulated_trace.py ${TRAIN})
+add_test(NAME cli.pp_trace_simulated COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/scripts/check_simulated_trace.py ${TRAIN})
 set_tests_properties(cli.pp_trace_simulated PROPERTIES LABELS cli TIMEOUT 60 PASS_REGULAR_EXPRESSION "simulated trace ok")

@@ -1,12 +1,12 @@
 # Comm under mpirun (label mpi):
-#   comm.npN              tests/comm_test.cpp at 1, 2, 3, 4 and 8 ranks: every collective and
+#   comm.npN              tests/mpi/comm_test.cpp at 1, 2, 3, 4 and 8 ranks: every collective and
 #                         dtype against closed forms, every group of every mesh, pp/cp ring
 #                         neighbours as group ranks, async overlap, the ledger and comm_report
 #   (the NCCL watchdog is tested in unit_tests "[gpu]": test_gpu.cpp, skipped without a GPU)
-#   comm_failure.MODE.npN tests/comm_failure.cpp: a rank that throws, hangs or is killed ends
+#   comm_failure.MODE.npN tests/mpi/comm_failure.cpp: a rank that throws, hangs or is killed ends
 #                         the job with a non-zero exit and a message, well before TIMEOUT
-add_executable(comm_tests comm_test.cpp)
-add_executable(comm_failure comm_failure.cpp)
+add_executable(comm_tests mpi/comm_test.cpp)
+add_executable(comm_failure mpi/comm_failure.cpp)
 foreach(target comm_tests comm_failure)
   target_link_libraries(${target} PRIVATE picotron_step)
   target_link_options(${target} PRIVATE ${PICOTRON_LINK_FLAGS})
@@ -25,7 +25,7 @@ endforeach()
 # finishing inside TIMEOUT 60 proves the others gave up after --timeout-s 3.
 function(comm_failure_test mode np regex)
   add_test(NAME comm_failure.${mode}.np${np}
-    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/expect_failure.sh "${regex}" --
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/expect_failure.sh "${regex}" --
             ${PICOTRON_MPIRUN} -np ${np} $<TARGET_FILE:comm_failure> ${mode} --timeout-s 3)
   set_tests_properties(comm_failure.${mode}.np${np} PROPERTIES TIMEOUT 60
     ENVIRONMENT "${PICOTRON_TEST_ENV}" LABELS "mpi;comm" PROCESSORS 2)

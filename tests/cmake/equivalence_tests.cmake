@@ -1,7 +1,7 @@
 # The equivalence contract (../shared/DESIGN.md): every layout reproduces the
 # single-process run of the same seed, config and global batch — per-step loss, grad
 # norm and final parameters. The reference takes the whole global batch as one
-# micro-batch (tests/equivalence.sh), so every case also checks gradient accumulation. Grad-norm clipping is active (--grad-clip 0.5 is below the
+# micro-batch (tests/scripts/equivalence.sh), so every case also checks gradient accumulation. Grad-norm clipping is active (--grad-clip 0.5 is below the
 # norms these runs see), so a wrong gradient norm would show.
 #
 # Tolerances: float64 1e-9 relative. The parallel run adds the same numbers in another
@@ -11,7 +11,7 @@
 # float32: 1e-5 — the same reordering at float32's 6e-8 roundoff, with headroom.
 #
 # Adding a layout is one line: picotron_equivalence(NAME NP <ranks> [RTOL r] [SAME_MICRO_BATCHES] ARGS <flags>).
-add_executable(compare_runs compare_runs.cpp)
+add_executable(compare_runs tools/compare_runs.cpp)
 target_link_libraries(compare_runs PRIVATE nlohmann_json::nlohmann_json)  # no LibTorch: it starts in milliseconds
 target_link_options(compare_runs PRIVATE ${PICOTRON_LINK_FLAGS})
 
@@ -28,7 +28,7 @@ function(picotron_equivalence name)
     set(E_DTYPE fp64)
   endif()
   add_test(NAME equivalence.${name}
-    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP}
+    COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/equivalence.sh ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP}
             -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype ${E_DTYPE} ${E_ARGS})
   set(env ${PICOTRON_TEST_ENV})
   set(same whole)
@@ -36,17 +36,17 @@ function(picotron_equivalence name)
     set(same same)
     list(APPEND env REF_MICRO_BATCHES=same)
   endif()
-  # After the batches that make its runs (tests/equivalence_batch.sh), it only compares:
+  # After the batches that make its runs (tests/scripts/equivalence_batch.sh), it only compares:
   # one processor. A case whose runs they did not make (a batch stopped at a failing run;
   # ctest -R picked the case without its batches) runs them itself, as before.
   set_tests_properties(equivalence.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${env}"
     LABELS "equivalence;mpi" PROCESSORS 1 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED"
     DEPENDS "equivalence.batch.references;equivalence.batch.np${E_NP}")
-  picotron_batch_case(equivalence ${E_NP} ${same} ${CMAKE_CURRENT_SOURCE_DIR}/equivalence.sh
+  picotron_batch_case(equivalence ${E_NP} ${same} ${CMAKE_SOURCE_DIR}/tests/scripts/equivalence.sh
     ${CMAKE_CURRENT_BINARY_DIR}/equivalence/${name} ${E_RTOL} ${E_NP} -- ${EQUIVALENCE_FLAGS} --dtype ${E_DTYPE} ${E_ARGS})
 endfunction()
 
-# A case for the batches (tests/equivalence_batch.sh; the equivalence ones at the end of this
+# A case for the batches (tests/scripts/equivalence_batch.sh; the equivalence ones at the end of this
 # file): a line NPS REF_MICRO_BATCHES SCRIPT ARGS... -- FLAGS..., tab-separated, in the list
 # named GROUP (NPS: the rank counts its runs use, comma-separated).
 function(picotron_batch_case group nps same)
@@ -74,7 +74,7 @@ function(picotron_batches group cases)
       if(kind STREQUAL "ref")
         set(test ${group}.batch.references)
       endif()
-      add_test(NAME ${test} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/equivalence_batch.sh ${cases} $<TARGET_FILE:train> ${kind} ${np})
+      add_test(NAME ${test} COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/equivalence_batch.sh ${cases} $<TARGET_FILE:train> ${kind} ${np})
       set(procs 2)
       if(np EQUAL 1)
         set(procs 1)
@@ -88,8 +88,8 @@ function(picotron_batches group cases)
 endfunction()
 
 # The batch driver: train.cpp's own main run for many argument sets in one launch
-# (tests/train_batch.cpp), so that a case does not pay for starting processes and LibTorch.
-add_executable(train_batch train_batch.cpp)
+# (tests/tools/train_batch.cpp), so that a case does not pay for starting processes and LibTorch.
+add_executable(train_batch tools/train_batch.cpp)
 target_link_libraries(train_batch PRIVATE picotron_core)
 target_link_options(train_batch PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(train_batch REUSE_FROM picotron_step)
@@ -110,13 +110,13 @@ picotron_equivalence(dp2_bucketed_uneven NP 2 ARGS --dp 2 --dp-mode bucketed --d
 picotron_equivalence(dp2_bucketed_fp32 NP 2 RTOL 1e-5 DTYPE fp32 ARGS --dp 2 --dp-mode bucketed --grad-acc-steps 2)
 
 # Overlap: bucketed DP launches a bucket's all-reduce before backward ends; naive launches none.
-add_executable(dp_overlap_test test_data_parallel.cpp)
+add_executable(dp_overlap_test mpi/test_data_parallel.cpp)
 target_link_libraries(dp_overlap_test PRIVATE picotron_core)
 target_link_options(dp_overlap_test PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(dp_overlap_test REUSE_FROM picotron_step)
 picotron_mpi_test(NAME data_parallel.overlap NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test>
   PASS_REGEX "[1-9][0-9]* passed, 0 failed")
-# Its parts alone, for the assignment tasks (tests/assignments.cmake) that each one grades.
+# Its parts alone, for the assignment tasks (tests/cmake/assignments.cmake) that each one grades.
 foreach(part bucketed naive)
   picotron_mpi_test(NAME data_parallel.overlap_${part} NP 2 TIMEOUT 120 COMMAND $<TARGET_FILE:dp_overlap_test> ${part}
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")
@@ -261,7 +261,7 @@ picotron_equivalence(hsdp_zero2_dp4_pp2 ${MESH8} --dp 4 --pp 2 --zero 2 --zero-s
 picotron_equivalence(hsdp_zero1_dp2_cp2 NP 4 ARGS --zero 1 --dp 2 --cp 2 --zero-shard 1 --grad-acc-steps 2)  # shard group: the cp pair
 
 # f, g, the vocab-parallel embedding and cross-entropy against the full ops (fp64), tp 2 and 4.
-add_executable(tensor_parallel_tests test_tensor_parallel.cpp)
+add_executable(tensor_parallel_tests mpi/test_tensor_parallel.cpp)
 target_link_libraries(tensor_parallel_tests PRIVATE picotron_core)
 target_link_options(tensor_parallel_tests PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(tensor_parallel_tests REUSE_FROM picotron_step)
@@ -270,7 +270,7 @@ picotron_mpi_test(NAME tensor_parallel.np4 NP 4 TIMEOUT 120 COMMAND $<TARGET_FIL
 
 # Context parallelism (context_parallel/). Ring attention alone, on 2 and 4 ranks: output
 # and dQ, dK, dV equal full causal attention (fp64 1e-12), both layouts, GQA, large logits.
-add_executable(cp_ring_test test_context_parallel.cpp)
+add_executable(cp_ring_test mpi/test_context_parallel.cpp)
 target_link_libraries(cp_ring_test PRIVATE picotron_core)
 target_link_options(cp_ring_test PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(cp_ring_test REUSE_FROM picotron_step)
@@ -278,9 +278,9 @@ foreach(np 2 4)
   picotron_mpi_test(NAME context_parallel.ring_${np} NP ${np} TIMEOUT 120 COMMAND $<TARGET_FILE:cp_ring_test>
     PASS_REGEX "[1-9][0-9]* passed, 0 failed")
 endforeach()
-# Ulysses and the hybrid alone (tests/test_ulysses.cpp): output and dQ, dK, dV equal full causal
+# Ulysses and the hybrid alone (tests/mpi/test_ulysses.cpp): output and dQ, dK, dV equal full causal
 # attention (fp64 1e-12), both layouts, nKV < U, and the ledger's all-to-all and ring elements.
-add_executable(cp_ulysses_test test_ulysses.cpp)
+add_executable(cp_ulysses_test mpi/test_ulysses.cpp)
 target_link_libraries(cp_ulysses_test PRIVATE picotron_core)
 target_link_options(cp_ulysses_test PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(cp_ulysses_test REUSE_FROM picotron_step)
@@ -395,9 +395,9 @@ picotron_equivalence(moe_ep2_pp2_cp2_zero1 NP 8 SAME_MICRO_BATCHES ${MOE} --dp 2
 picotron_equivalence(moe_recompute_full_ep2_acc2 NP 2 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --recompute full --grad-acc-steps 2)
 picotron_equivalence(moe_recompute_full_ep2_pp2 NP 4 SAME_MICRO_BATCHES ${MOE} --dp 2 --ep 2 --pp 2 --recompute full --grad-acc-steps 2)
 
-# Expert parallelism's pieces on 2 and 4 ranks (tests/test_expert_parallel.cpp): the
+# Expert parallelism's pieces on 2 and 4 ranks (tests/mpi/test_expert_parallel.cpp): the
 # dispatch order, the all-to-all against a gather, one MoE layer against the whole one.
-add_executable(expert_parallel_test test_expert_parallel.cpp)
+add_executable(expert_parallel_test mpi/test_expert_parallel.cpp)
 target_link_libraries(expert_parallel_test PRIVATE picotron_core)
 target_link_options(expert_parallel_test PRIVATE ${PICOTRON_LINK_FLAGS})
 target_precompile_headers(expert_parallel_test REUSE_FROM picotron_step)
@@ -411,12 +411,12 @@ endforeach()
 # 1e-12 (fp64): 1 rank, dp2, tp2 (+sp), pp2 (1f1b and zb-h1), cp2, zero-3. The 1-process
 # equivalence lines below also hold (1e-9).
 function(picotron_recompute name np mode)
-  add_test(NAME recompute.${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/recompute_vs_none.sh
+  add_test(NAME recompute.${name} COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/recompute_vs_none.sh
     ${CMAKE_CURRENT_BINARY_DIR}/recompute/${name} ${np} ${mode} -- $<TARGET_FILE:train> ${EQUIVALENCE_FLAGS} --dtype fp64 ${ARGN})
   set_tests_properties(recompute.${name} PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
     LABELS "equivalence;mpi" PROCESSORS 1 PASS_REGULAR_EXPRESSION "EQUIVALENT" FAIL_REGULAR_EXPRESSION "FAILED"
     DEPENDS equivalence.batch.np${np})
-  picotron_batch_case(equivalence ${np} whole ${CMAKE_CURRENT_SOURCE_DIR}/recompute_vs_none.sh
+  picotron_batch_case(equivalence ${np} whole ${CMAKE_SOURCE_DIR}/tests/scripts/recompute_vs_none.sh
     ${CMAKE_CURRENT_BINARY_DIR}/recompute/${name} ${np} ${mode} -- ${EQUIVALENCE_FLAGS} --dtype fp64 ${ARGN})
 endfunction()
 foreach(mode selective full)
@@ -434,18 +434,18 @@ picotron_equivalence(recompute_selective_tp2 NP 2 ARGS --recompute selective --t
 # --explain narrates the first step (runtime/observe/explain.h) and must leave the numbers
 # alone; explain.narration checks what it prints.
 picotron_equivalence(explain_dp2_tp2_sp_zero1 NP 4 ARGS --dp 2 --tp 2 --sp --zero 1 --grad-acc-steps 2 --explain)
-add_test(NAME explain.narration COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/explain_check.sh $<TARGET_FILE:train>)
+add_test(NAME explain.narration COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/explain_check.sh $<TARGET_FILE:train>)
 set_tests_properties(explain.narration PROPERTIES TIMEOUT 300 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   LABELS "mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "EXPLAIN OK" FAIL_REGULAR_EXPRESSION "FAILED")
 # The ledger hears every group a run makes (picotron/comm_listener.h): one layout per technique
 # family, its narrated step against its --comm-report, group by group; every communication titled.
-add_test(NAME ledger.every_group COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/check_ledger_groups.py $<TARGET_FILE:train>)
+add_test(NAME ledger.every_group COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/scripts/check_ledger_groups.py $<TARGET_FILE:train>)
 set_tests_properties(ledger.every_group PROPERTIES TIMEOUT 600 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   LABELS "mpi" PROCESSORS 2 PASS_REGULAR_EXPRESSION "LEDGER OK" FAIL_REGULAR_EXPRESSION "FAILED|MISMATCH")
 
 # scripts/gpu_check.sh on a machine without a GPU: one line and exit 2, its arguments,
-# and its report writer on real outputs of this machine (tests/gpu_check_cpu.sh).
-add_test(NAME gpu_check.cpu_side COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_cpu.sh $<TARGET_FILE:train> $<TARGET_FILE:unit_tests>)
+# and its report writer on real outputs of this machine (tests/scripts/gpu_check_cpu.sh).
+add_test(NAME gpu_check.cpu_side COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/gpu_check_cpu.sh $<TARGET_FILE:train> $<TARGET_FILE:unit_tests>)
 set_tests_properties(gpu_check.cpu_side PROPERTIES TIMEOUT 120 ENVIRONMENT "${PICOTRON_TEST_ENV}"
   LABELS "mpi;cli" PROCESSORS 2 PASS_REGULAR_EXPRESSION "GPU CHECK CPU SIDE OK" FAIL_REGULAR_EXPRESSION "FAILED|MISSING")
 
@@ -472,7 +472,7 @@ picotron_equivalence(fp8_cp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --cp 2)
 picotron_equivalence(fp8_zero3_dp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --zero 3 --dp 2)
 picotron_equivalence(fp8_pp2 NP 2 SAME_MICRO_BATCHES ARGS --fp8 --pp 2 --grad-acc-steps 2)
 
-# The batches (tests/equivalence_batch.sh): every reference in one process, and the
+# The batches (tests/scripts/equivalence_batch.sh): every reference in one process, and the
 # parallel runs of each rank count in one mpirun; each case above then compares its own
 # runs (DEPENDS orders them; it does not add the batches to a ctest -R selection). Before
 # the batches, the 165 cases took 463 s of one fresh-clone run of scripts/test.sh

@@ -39,7 +39,7 @@ picotron_plan_test(cli.plan_mixtral_64gpus
 set_tests_properties(cli.plan_mixtral_64gpus PROPERTIES TIMEOUT 180)
 # The asked global batch: a schedule that needs more micro-batches than the batch has is set
 # aside (counted), not ranked with a 4x batch beside the asked one.
-add_test(NAME cli.plan_asked_batch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/plan_asked_batch.sh ${PLAN_TRAIN})
+add_test(NAME cli.plan_asked_batch COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/plan_asked_batch.sh ${PLAN_TRAIN})
 set_tests_properties(cli.plan_asked_batch PROPERTIES LABELS cli TIMEOUT 120 ENVIRONMENT "OMP_NUM_THREADS=1"
   PASS_REGULAR_EXPRESSION "ASKED BATCH ONLY")
 picotron_plan_test(cli.plan_nothing_fits

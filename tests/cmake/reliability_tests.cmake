@@ -21,7 +21,7 @@ picotron_mpi_cli_test(reliability.mpi_output_device 2 "\\[rank 1\\] error: --met
   ${TRAIN} ${R_FLAGS} --dp 2 --micro-batch-size 1 --metrics-file /dev/full)
 # A full disk (a 256 KiB tmpfs; skipped without root): --save-params, --metrics-file mid-run
 # and a checkpoint each fail with one line and leave no partial file.
-add_test(NAME reliability.full_disk COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/full_disk.sh
+add_test(NAME reliability.full_disk COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/full_disk.sh
   ${CMAKE_CURRENT_BINARY_DIR}/full_disk -- ${TRAIN} ${R_FLAGS})
 set_tests_properties(reliability.full_disk PROPERTIES LABELS "reliability;cli" TIMEOUT 120 SKIP_RETURN_CODE 77
   PASS_REGULAR_EXPRESSION "full disk ok" FAIL_REGULAR_EXPRESSION "FAILED")
@@ -51,7 +51,7 @@ picotron_reliability(data_dir_entry_is_dir "error: --data .*shards/b.bin: is a d
 picotron_reliability(data_header_overflow "error: --data .*overflow.bin: truncated or corrupt: header says 9223372036854775807 tokens" sh -c
   "mkdir -p ${RD} && printf 'PICOTOK1\\004\\000\\000\\000\\000\\000\\000\\000\\377\\377\\377\\377\\377\\377\\377\\177abcd' > ${RD}/overflow.bin && $<TARGET_FILE:train> --device cpu --data ${RD}/overflow.bin")
 # Memory-mapped data: a 4 GiB sparse file trains with the peak resident memory of a 1 MiB one.
-add_test(NAME reliability.data_mmap COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/data_mmap.py
+add_test(NAME reliability.data_mmap COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/scripts/data_mmap.py
   ${CMAKE_CURRENT_BINARY_DIR}/data_mmap ${TRAIN})
 set_tests_properties(reliability.data_mmap PROPERTIES LABELS "reliability;cli" TIMEOUT 300
   PASS_REGULAR_EXPRESSION "mmap ok" FAIL_REGULAR_EXPRESSION "FAILED")
@@ -71,7 +71,7 @@ set_tests_properties(reliability.mpi_config_mismatch PROPERTIES LABELS "reliabil
 # A rank stopped (SIGSTOP) before MPI_Init and 0.1 s after starting: the others end
 # within --timeout-s with one line (training collectives: comm.* failure tests).
 foreach(delay 0 0.1)
-  add_test(NAME reliability.rank_stopped_after_${delay}s COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/rank_stopped.sh ${delay} 5 --
+  add_test(NAME reliability.rank_stopped_after_${delay}s COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/rank_stopped.sh ${delay} 5 --
     ${PICOTRON_MPIRUN} -np 2 -- ${TRAIN} ${R_FLAGS} --dp 2 --steps 1000)
   set_tests_properties(reliability.rank_stopped_after_${delay}s PROPERTIES LABELS "reliability;mpi" TIMEOUT 90
     PASS_REGULAR_EXPRESSION "stopped rank ok" FAIL_REGULAR_EXPRESSION "FAILED" ENVIRONMENT "${PICOTRON_TEST_ENV}"
@@ -128,13 +128,13 @@ set_tests_properties(checkpoint.resume_in_place PROPERTIES LABELS "checkpoint;cl
 # line, instead of a stack overflow when the bad value is printed or freed.
 picotron_reliability(json_nested_deep "error: --eval .*deep.json: JSON nested deeper than 64 levels" sh -c
   "mkdir -p ${RL}_deep && python3 -c \"print('[' * 1000000 + ']' * 1000000)\" > ${RL}_deep/deep.json && $<TARGET_FILE:train> ${R_FLAGS_LINE} --eval ${RL}_deep/deep.json")
-# A --data file shortened while training (tests/data_changed.sh): one line naming it, no SIGBUS.
-add_test(NAME reliability.data_changed_under_the_run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/data_changed.sh ${TRAIN}
+# A --data file shortened while training (tests/scripts/data_changed.sh): one line naming it, no SIGBUS.
+add_test(NAME reliability.data_changed_under_the_run COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/data_changed.sh ${TRAIN}
   ${CMAKE_CURRENT_BINARY_DIR}/data_changed)
 set_tests_properties(reliability.data_changed_under_the_run PROPERTIES LABELS "reliability;cli" TIMEOUT 120
   ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "changed data ok" FAIL_REGULAR_EXPRESSION "FAILED")
-# Two runs saving into one --save-dir at once (tests/save_dir_lock.sh): the second is one line.
-add_test(NAME checkpoint.two_runs_one_save_dir COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/save_dir_lock.sh ${TRAIN}
+# Two runs saving into one --save-dir at once (tests/scripts/save_dir_lock.sh): the second is one line.
+add_test(NAME checkpoint.two_runs_one_save_dir COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/save_dir_lock.sh ${TRAIN}
   ${CMAKE_CURRENT_BINARY_DIR}/save_dir_lock)
 set_tests_properties(checkpoint.two_runs_one_save_dir PROPERTIES LABELS "checkpoint;cli" TIMEOUT 120
   ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "save dir lock ok" FAIL_REGULAR_EXPRESSION "FAILED")
@@ -146,15 +146,15 @@ picotron_reliability(hf_config_bad_real "error: .*config.json: rope_theta must b
 # A --save-dir that holds another run's checkpoints: refused unless this run resumes from it.
 picotron_reliability(save_dir_of_another_run "error: --save-dir .*other: holds the checkpoints of another run \\(newest step-000002\\)" sh -c
   "rm -rf ${RL}_other && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 2 --save-dir ${RL}_other >/dev/null && $<TARGET_FILE:train> ${R_FLAGS_LINE} --steps 2 --save-dir ${RL}_other")
-# The campaign against the files build/train reads and writes (tests/untrusted_files.sh,
+# The campaign against the files build/train reads and writes (tests/scripts/untrusted_files.sh,
 # 39 cases, about a minute): 0 unclear, crash, hang, silent or refused results.
 if(NO_TRANSFORMERS EQUAL 0)
   add_test(NAME reliability.untrusted_files_campaign COMMAND env PYTHON=${PICOTRON_PYTHON}
-    ${CMAKE_CURRENT_SOURCE_DIR}/untrusted_files.sh ${TRAIN} ${CMAKE_CURRENT_BINARY_DIR}/untrusted_files)
+    ${CMAKE_SOURCE_DIR}/tests/scripts/untrusted_files.sh ${TRAIN} ${CMAKE_CURRENT_BINARY_DIR}/untrusted_files)
   set_tests_properties(reliability.untrusted_files_campaign PROPERTIES LABELS "reliability;cli" TIMEOUT 300
     ENVIRONMENT "${CLI_ENV}" PASS_REGULAR_EXPRESSION "unclear 0, crash 0, hang 0, silent 0, refused 0")
 endif()
-# scripts/resilient_run.sh told to stop (tests/resilient_run_signals.sh, 2 ranks under
+# scripts/resilient_run.sh told to stop (tests/scripts/resilient_run_signals.sh, 2 ranks under
 # mpirun): SIGINT, SIGTERM and SIGHUP, each to its process group and to it alone, end it
 # with 128 + the signal, no restart and no rank left (nor after mpirun is SIGKILLed); and
 # what it does not restart: a refused flag, and a checkpoint that verifies but that
@@ -162,7 +162,7 @@ endif()
 set(RESILIENT_FLAGS --device cpu --model tiny --hidden-size 64 --intermediate-size 128 --num-hidden-layers 2
   --seq-len 32 --steps 1000 --warmup-steps 2 --log-every 1 --generate 0 --threads 1 --dp 2 --micro-batch-size 2 --dtype fp32)
 foreach(part signals refusals)
-  add_test(NAME reliability.resilient_run_${part} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resilient_run_signals.sh
+  add_test(NAME reliability.resilient_run_${part} COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/resilient_run_signals.sh
     ${CMAKE_CURRENT_BINARY_DIR}/resilient_${part} ${part} -- ${TRAIN} ${RESILIENT_FLAGS})
   set_tests_properties(reliability.resilient_run_${part} PROPERTIES LABELS "reliability;mpi" TIMEOUT 120
     ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION "resilient ${part} ok"
@@ -170,6 +170,6 @@ foreach(part signals refusals)
 endforeach()
 # scripts/resilient_run.sh on a save dir with a space, quotes and glob characters in its path:
 # restarts from the newest good checkpoint; its argument errors are its own line and exit 2.
-add_test(NAME reliability.resilient_paths COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/resilient_run_paths.sh $<TARGET_FILE:train>)
+add_test(NAME reliability.resilient_paths COMMAND ${CMAKE_SOURCE_DIR}/tests/scripts/resilient_run_paths.sh $<TARGET_FILE:train>)
 set_tests_properties(reliability.resilient_paths PROPERTIES LABELS "reliability" TIMEOUT 180
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PASS_REGULAR_EXPRESSION "RESILIENT PATHS OK" FAIL_REGULAR_EXPRESSION "FAILED|WRONG")

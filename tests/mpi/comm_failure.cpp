@@ -1,4 +1,4 @@
-// tests/comm_failure.cpp — when one rank fails, the job ends quickly, non-zero, and says why.
+// tests/mpi/comm_failure.cpp — when one rank fails, the job ends quickly, non-zero, and says why.
 //
 // Every rank runs ten all_reduces; at step 5, rank 1 fails in one of three ways:
 //

@@ -1,4 +1,4 @@
-// tests/comm_test.cpp — every collective of Comm, checked against closed forms, under mpirun.
+// tests/mpi/comm_test.cpp — every collective of Comm, checked against closed forms, under mpirun.
 //
 // Each rank r of a group of p fills its input from r with a formula whose result is
 // known in closed form, so the test never trusts one collective to check another:

@@ -1,4 +1,4 @@
-// tests/flight_cases.cpp — the mistakes a student makes, on two ranks, each recorded by the
+// tests/mpi/flight_cases.cpp — the mistakes a student makes, on two ranks, each recorded by the
 // flight recorder and written out, for scripts/hang_report.py to explain (no model: only
 // the communications, through the real Comm, recorder and dump wiring of build/train).
 //
@@ -23,7 +23,7 @@
 //
 // Run:  mpirun -np 2 build/tests/flight_cases pipeline_m /tmp/f --timeout-s 2;
 //       scripts/hang_report.py /tmp/f
-// Test: ctest -L flight   (tests/flight_tests.cmake)
+// Test: ctest -L flight   (tests/cmake/flight_tests.cmake)
 #include <cstdio>
 #include <cstring>
 #include <iostream>

@@ -1,4 +1,4 @@
-// tests/mpi_check.h — the tiny harness of the tests that run under mpirun (Catch2 runs
+// tests/mpi/mpi_check.h — the tiny harness of the tests that run under mpirun (Catch2 runs
 // in one process): count checks, print each failure with its rank, and end with the
 // line ctest's PASS_REGULAR_EXPRESSION reads: "[rank r] N passed, M failed".
 #pragma once

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/assignment_stubs_compile.py BUILD_DIR — every file a course copy stubs compiles on its own.
+"""tests/scripts/assignment_stubs_compile.py BUILD_DIR — every file a course copy stubs compiles on its own.
 
 `scripts/assignment make` replaces each task's body with the stub (scripts/assignment:
 STUB_INCLUDES and stub()). The grader then compiles each file as its own translation unit,
@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 tool = SourceFileLoader("assignment", str(ROOT / "scripts" / "assignment")).load_module()
 
 
@@ -131,7 +131,7 @@ class Verdicts:
 
 def main():
     if len(sys.argv) != 2 or not (Path(sys.argv[1]) / "compile_commands.json").is_file():
-        sys.exit("usage: tests/assignment_stubs_compile.py BUILD_DIR (a configured build with compile_commands.json)")
+        sys.exit("usage: tests/scripts/assignment_stubs_compile.py BUILD_DIR (a configured build with compile_commands.json)")
     build = Path(sys.argv[1]).resolve()
     table = tool.read_table(ROOT)
     found = tool.all_regions(ROOT)

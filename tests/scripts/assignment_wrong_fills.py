@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/assignment_wrong_fills.py [WORK_DIR] — the grader tells right from wrong
+"""tests/scripts/assignment_wrong_fills.py [WORK_DIR] — the grader tells right from wrong
 (ctest -L assignments_build; slow: it builds a course copy twice, the grader's build).
 
 scripts/assignment make all, and grading that copy (every stub in, built as the grader
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "scripts" / "assignment"
 
 # task -> (file, the reference text inside the task's region, the wrong text)

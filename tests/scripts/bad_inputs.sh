@@ -2,7 +2,7 @@
 # shellcheck disable=SC2059,SC2046,SC2178,SC2128,SC2086  # printf formats of bytes on purpose; one word per value (numbers, names, pid lists)
 # bad_inputs.sh — a campaign of bad inputs and faults against build/train.
 #
-#   tests/bad_inputs.sh build/train [outdir]        (outdir default: /tmp/bad_inputs)
+#   tests/scripts/bad_inputs.sh build/train [outdir]        (outdir default: /tmp/bad_inputs)
 #
 # Builds a table of several hundred cases, generated in loops: every numeric flag of
 # --help x odd values, every string/enum flag x odd strings, mesh arithmetic (some under

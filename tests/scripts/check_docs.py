@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""tests/check_docs.py — run the commands the documentation shows and compare their output.
+"""tests/scripts/check_docs.py — run the commands the documentation shows and compare their output.
 
-    python3 tests/check_docs.py --train build/train [--root .] [--python PY] [--only docs/data.md] [-v]
+    python3 tests/scripts/check_docs.py --train build/train [--root .] [--python PY] [--only docs/data.md] [-v]
 
-ctest runs it as `docs.commands` (label `docs`, tests/docs_tests.cmake): the checks of scripts,
+ctest runs it as `docs.commands` (label `docs`, tests/cmake/docs_tests.cmake): the checks of scripts,
 test names and flags there (--no-blocks), and each document's blocks as a test of its own,
 docs.commands.<document> (--only DOC --blocks-only), so that ctest runs them beside other
 tests. Standard library only.
@@ -53,9 +53,9 @@ The convention (docs/testing.md, "Documentation that cannot drift"):
     the first column of its table is one `--help` lists.
   * Test selections: every `ctest ... -R PATTERN` a document shows must select a test of
     the build directory beside --train (`ctest -N`), and every `-L LABEL` must be a label
-    there or in tests/*.cmake; a test named in backticks (`cli.mpi_comm_report_tp2`: a
+    there or in tests/cmake/*.cmake; a test named in backticks (`cli.mpi_comm_report_tp2`: a
     known prefix, a dot, no file extension) must be a test there, or the start of some
-    test names, or an add_test(NAME ...) of tests/*.cmake; every `unit_tests "[tag]"` must be a tag of
+    test names, or an add_test(NAME ...) of tests/cmake/*.cmake; every `unit_tests "[tag]"` must be a tag of
     build/tests/unit_tests. Skipped (and said so) when there is no ctest, no test
     directory or no unit_tests binary.
 
@@ -304,7 +304,8 @@ def check_test_names(root, train, docs_text, verbose, errors):
         labels = set(re.findall(r"^  (\S+)$", subprocess.run([ctest, "--test-dir", build, "--print-labels"],
                                                                capture_output=True, text=True).stdout, re.M))
         declared = set()
-        for f in os.listdir(os.path.join(root, "tests")):
+        cmake_dir = os.path.join(root, "tests", "cmake")
+        for f in ["CMakeLists.txt"] + [os.path.join("cmake", c) for c in sorted(os.listdir(cmake_dir))]:
             if f.endswith(".cmake") or f == "CMakeLists.txt":
                 source = open(os.path.join(root, "tests", f)).read()
                 for group in re.findall(r'LABELS\s+"?([A-Za-z_;${} ]+)', source):
@@ -369,7 +370,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train", required=True, help="the built train binary (build/train)")
-    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."),
                     help="the repository (default: this script's ..)")
     ap.add_argument("--python", default=sys.executable, help="the python that runs scripts' --help")
     ap.add_argument("--only", action="append", default=[], help="check only this document (repeatable)")

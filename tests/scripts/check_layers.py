@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/check_layers.py ROOT — the include arrows point one way (README.md, "Layout").
+"""tests/scripts/check_layers.py ROOT — the include arrows point one way (README.md, "Layout").
 
   the step         picotron/: config, Comm and its launch plumbing, mesh, shard, model,
                    init, data, optim, recompute, output files. Includes only the step.

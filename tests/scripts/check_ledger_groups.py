@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/check_ledger_groups.py TRAIN — the ledger sees every group a run makes.
+"""tests/scripts/check_ledger_groups.py TRAIN — the ledger sees every group a run makes.
 
 One composed layout per technique family runs one step with --explain and --comm-report.
 --explain lists every communication rank 0 issued in that step, with its group (its

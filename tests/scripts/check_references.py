@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""tests/check_references.py [ROOT] — every cross-reference names a heading that exists.
+"""tests/scripts/check_references.py [ROOT] — every cross-reference names a heading that exists.
 
-    python3 tests/check_references.py [ROOT] [--list]
+    python3 tests/scripts/check_references.py [ROOT] [--list]
 
-ctest runs it as `docs.references` (label `docs`, tests/docs_tests.cmake); it needs no
+ctest runs it as `docs.references` (label `docs`, tests/cmake/docs_tests.cmake); it needs no
 build, only the sources, and takes well under a second. Standard library only.
 
 A reference to a section, wherever it is written (README.md, docs/, the technique READMEs,
@@ -13,7 +13,7 @@ comments in .h/.cpp/.cu/.py/.sh/.cmake files, scripts/, and strings the program 
     [text](#choosing-a-layout)                           an anchor in the same page
     docs/memory.md, "Where the memory goes"              a file, then the section in quotes
     docs/memory.md ("Where the memory goes")
-    [kernels/README.md](../kernels/README.md), "Measured"
+    [kernels/README.md](../../kernels/README.md), "Measured"
     README.md's "Layout"
     docs/planner.md § Predicted against measured on a 2-core CPU   (to the end of the clause)
     docs/testing.md#the-equivalence-contract             a bare file#anchor, in a comment
@@ -180,7 +180,7 @@ def check_file(root, path, problems, found):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
-    root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    root = os.path.abspath(args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
     problems, found = [], []
     for path in source_files(root):
         check_file(root, path, problems, found)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/check_source_lines.py ROOT — every FILE:LINE a document shows still points at what it shows.
+"""tests/scripts/check_source_lines.py ROOT — every FILE:LINE a document shows still points at what it shows.
 
 The docs paste program output that names source lines: --explain's call sites
 ("at tensor_parallel/tensor_parallel.cpp:46 (forward):  return all_reduced(x, *tp);") and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/check_source_paths.sh SOURCE_DIR BUILD_DIR — every file path the program prints is
+# tests/scripts/check_source_paths.sh SOURCE_DIR BUILD_DIR — every file path the program prints is
 # relative to the repository root and names a file of the checkout that built it, also when
 # the compiler cache serves an object made in another checkout (CMakeLists.txt:
 # -fmacro-prefix-map; scripts/build.sh shares ccache between checkouts: CCACHE_BASEDIR,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/check_stepping.py ROOT [--rewrite] [--only NAME] — docs/stepping.md's debugger
+"""tests/scripts/check_stepping.py ROOT [--rewrite] [--only NAME] — docs/stepping.md's debugger
 sessions are produced, not typed (ctest: docs.stepping_transcripts).
 
 Every ```sh block of docs/stepping.md that runs `scripts/debug.sh ... --ex CMD ...` (gdb in
@@ -132,7 +132,7 @@ def main():
         open(path, 'w').write('\n'.join(lines))
     elif drifted:
         print(f'FAILED: {drifted} session(s) print something else now; '
-              f'python3 tests/check_stepping.py . --rewrite updates the file (then read the prose around them)')
+              f'python3 tests/scripts/check_stepping.py . --rewrite updates the file (then read the prose around them)')
         sys.exit(1)
     else:
         print('TRANSCRIPTS OK')

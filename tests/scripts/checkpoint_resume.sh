@@ -10,8 +10,8 @@
 # RTOL "exact" compares the bits (the same layout: the same arithmetic), a number is the
 # equivalence tolerance (another layout adds in another order). Prints EQUIVALENT/FAILED.
 #
-# Batched as tests/equivalence.sh is (its header): under ctest, A and B of every case run in
-# one launch per rank count, then every C (tests/equivalence_batch.sh, kinds shared and
+# Batched as tests/scripts/equivalence.sh is (its header): under ctest, A and B of every case run in
+# one launch per rank count, then every C (tests/scripts/equivalence_batch.sh, kinds shared and
 # resume); a run whose files a batch made for exactly its command (its KEY: the command,
 # the size and time of the binaries) is not run again here. --plan prints the three runs
 # ("KIND<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS...") and runs nothing.
@@ -39,7 +39,7 @@ run() {  # run NAME NP FLAGS...
 }
 # A and B are shared by the cases that run them alike (the same ranks, flags and trainer:
 # "to 1" cases share their A, bit-exact ones their layout): each runs once per ctest run,
-# kept under a key of its command (as tests/equivalence.sh keeps its references), a lock
+# kept under a key of its command (as tests/scripts/equivalence.sh keeps its references), a lock
 # making a concurrent case wait. CHECKPOINT_NO_RUN_CACHE=1 runs both in WORKDIR every time.
 shared() {  # shared NAME NP FLAGS... (@DIR@ in them: its output folder): run once; sets $dir
   local name=$1 np=$2; shift 2
@@ -76,7 +76,7 @@ if [ $plan = 1 ]; then
 fi
 cp "$A/A.jsonl" "$A/A.params" "$work/"
 if [ "$(cat "$work/C.key" 2>/dev/null)" = "$c_key" ] && [ -s "$work/C.params" ]; then
-  echo "(run C ran in a batch, tests/equivalence_batch.sh: $work/C.log)"
+  echo "(run C ran in a batch, tests/scripts/equivalence_batch.sh: $work/C.log)"
 else
   rm -f "$work"/C.*
   run C "$load_np" "${c_cmd[@]}" --metrics-file "$work/C.jsonl" --save-params "$work/C.params"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016  # regular expressions with a literal $
-# tests/debug_attach.sh ROOT — attaching a debugger to a rank that is already running, the
+# tests/scripts/debug_attach.sh ROOT — attaching a debugger to a rank that is already running, the
 # way VS Code's "attach to a rank" (scripts/vscode/launch.json) and scripts/debug.sh --all
 # work (ctest: debug.attach_to_rank): rank 1 of a --tp 2 run waits (--wait-for-debugger 1);
 # gdb attaches by pid in batch mode, stops at the tensor-parallel breakpoint, prints the

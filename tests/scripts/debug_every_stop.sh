@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/debug_every_stop.sh ROOT [TECHNIQUE...] — every breakpoint file of scripts/gdb/,
+# tests/scripts/debug_every_stop.sh ROOT [TECHNIQUE...] — every breakpoint file of scripts/gdb/,
 # as docs/stepping.md launches it (its first `--stop NAME` line, its -np too), in gdb batch mode (ctest: debug.every_stop): at the stop
 # `info args`, `info locals`, `up`, `info locals` (the pretty-printer must not read through a
 # tensor that is not built yet), then every hint the file lists ("#   print x   what it

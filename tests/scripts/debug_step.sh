@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016  # regular expressions with a literal $
-# tests/debug_step.sh ROOT — the stepping workflow of docs/stepping.md, end to end
+# tests/scripts/debug_step.sh ROOT — the stepping workflow of docs/stepping.md, end to end
 # (ctest: debug.step_tensor_parallel): scripts/debug.sh stops rank 0, then rank 1, of a
 # --tp 2 run at the row-parallel all-reduce (scripts/gdb/tensor_parallel.gdb), prints the
 # rank's partial output and, after `finish`, the sum; the two partials must add up to it.

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""tests/edit_safetensors_header.py FILE TENSOR FIELD JSON — rewrite one field of one
+"""tests/scripts/edit_safetensors_header.py FILE TENSOR FIELD JSON — rewrite one field of one
 tensor's entry in a safetensors header, leaving the data as it is: the damage that a
 checksum of the bytes cannot see (a dtype I32 over F32 bytes, a shape [-1, -64]).
 TENSOR "*" edits every tensor; TENSOR "first" the first one in the header.
 
-  python3 tests/edit_safetensors_header.py ck/step-000002/rank-00000.safetensors first dtype '"I32"'
+  python3 tests/scripts/edit_safetensors_header.py ck/step-000002/rank-00000.safetensors first dtype '"I32"'
 """
 import json
 import struct

@@ -13,7 +13,7 @@
 # runs TRAIN through (scripts/gpu_check.sh gives each rank its own NCCL_HOSTID with it).
 #
 # Batched (issue 53): the suite runs the references and the parallel runs of many cases in
-# a few launches (tests/equivalence_batch.sh, tests/train_batch.cpp); a case whose files a
+# a few launches (tests/scripts/equivalence_batch.sh, tests/tools/train_batch.cpp); a case whose files a
 # batch made for exactly its command (the KEY below: the command, and the size and time of
 # the binaries and data files it names) only compares them; without them it runs its own,
 # as here. `equivalence.sh --plan ...` prints the case's two runs for the batch, and runs
@@ -59,7 +59,7 @@ fi
 # time: the trainer, a data file), so a case
 # whose reference ran already only runs the parallel side. A lock makes a concurrent case
 # wait for the one computing it. EQUIVALENCE_NO_REF_CACHE=1 runs it in WORKDIR every time.
-# The batch driver (tests/train_batch.cpp) compiles train.cpp too: a key names both binaries.
+# The batch driver (tests/tools/train_batch.cpp) compiles train.cpp too: a key names both binaries.
 batch=$(dirname "$train")/tests/train_batch
 key_of() {  # WORDS...: a key of the command and the size and time of the files it names
   { for a in "$@" "$batch"; do [ -f "$a" ] && stat -L -c '%n %s %Y' "$a"; done  # the trainer, data files
@@ -94,7 +94,7 @@ if [ $plan = 1 ]; then
 fi
 echo "== parallel: $np processes, --micro-batch-size $micro --grad-acc-steps $acc ${par_args[*]}"
 if [ -z "${TRAIN_WRAPPER:-}" ] && [ "$(cat "$work/run.key" 2>/dev/null)" = "$par_key" ] && [ -s "$work/run.params" ]; then
-  echo "(ran in a batch, tests/equivalence_batch.sh: $work/run.log)"; grep -E "^step|^mesh" "$work/run.log" || true
+  echo "(ran in a batch, tests/scripts/equivalence_batch.sh: $work/run.log)"; grep -E "^step|^mesh" "$work/run.log" || true
 else
   rm -f "$work/run.key"
   run "$work/run.log" $mpirun --oversubscribe --bind-to none -np "$np" ${TRAIN_WRAPPER:-} "${par_cmd[@]}" \

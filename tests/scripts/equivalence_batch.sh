@@ -8,12 +8,12 @@
 #   each in one mpirun of NP ranks (ref: no mpirun, as the references run)
 #
 # CASES (build/tests/equivalence/cases.tsv, build/tests/checkpoint/cases.tsv, written by
-# tests/equivalence_tests.cmake and tests/checkpoint_tests.cmake): one case a line,
+# tests/cmake/equivalence_tests.cmake and tests/cmake/checkpoint_tests.cmake): one case a line,
 # tab-separated: NPS REF_MICRO_BATCHES SCRIPT ARGS... -- FLAGS..., its rank counts
-# (comma-separated) and its ctest entry's command (SCRIPT: tests/equivalence.sh,
+# (comma-separated) and its ctest entry's command (SCRIPT: tests/scripts/equivalence.sh,
 # recompute_vs_none.sh or checkpoint_resume.sh) without TRAIN (as the cases name it),
 # which comes after the --. `SCRIPT --plan ...` prints each run of the case as
-# "KIND<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS..."; tests/train_batch.cpp runs those of
+# "KIND<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS..."; tests/tools/train_batch.cpp runs those of
 # this KIND and NP, writing KEY to MARKER after each, and the files land where the case
 # looks for them. Each case (a ctest entry after this one: DEPENDS) then compares its own
 # files and says EQUIVALENT or FAILED, as before; a case whose runs the batch did not make

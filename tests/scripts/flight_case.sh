@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/flight_case.sh — one flight recorder case: run a job that goes wrong (or not), then
+# tests/scripts/flight_case.sh — one flight recorder case: run a job that goes wrong (or not), then
 # scripts/hang_report.py on the files its ranks wrote, and check what the report says.
 #
 #   flight_case.sh DIR REGEX [seed SRC] [stop|kill|term DELAY_S] -- mpirun ... COMMAND...
@@ -57,7 +57,7 @@ echo "job: exit $rc after $(( $(date +%s) - start )) s; its error lines:"
 cat "$dir".rank*.log >> "$dir.out" 2>/dev/null
 grep -a "error:\|flight recorder" "$dir.out" | head -6
 echo "---- scripts/hang_report.py $dir"
-report=$(python3 "$(dirname "$0")/../scripts/hang_report.py" "$dir" 2>&1)
+report=$(python3 "$(dirname "$0")/../../scripts/hang_report.py" "$dir" 2>&1)
 echo "$report"
 echo "----"
 if ! grep -Eq -- "$regex" <<<"$report"; then echo "FAILED: the report does not match /$regex/"; exit 1; fi

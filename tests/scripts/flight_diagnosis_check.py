@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/flight_diagnosis_check.py DIR FLIGHT_CASES — grades the flight recorder assignment
+"""tests/scripts/flight_diagnosis_check.py DIR FLIGHT_CASES — grades the flight recorder assignment
 (task flight.diagnose, docs/assignments/flight_recorder.md): the diagnosis the student wrote
 (`FLIGHT_CASES diagnosis` prints it) against the flight recorder's files of the hung run in DIR
 (`mpirun -np 3 FLIGHT_CASES mystery DIR`).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/flight_grade_check.py DIR — scripts/assignment grade puts the hang report's verdict in
+"""tests/scripts/flight_grade_check.py DIR — scripts/assignment grade puts the hang report's verdict in
 the grade table when a student's fill hangs: a failed test whose output has the timeout
 line's "read them with: scripts/hang_report.py DIR" gets "hung: <what went wrong first>".
 
@@ -11,7 +11,7 @@ import importlib.util
 import pathlib
 import sys
 
-root = pathlib.Path(__file__).resolve().parent.parent
+root = pathlib.Path(__file__).resolve().parents[2]
 loader = importlib.machinery.SourceFileLoader("assignment", str(root / "scripts" / "assignment"))
 spec = importlib.util.spec_from_loader("assignment", loader)
 assignment = importlib.util.module_from_spec(spec)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/flight_mystery.sh DIR FLIGHT_CASES — the flight recorder assignment's hung job
+# tests/scripts/flight_mystery.sh DIR FLIGHT_CASES — the flight recorder assignment's hung job
 # (ctest: flight.mystery): three ranks of `FLIGHT_CASES mystery` write their files in DIR.
 set -uo pipefail
 dir=$1 cases=$2

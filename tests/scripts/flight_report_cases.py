@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""tests/flight_report_cases.py — scripts/hang_report.py on folders no healthy run writes:
+"""tests/scripts/flight_report_cases.py — scripts/hang_report.py on folders no healthy run writes:
 files from an earlier run beside this run's, files that disagree, damaged files, a FIFO, and
 large rings (the report's time at 2, 4 and 8 ranks x the default ring of 4,096 entries).
 
 The files are made here in the recorder's format (runtime/observe/flight_recorder.cpp), so
-every case is exact and takes no training run; tests/flight_tests.cmake runs the real ones.
+every case is exact and takes no training run; tests/cmake/flight_tests.cmake runs the real ones.
 Each case checks the lines the report must print and its exit code; "flight report cases
 ok" when all do. Run by ctest (flight.report_cases).
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "hang_report.py")
+REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "hang_report.py")
 
 
 def entry(i, group, op, seq, state="completed", elements=4096, peer=-1, t=1.0, note=""):

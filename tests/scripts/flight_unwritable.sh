@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/flight_unwritable.sh FLIGHT_CASES — the timeout line names the flight recorder's files
+# tests/scripts/flight_unwritable.sh FLIGHT_CASES — the timeout line names the flight recorder's files
 # only when they were written: a hang (both ranks send first) with --flight-recorder in a
 # folder that cannot be made (under a regular file) says that the file could not be written,
 # and never "every rank's last communications are in DIR" (ctest: flight.unwritable_folder).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/fnv_independent.py FILE.safetensors — the checksums picotron writes are standard FNV-1a 64.
+"""tests/scripts/fnv_independent.py FILE.safetensors — the checksums picotron writes are standard FNV-1a 64.
 
 Every tensor's checksum travels in the file's metadata as "fnv1a64:<name>" (runtime/checkpoint/checkpoint.cpp;
 a checkpoint's manifest carries the same sums). Here each is recomputed from the tensor's bytes with
@@ -22,7 +22,7 @@ def fnv1a64(data):
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit("usage: tests/fnv_independent.py FILE.safetensors")
+        sys.exit("usage: tests/scripts/fnv_independent.py FILE.safetensors")
     raw = open(sys.argv[1], "rb").read()
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + n])

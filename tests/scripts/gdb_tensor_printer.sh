@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2016,SC2086  # regular expressions with a literal $; a number
-# tests/gdb_tensor_printer.sh GDB_TENSOR_DEMO — gdb in batch mode with
+# tests/scripts/gdb_tensor_printer.sh GDB_TENSOR_DEMO — gdb in batch mode with
 # scripts/picotron_gdb.py and `set may-call-functions off` (gdb refuses any call into the
-# program) stops tests/gdb_tensor_demo.cpp's show() at every tensor and prints it; each
+# program) stops tests/tools/gdb_tensor_demo.cpp's show() at every tensor and prints it; each
 # line must equal the program's own runtime/observe/debug_text.cpp line (ctest:
 # debug.gdb_tensor_printer). Three ways: member offsets from the demo's DWARF (it is built
 # with -femit-class-debug-always, so it holds LibTorch's classes), from the printer's
@@ -12,7 +12,7 @@ set -u
 [ -x "${1:-}" ] || { echo "FAILED: usage: $0 path/to/gdb_tensor_demo (built by: cmake --build build --target gdb_tensor_demo)"; exit 1; }
 demo=$1
 here=$(cd "$(dirname "$0")" && pwd)
-printer=$here/../scripts/picotron_gdb.py
+printer=$here/../../scripts/picotron_gdb.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # At every stop, print x twice: member offsets from the DWARF, then from LAYOUT. The first

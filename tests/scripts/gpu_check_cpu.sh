@@ -7,7 +7,7 @@
 # fails (no GPU) standing in for NCCL's refusal.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-check=$here/../scripts/gpu_check.sh
+check=$here/../../scripts/gpu_check.sh
 train=$1 unit=$2
 mpirun=${MPIEXEC:-mpirun}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -54,7 +54,7 @@ expect "$r/report.md" '^\| nccl_two_ranks \| failed \| 1 \| exit 1 \|$' "the ste
 build=$(dirname "$train")
 "$check" --stage "$tmp/s" --out "$tmp/o" >"$tmp/e.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/e.log" "--stage goes with --build-only" "--stage without --build-only" || bad "--stage without --build-only: exit 1"
 "$check" --prebuilt "$tmp/none" --out "$tmp/o" >"$tmp/f.log" 2>&1; [ $? -eq 1 ] && expect "$tmp/f.log" "no staged build there" "--prebuilt of an empty folder" || bad "--prebuilt of an empty folder: exit 1"
-if "$here/../scripts/gpu_stage.sh" "$build" "$tmp/no_deps" "$tmp/stage" >"$tmp/stage.log" 2>&1; then
+if "$here/../../scripts/gpu_stage.sh" "$build" "$tmp/no_deps" "$tmp/stage" >"$tmp/stage.log" 2>&1; then
   ok "gpu_stage.sh: $(tail -n 1 "$tmp/stage.log")"
   for b in train tests/unit_tests tests/compare_runs bench/bench_kernels; do
     [ -x "$tmp/stage/$b" ] && ok "staged $b" || bad "staged $b"

@@ -8,7 +8,7 @@ differently by rounding would route it elsewhere and hide real differences.
 
   import   build/train --init-from it --steps 0 --eval: logits within 1e-5 of the largest
            logit, loss within 1e-5 relative, the greedy continuation exactly (fp32, as
-           tests/hf_roundtrip.py).
+           tests/scripts/hf_roundtrip.py).
   step     one training step on a token file of exactly --seq-len + 1 tokens (so every row
            of the batch is that one window): our first-step loss (metrics file) equals
            transformers' loss with output_router_logits=True, i.e. cross-entropy +

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/hf_untrusted.py WORK TRAIN — Hugging Face folders nobody checked (--init-from):
+"""tests/scripts/hf_untrusted.py WORK TRAIN — Hugging Face folders nobody checked (--init-from):
 each damage is one line naming the file and what is wrong, and a non-zero exit:
   an index that names a shard outside the folder ("../", an absolute path);
   a tensor the config does not describe (an lm_head under tied embeddings; a layer past

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/plan_asked_batch.sh TRAIN — --plan ranks only layouts that run the asked global batch.
+# tests/scripts/plan_asked_batch.sh TRAIN — --plan ranks only layouts that run the asked global batch.
 #
 # 65,536 tokens at --seq-len 4096 are 16 sequences. On 16 GPUs a pipeline over dp 8 reaches
 # them in 2 micro-batches, but zb-h1 needs m >= P and DualPipeV m >= 2P: such a layout runs a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/projections_matrix.sh build/train — every pipeline schedule x {fp8, tp, ep, recompute}:
+# tests/scripts/projections_matrix.sh build/train — every pipeline schedule x {fp8, tp, ep, recompute}:
 # each projection of the model is what the flags ask, read from the model (--explain's
 # "projections of layer 0" lines, runtime/observe/projections.h), or the run is refused in one line.
 #

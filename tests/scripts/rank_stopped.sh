@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/rank_stopped.sh — a rank that stops (SIGSTOP) at a given moment must not hang the
+# tests/scripts/rank_stopped.sh — a rank that stops (SIGSTOP) at a given moment must not hang the
 # job: start-up rendezvous (MPI_Init, communicator set-up) are bounded by --timeout-s
 # (RendezvousDeadline, picotron/distributed.h) and training collectives by Comm's timeout.
 #

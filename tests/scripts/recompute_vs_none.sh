@@ -4,8 +4,8 @@
 # Recomputation must not change the arithmetic: the same run (same mesh, same flags) with
 # --recompute none and with --recompute MODE gives the same per-step losses and grad
 # norms and the same final parameters within 1e-12 (fp64). Prints EQUIVALENT or FAILED.
-# Batched as tests/equivalence.sh is (its header): the two runs are made by the suite's
-# batch of NP-rank runs (tests/equivalence_batch.sh) when ctest runs it, and here
+# Batched as tests/scripts/equivalence.sh is (its header): the two runs are made by the suite's
+# batch of NP-rank runs (tests/scripts/equivalence_batch.sh) when ctest runs it, and here
 # otherwise; --plan prints them ("par<TAB>NP<TAB>LOG<TAB>MARKER<TAB>KEY<TAB>ARGS...").
 set -euo pipefail
 plan=0; [ "$1" = "--plan" ] && { plan=1; shift; }
@@ -21,7 +21,7 @@ for m in none "$mode"; do
   if [ $plan = 1 ]; then
     (IFS=$'\t'; echo "par	$np	$work/$m.log	$work/$m.key	$key	${cmd[*]:1}	--metrics-file	$work/$m.jsonl	--save-params	$work/$m.params")
   elif [ "$(cat "$work/$m.key" 2>/dev/null)" = "$key" ] && [ -s "$work/$m.params" ]; then
-    echo "--recompute $m: ran in a batch, tests/equivalence_batch.sh ($work/$m.log)"
+    echo "--recompute $m: ran in a batch, tests/scripts/equivalence_batch.sh ($work/$m.log)"
   else
     rm -f "$work/$m.key"
     if ! ${MPIEXEC:-mpirun} --oversubscribe --bind-to none -np "$np" "${cmd[@]}" \

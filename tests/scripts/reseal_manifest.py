@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/reseal_manifest.py MANIFEST.json PYTHON-EDIT — edit a checkpoint's manifest and seal it again.
+"""tests/scripts/reseal_manifest.py MANIFEST.json PYTHON-EDIT — edit a checkpoint's manifest and seal it again.
 
 The manifest carries its own FNV-1a 64 checksum (manifest_fnv1a64, over the compact, key-sorted
 JSON of the rest: runtime/checkpoint/resume.cpp), so an edit alone is refused as damage. This makes the edit

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/resilient_run_paths.sh TRAIN — scripts/resilient_run.sh with a save dir whose path
+# tests/scripts/resilient_run_paths.sh TRAIN — scripts/resilient_run.sh with a save dir whose path
 # has a space, quotes and glob characters: after a failed launch it restarts from the newest
 # checkpoint that verifies (step-000008 of 4 and 8), the run finishes, and the launcher's own
 # argument errors are one line of its own and exit 2 (ctest: reliability.resilient_paths).
@@ -8,7 +8,7 @@
 # killed rank: one process, the tiny model, 12 steps.
 set -uo pipefail
 train=$(realpath "$1")
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 launcher=$root/scripts/resilient_run.sh
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 save="$work/a b'c\"d [x]*/ck"

@@ -23,7 +23,7 @@
 set -uo pipefail
 work=$1 part=$2; shift 2; [ "$1" = "--" ] && shift
 train=$1
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 mpirun=(${MPIEXEC:-mpirun} --oversubscribe --bind-to none -np 2)
 rm -rf "$work" && mkdir -p "$work"
 failed=0

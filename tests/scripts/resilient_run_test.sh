@@ -12,7 +12,7 @@
 # Prints "resilient run ok" or "FAILED: ...".
 set -uo pipefail
 work=$1; shift; [ "$1" = "--" ] && shift
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 mpirun=(${MPIEXEC:-mpirun} --oversubscribe --bind-to none -np 2)
 seed=${RESILIENT_SEED:-$(( $(date +%s%N) % 100000 ))}
 echo "resilient test seed: $seed; to rerun these kills: RESILIENT_SEED=$seed ctest -R resilient_run"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/text_data_check.py WORK TRAIN — real text end to end (scripts/prepare_data.py,
+"""tests/scripts/text_data_check.py WORK TRAIN — real text end to end (scripts/prepare_data.py,
 --val-data, --tokenizer, --prompt), with the Python that has the tokenizers library:
 
   1. prepare the project's own docs; the shards read back and decoded give exactly the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PREPARE = [sys.executable, str(ROOT / "scripts" / "prepare_data.py")]
 failures = []
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/tokenizer_cases.py OUT_DIR TOKENIZER_CHECK [TEXT_FILE...]
+"""tests/scripts/tokenizer_cases.py OUT_DIR TOKENIZER_CHECK [TEXT_FILE...]
 
 Builds three byte-level BPE tokenizers with the Hugging Face `tokenizers` library, each
 trained on the given text files (the project's own docs; nothing is downloaded), in the

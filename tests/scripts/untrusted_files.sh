@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2086  # one word per value
 # untrusted_files.sh — a campaign against the files build/train reads and writes that
-# tests/bad_inputs.sh (the flags) does not reach: outputs landing on inputs, planted
+# tests/scripts/bad_inputs.sh (the flags) does not reach: outputs landing on inputs, planted
 # symlinks, JSON from nobody (nested, FIFOs, dangling links), checkpoints edited or
 # mixed, Hugging Face folders that lie, a data file changed under the run.
 #
-#   tests/untrusted_files.sh build/train [outdir]        (outdir default: /tmp/untrusted_files)
+#   tests/scripts/untrusted_files.sh build/train [outdir]        (outdir default: /tmp/untrusted_files)
 #
 # Each case: a name, an expectation and a needle (an ERE), and a bash command.
 #   fail   must exit non-zero with an "error:" line matching the needle, within 60 s

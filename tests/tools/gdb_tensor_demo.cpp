@@ -1,4 +1,4 @@
-// tests/gdb_tensor_demo.cpp — the program the gdb test stops (tests/gdb_tensor_printer.sh,
+// tests/tools/gdb_tensor_demo.cpp — the program the gdb test stops (tests/scripts/gdb_tensor_printer.sh,
 // ctest -L debug): show() receives one tensor after another, and scripts/picotron_gdb.py,
 // reading the program's memory, must print each as the program itself does
 // (runtime/observe/debug_text.cpp's tensor_text, printed as "want: ..." before each call):

@@ -1,6 +1,6 @@
 // tokenizer_check TOKENIZER CASES.json — picotron's tokenizer (runtime/text/tokenizer.h) against
 // the Hugging Face tokenizers library: CASES.json is [{"text": ..., "ids": [...]}, ...],
-// the library's ids (tests/tokenizer_cases.py writes it). Every text must encode to the
+// the library's ids (tests/scripts/tokenizer_cases.py writes it). Every text must encode to the
 // same ids and decode back to the same text. Prints "TOKENIZER OK" or each difference.
 #include <fstream>
 #include <iostream>

@@ -1,5 +1,5 @@
-// tests/train_batch.cpp — many runs of train.cpp in one launch: the equivalence suite's
-// speed (issue 53). A case of tests/equivalence.sh is one mpirun of build/train, about
+// tests/tools/train_batch.cpp — many runs of train.cpp in one launch: the equivalence suite's
+// speed (issue 53). A case of tests/scripts/equivalence.sh is one mpirun of build/train, about
 // 3 s here, of which starting the processes, loading LibTorch and MPI_Init are about 2.5
 // s and the six steps of the tiny model the rest. This program compiles train.cpp itself
 // (its main renamed) and runs a list of argument sets one after another in the same
@@ -12,15 +12,15 @@
 // rank runs train's main with those arguments, its stdout and stderr appended to LOG
 // (as mpirun would have merged them); when every rank has returned 0, rank 0 writes KEY to
 // MARKER. A run that fails ends the whole launch as it ends build/train (MPI_Abort, or
-// every rank leaving together), so the runs after it have no MARKER: tests/equivalence.sh
+// every rank leaving together), so the runs after it have no MARKER: tests/scripts/equivalence.sh
 // then runs those cases one launch each, as it always did. The KEY says which command
-// and which binaries made the files (tests/equivalence.sh computes it), so a case never
+// and which binaries made the files (tests/scripts/equivalence.sh computes it), so a case never
 // reads the output of another command or of an older build.
 //
 // train's main is the program's own: nothing here decides anything about a run. What one
 // run leaves behind in the process (MPI stays initialised: Distributed does not own it and
 // does not finalise it; the thread count; the default dtype) each run sets again at its
-// start. tests/equivalence_batch.sh checked that every case's losses, grad norms and final
+// start. tests/scripts/equivalence_batch.sh checked that every case's losses, grad norms and final
 // parameters are bit-identical batched and alone (docs/testing.md).
 //
 // Test: ctest -R equivalence.batch
@@ -79,7 +79,7 @@ struct OutputTo {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::cerr << "usage: [mpirun -np N] train_batch LIST (tests/train_batch.cpp)" << std::endl;
+    std::cerr << "usage: [mpirun -np N] train_batch LIST (tests/tools/train_batch.cpp)" << std::endl;
     return 2;
   }
   int provided = 0;

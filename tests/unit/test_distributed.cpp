@@ -1,4 +1,4 @@
-// tests/test_distributed.cpp — launch detection from fake environments.
+// tests/unit/test_distributed.cpp — launch detection from fake environments.
 //
 // detect_launch() only reads the map it is given, so every launcher (mpirun, srun,
 // PMI, torchrun, nothing), the nesting rules (the innermost launcher wins) and every

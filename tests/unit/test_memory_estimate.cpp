@@ -1,5 +1,5 @@
 // The estimator (runtime/planner/memory_estimate.h) against peaks measured on a GPU, where
-// the CPU runs of tests/check_memory_estimate.sh cannot go: --kernels fused needs CUDA. Pure
+// the CPU runs of tests/scripts/check_memory_estimate.sh cannot go: --kernels fused needs CUDA. Pure
 // arithmetic: nothing allocated.
 //
 // Test: build/tests/unit_tests "[memory_estimate]"

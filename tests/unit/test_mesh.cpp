@@ -1,4 +1,4 @@
-// tests/test_mesh.cpp — the 4D grid's rank arithmetic, with no communication at all.
+// tests/unit/test_mesh.cpp — the 4D grid's rank arithmetic, with no communication at all.
 //
 // For every factorisation of 1..8 ranks into dp x pp x cp x tp, each function of
 // picotron/mesh.h is compared with a brute-force reference built here from the layout's
