@@ -122,14 +122,14 @@ set_tests_properties(cli.mpi_generate_dp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 12
 # (buckets + 1) calls, or (parameters + 1) = 39 calls in naive mode; over the world, one
 # all-reduce of 1 element (the global gradient norm).
 foreach(mode bucketed naive)
-  add_test(NAME cli.mpi_comm_report_dp2_${mode} COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2
+  add_test(NAME ledger.dp_${mode} COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2
     --dp-mode ${mode} --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-  set_tests_properties(cli.mpi_comm_report_dp2_${mode} PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+  set_tests_properties(ledger.dp_${mode} PROPERTIES LABELS "cli;mpi" TIMEOUT 120
     ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2)
 endforeach()
-set_tests_properties(cli.mpi_comm_report_dp2_bucketed PROPERTIES PASS_REGULAR_EXPRESSION
+set_tests_properties(ledger.dp_bucketed PROPERTIES PASS_REGULAR_EXPRESSION
   "world +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_reduce +4 +1640706 +2 +820353\n")
-set_tests_properties(cli.mpi_comm_report_dp2_naive PROPERTIES PASS_REGULAR_EXPRESSION
+set_tests_properties(ledger.dp_naive PROPERTIES PASS_REGULAR_EXPRESSION
   "world +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_reduce +78 +1640706 +39 +820353\n")
 # One process: every group has one rank, nothing is communicated.
 picotron_cli_test(cli.comm_report_one_rank ${TRAIN} --device cpu --steps 2 --seq-len 16 --micro-batch-size 1 --generate 0 --comm-report)
@@ -137,17 +137,17 @@ set_tests_properties(cli.comm_report_one_rank PROPERTIES PASS_REGULAR_EXPRESSION
 # Tensor parallelism's ledger against tensor_parallel/README.md, per step (tiny model: L 4,
 # H 128; one micro-batch of N = 2 x 32 tokens): forward 2L + 1 all-reduces of N*H and 3 of
 # N (the loss), backward 2L + 1 of N*H: 21 calls, 18 N H + 3 N = 147,648 elements.
-add_test(NAME cli.mpi_comm_report_tp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2
+add_test(NAME ledger.tp COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 2 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_tp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.tp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "world +2 +all_reduce +2 +2 +1 +1\ntp +2 +all_reduce +42 +295296 +21 +147648\n.*arithmetic accuracy")
 # With --sp the same volume travels as all-gathers and reduce-scatters: per step 2L + 1 = 9
 # of each forward and 9 backward (18 calls of N*H = 8,192: 147,456 elements), the loss's 3
 # all-reduces of N and one all-reduce of the norm gains' gradients, (2L + 1) H = 1,152.
-add_test(NAME cli.mpi_comm_report_tp2_sp COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2 --sp
+add_test(NAME ledger.tp_sp COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --tp 2 --sp
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_tp2_sp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.tp_sp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "tp +2 +all_reduce +8 +2688 +4 +1344\ntp +2 +all_gather +36 +294912 +18 +147456\ntp +2 +reduce_scatter +36 +294912 +18 +147456\n")
 picotron_mpi_cli_test(cli.mpi_bad_sp_seq_len 2
@@ -169,31 +169,31 @@ set_tests_properties(cli.mpi_tp2_sp_bf16 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
 # the last stage (V H = 32,768). Interleaved v = 2: rank 0 holds virtual stages 0 and 2,
 # so it sends 2m activations and m gradients (3 x 4 = 12 tensors, 98,304 elements).
 # The run also samples after training (full weights gathered from both stages).
-add_test(NAME cli.mpi_comm_report_pp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2 --grad-acc-steps 4
+add_test(NAME ledger.pp_1f1b COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2 --grad-acc-steps 4
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 2 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.pp_1f1b PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "pp +2 +broadcast +2 +2 +1 +1\npp +2 +send +8 +65536 +4 +32768\npp +2 +recv +8 +65536 +4 +32768\nembed +2 +all_reduce +2 +65536 +1 +32768\n.*arithmetic accuracy")
 # A mixture of experts (E 4): beside each tensor its balancing statistics, 2E + 1 = 9
 # elements (4 x 8,192 + 4 x 9 sent per step), and the tokens per expert broadcast with the loss.
-add_test(NAME cli.mpi_comm_report_moe_pp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --model tiny-moe --pp 2
+add_test(NAME ledger.pp_moe COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --model tiny-moe --pp 2
   --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_moe_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.pp_moe PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "pp +2 +broadcast +4 +10 +2 +5\npp +2 +send +16 +65608 +8 +32804\npp +2 +recv +16 +65608 +8 +32804\n")
-add_test(NAME cli.mpi_comm_report_pp2_interleaved COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
+add_test(NAME ledger.pp_interleaved COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
   --pp-schedule interleaved --pp-virtual-stages 2 --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2
   --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_pp2_interleaved PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.pp_interleaved PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "pp +2 +send +24 +196608 +12 +98304\npp +2 +recv +24 +196608 +12 +98304\n")
 # DualPipeV, m = 4: rank 0 sends stage 0's 4 activations and stage 3's 4 gradients and
 # receives as many; the V's bottom (stage 1 -> 2, rank 1) sends nothing to itself, and the
 # tied embedding and head are both on rank 0: no embedding all-reduce.
-add_test(NAME cli.mpi_comm_report_pp2_dualpipev COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
+add_test(NAME ledger.pp_dualpipev COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --pp 2
   --pp-schedule dualpipev --grad-acc-steps 4 --steps 2 --seq-len 32 --micro-batch-size 2
   --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_pp2_dualpipev PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.pp_dualpipev PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 FAIL_REGULAR_EXPRESSION "\nembed " PASS_REGULAR_EXPRESSION
   "pp +2 +broadcast +2 +2 +1 +1\npp +2 +send +16 +131072 +8 +65536\npp +2 +recv +16 +131072 +8 +65536\n")
 # --pp-trace: one Chrome trace with every rank's F, B, W, send and recv (zb-h1, 4 ranks).
@@ -209,9 +209,9 @@ set_tests_properties(cli.mpi_pp_trace PROPERTIES LABELS "cli;mpi" TIMEOUT 120 EN
 # step: one reduce-scatter and one all-gather of the flat buffer (820,352 elements each,
 # the same bytes on the wire as data parallelism's one all-reduce), plus the loss's
 # all-reduce of 1; and the memory line of rank 0.
-add_test(NAME cli.mpi_comm_report_zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 1
+add_test(NAME ledger.zero1 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 1
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.zero1 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-1 over cp_dp = 2 ranks. rank 0 holds parameters 3.13 MiB, gradients 4.69 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_reduce +2 +2 +1 +1\ncp_dp +2 +all_gather +2 +1640704 +1 +820352\ncp_dp +2 +reduce_scatter +2 +1640704 +1 +820352\n")
 picotron_cli_test(cli.zero_offload_cpu ${EXPECT_FAIL} "error: --zero-offload moves the optimizer from the GPU to the CPU: it needs --device cuda" -- ${TRAIN} --zero 2 --zero-offload --device cpu)
@@ -220,9 +220,9 @@ picotron_cli_test(cli.zero_offload_needs_zero ${EXPECT_FAIL} "error: --zero-offl
 # ZeRO-2 (tiny model, dp 2, 1 MiB buckets: 4 of them, grad-acc 2), per step: a reduce-scatter
 # per bucket per micro-batch (8 calls, 2 x 820,352 elements), an all-gather per bucket
 # (4 calls, 820,352); rank 0 keeps half the fp32 gradient (1.56 MiB).
-add_test(NAME cli.mpi_comm_report_zero2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 2
+add_test(NAME ledger.zero2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 2
   --dp-bucket-mb 1 --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_zero2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.zero2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-2 over cp_dp = 2 ranks. rank 0 holds parameters 3.13 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +8 +1640704 +4 +820352\ncp_dp +2 +reduce_scatter +16 +3281408 +8 +1640704\n")
 # ZeRO-3 (tiny model: embedding 32,768, 4 layers of 196,864, head = final norm 128, tied;
@@ -230,9 +230,9 @@ set_tests_properties(cli.mpi_comm_report_zero2 PROPERTIES LABELS "cli;mpi" TIMEO
 # (the tied embedding twice: the lookup and the head) and every layer again before its
 # backward, the head kept: 11 all-gathers of 2Ψ - 128 = 1,640,576 elements; one
 # reduce-scatter per unit, 6 of Ψ. Per step x 2. No all-gather after the step.
-add_test(NAME cli.mpi_comm_report_zero3 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 3
+add_test(NAME ledger.zero3 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --dp 2 --zero 3
   --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_zero3 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.zero3 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-3 over cp_dp = 2 ranks. rank 0 holds parameters 1.56 MiB, gradients 1.56 MiB, master weights \\(the parameters themselves\\), AdamW moments 3.13 MiB.*cp_dp +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp +2 +reduce_scatter +24 +3281408 +12 +1640704\n")
 # ZeRO-3 over a pipeline stage (tiny model, dp 2 x pp 2, 1f1b, grad-acc 2; rank 0 = stage 0:
@@ -241,9 +241,9 @@ set_tests_properties(cli.mpi_comm_report_zero3 PROPERTIES LABELS "cli;mpi" TIMEO
 # layer, kept from its forward to its backward: 5 all-gathers of 2 x 426,496 - 196,864 =
 # 656,128 elements; one reduce-scatter per unit (3, of 426,496). Per step x 2. The tied
 # embedding's sum over the pipeline's two ends runs on my half of it: 16,384 elements.
-add_test(NAME cli.mpi_comm_report_zero3_pp COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --dp 2 --pp 2 --zero 3
+add_test(NAME ledger.zero3_pp2 COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --dp 2 --pp 2 --zero 3
   --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_zero3_pp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.zero3_pp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp_dp +2 +all_gather +20 +2624512 +10 +1312256\ncp_dp +2 +reduce_scatter +12 +1705984 +6 +852992\nembed +2 +all_reduce +2 +32768 +1 +16384\n")
 # HSDP and hpZ at dp 4 (zero/README.md, "HSDP and hpZ": the formulas), tiny model, grad-acc 2,
@@ -256,16 +256,16 @@ set_tests_properties(cli.mpi_comm_report_zero3_pp PROPERTIES LABELS "cli;mpi" TI
 # backward: 5 x 2 = 10, 2 x (32,768 + 4 x 196,864) = 1,640,448) over the hpZ group of 2.
 set(LEDGER4 --device cpu --dp 4 --zero 3 --grad-acc-steps 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0
     --threads 1 --comm-report)
-add_test(NAME cli.mpi_comm_report_zero3_dp4 COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4})
-set_tests_properties(cli.mpi_comm_report_zero3_dp4 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+add_test(NAME ledger.zero3_dp4 COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4})
+set_tests_properties(ledger.zero3_dp4 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp_dp +4 +all_gather +44 +6562304 +22 +3281152\ncp_dp +4 +reduce_scatter +24 +3281408 +12 +1640704\n")
-add_test(NAME cli.mpi_comm_report_hsdp COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4} --zero-shard 2)
-set_tests_properties(cli.mpi_comm_report_hsdp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+add_test(NAME ledger.hsdp COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4} --zero-shard 2)
+set_tests_properties(ledger.hsdp PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "zero-3 over cp_dp, sharded over cp_dp_shard = 2 ranks, replicated over cp_dp_replicas = 2. rank 0 holds parameters 1.56 MiB.*cp_dp_shard +2 +all_gather +44 +6562304 +22 +3281152\ncp_dp_shard +2 +reduce_scatter +24 +3281408 +12 +1640704\ncp_dp_replicas +2 +all_reduce +2 +820352 +1 +410176\n")
-add_test(NAME cli.mpi_comm_report_hpz COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4} --zero-hpz 2)
-set_tests_properties(cli.mpi_comm_report_hpz PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+add_test(NAME ledger.hpz COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} ${LEDGER4} --zero-hpz 2)
+set_tests_properties(ledger.hpz PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp_dp +4 +all_gather +24 +3281408 +12 +1640704\ncp_dp +4 +reduce_scatter +24 +3281408 +12 +1640704\ncp_dp_hpz +2 +all_gather +20 +3280896 +10 +1640448\n")
 # Bad input for HSDP and hpZ: one line naming the flags (on every rank, before the first step).
@@ -323,9 +323,9 @@ set_tests_properties(cli.dry_run_zero3_hpz PROPERTIES PASS_REGULAR_EXPRESSION
 # nKV 2, Hd 32; B 2, S 32, cp 2, so a k/v block is 2·2·16·2·32 = 4,096 elements): per
 # layer per micro-batch forward C-1 = 1 k/v block, backward 1 k/v block + C = 2 dk/dv
 # blocks: 16 sends (and 16 receives) of 65,536 elements per step on the cp group.
-add_test(NAME cli.mpi_comm_report_cp2 COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --steps 2
+add_test(NAME ledger.cp_ring COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --steps 2
   --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_cp2 PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.cp_ring PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp +2 +send +32 +131072 +16 +65536\ncp +2 +recv +32 +131072 +16 +65536\n")
 picotron_cli_test(cli.bad_cp_layout ${EXPECT_FAIL} "error: --cp-layout must be contiguous or zigzag, got 'ring'" -- ${TRAIN} --cp-layout ring)
@@ -334,17 +334,17 @@ picotron_cli_test(cli.cp_seq_len_contiguous ${EXPECT_FAIL} "error: --seq-len 30 
 # Ulysses (context_parallel/README.md): the same layout, 8 all-to-alls per layer of
 # (U-1)/U·B·(S/C)·Hd·(2nH + 2f·nKV) elements in all: tiny (4 layers, nH 4, nKV 2, Hd 32), B 2,
 # S 32, cp 2: 32 calls and 49,152 elements per step, no ring send; and the refusals.
-add_test(NAME cli.mpi_comm_report_cp2_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --cp-mode ulysses
+add_test(NAME ledger.cp_ulysses COMMAND ${PICOTRON_MPIRUN} -np 2 ${TRAIN} --device cpu --cp 2 --cp-mode ulysses
   --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_cp2_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.cp_ulysses PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp +2 +all_to_all +64 +98304 +32 +49152\n" FAIL_REGULAR_EXPRESSION "cp +2 +send")
 # The hybrid (cp 4 = all-to-alls of U 2 x rings of R 2), its two groups in the ledger, per step:
 # cp_a2a 2 (U-1)/U B n Hd (2 nH + 2 f nKV) x L = 6,144 x 4 in 8 x 4 calls; cp_ring (3R-2) hops of
 # 2 B (U n) (f nKV / U) Hd = 8,192 x 4 layers in 4 x 4 sends (context_parallel/README.md).
-add_test(NAME cli.mpi_comm_report_cp4_hybrid COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --cp 4 --cp-mode hybrid
+add_test(NAME ledger.cp_hybrid COMMAND ${PICOTRON_MPIRUN} -np 4 ${TRAIN} --device cpu --cp 4 --cp-mode hybrid
   --cp-ulysses 2 --steps 2 --seq-len 32 --micro-batch-size 2 --generate 0 --threads 1 --comm-report)
-set_tests_properties(cli.mpi_comm_report_cp4_hybrid PROPERTIES LABELS "cli;mpi" TIMEOUT 120
+set_tests_properties(ledger.cp_hybrid PROPERTIES LABELS "cli;mpi" TIMEOUT 120
   ENVIRONMENT "${PICOTRON_TEST_ENV}" PROCESSORS 2 PASS_REGULAR_EXPRESSION
   "cp_a2a +2 +all_to_all +64 +49152 +32 +24576\ncp_ring +2 +send +32 +65536 +16 +32768\ncp_ring +2 +recv +32 +65536 +16 +32768\n")
 # --explain under Ulysses: which heads and positions each rank attends, and the all-to-alls

@@ -53,7 +53,7 @@ The convention (docs/testing.md, "Documentation that cannot drift"):
     the first column of its table is one `--help` lists.
   * Test selections: every `ctest ... -R PATTERN` a document shows must select a test of
     the build directory beside --train (`ctest -N`), and every `-L LABEL` must be a label
-    there or in tests/cmake/*.cmake; a test named in backticks (`cli.mpi_comm_report_tp2`: a
+    there or in tests/cmake/*.cmake; a test named in backticks (`ledger.tp`: a
     known prefix, a dot, no file extension) must be a test there, or the start of some
     test names, or an add_test(NAME ...) of tests/cmake/*.cmake; every `unit_tests "[tag]"` must be a tag of
     build/tests/unit_tests. Skipped (and said so) when there is no ctest, no test
