@@ -48,7 +48,7 @@ set(PICOTRON_RULE_NAME_recompute "recompute|^task\\.memory\\.recompute")
 set(PICOTRON_RULE_CMD_checkpoint " --(save-dir|resume|save-every|keep-checkpoints)( |=|$)")
 set(PICOTRON_RULE_NAME_checkpoint "checkpoint")
 
-# The unit tests' files and their labels (a file, then ';'-separated labels).
+# The unit tests' files and their labels: FILE:LABEL (FILE:LABEL:LABEL for several).
 set(PICOTRON_UNIT_TECHNIQUES
   "test_zero:zero" "test_context_parallel_layout:cp" "test_pipeline:pp" "test_p2p_program:pp"
   "test_dualpipev:pp" "test_moe:ep" "test_fp8:fp8" "test_kernels:kernels" "test_flash_mma:kernels"
