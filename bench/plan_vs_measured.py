@@ -7,7 +7,7 @@ text) and i.jsonl (--metrics-file: rank 0's peak_mem_bytes). Prints each layout'
 and measured peak memory of rank 0 (pipeline stage 0) and step time, their ranks (1 = the
 fastest), the Spearman rank correlation of the step times (ties: mean ranks) and the largest
 memory error. Exits 1 when a memory error is above --max-memory-error (default 0.10: the
-bound tests/check_memory_estimate.sh holds the estimator to). Standard library only.
+bound tests/scripts/check_memory_estimate.sh holds the estimator to). Standard library only.
 """
 import argparse
 import json

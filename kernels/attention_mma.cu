@@ -47,7 +47,7 @@
 // reference: reference::flash_attention_forward / _backward (kernels/reference.cpp), the
 //            same signatures (kernels/ops.h); the fragment arithmetic:
 //            kernels/attention_mma_fragments.cuh
-// test:      build/tests/unit_tests "[kernels]"   (tests/test_flash_mma.cpp: the warps of
+// test:      build/tests/unit_tests "[kernels]"   (tests/unit/test_flash_mma.cpp: the warps of
 //            both kernels emulated lane by lane on the CPU, and on a GPU the kernels)
 // bench:     build/bench/bench_kernels   (one row per rung, against SDPA)
 // alone:     build/kernels/attention_rung 2   (this rung against the reference, timed; a GPU)

@@ -5,7 +5,7 @@
 // buffers, the D pre-kernel, dQ's conversion): attention_launch.cuh.
 //
 // reference: reference::flash_attention_backward (kernels/reference.cpp, kernels/ops.h)
-// test:      build/tests/unit_tests "[kernels]"   (tests/test_flash_mma.cpp)
+// test:      build/tests/unit_tests "[kernels]"   (tests/unit/test_flash_mma.cpp)
 #include "kernels/attention_mma.cuh"
 
 namespace picotron::kernels::cuda {

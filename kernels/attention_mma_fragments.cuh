@@ -2,7 +2,7 @@
 // ladder, the register-resident FlashAttention-2 (kernels/attention_mma.cu): which element
 // of a tile each lane holds in the registers of one tensor-core instruction,
 // mma.sync.m16n8k16 (bf16 / fp16 in, fp32 accumulate), which address each lane hands to ldmatrix, and the swizzled shared layout.
-// Pure constexpr functions, the same ones the kernel calls and tests/test_flash_mma.cpp
+// Pure constexpr functions, the same ones the kernel calls and tests/unit/test_flash_mma.cpp
 // runs on the CPU; the PTX wrappers (mma, ldmatrix, cp.async) at the end exist in CUDA
 // compilations only.
 //
@@ -48,7 +48,7 @@
 //   row 1:  c1 c0 c3 c2 c5 c4 c7 c6        (chunk 0 of rows 0..7 lands in columns 0..7)
 //   row 2:  c2 c3 c0 c1 c6 c7 c4 c5
 //
-// Test: build/tests/unit_tests "[kernels]" (tests/test_flash_mma.cpp: the tables checked
+// Test: build/tests/unit_tests "[kernels]" (tests/unit/test_flash_mma.cpp: the tables checked
 // against the ISA, an mma emulated from them, and the kernels' warps emulated lane by lane)
 #pragma once
 

@@ -3,7 +3,7 @@
 // On CUDA tensors the pair is the fused kernel (cuda::); on any other device it is the
 // ATen reference (reference::), so the wiring below (what is saved for backward, the
 // reshapes, the chunking of the fused linear + cross-entropy) is tested on the CPU
-// against the model's plain ops (tests/test_kernels.cpp), and on a GPU the kernels.
+// against the model's plain ops (tests/unit/test_kernels.cpp), and on a GPU the kernels.
 //
 // Test: build/tests/unit_tests "[kernels]"
 #include <torch/torch.h>

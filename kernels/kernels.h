@@ -92,7 +92,7 @@ namespace picotron {
 class LlamaForCausalLMImpl;
 struct AdamWOptions;
 namespace kernels {
-// Whether the kernels --kernels auto selects have passed their tests (tests/test_kernels.cpp,
+// Whether the kernels --kernels auto selects have passed their tests (tests/unit/test_kernels.cpp,
 // "[gpu]") on a GPU: a user's first GPU run must not execute code no one has executed.
 // They have (RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW on an H100: kernels/README.md,
 // "Measured"), so auto means fused on CUDA in bf16/fp16/fp32, with attention through SDPA.

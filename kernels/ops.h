@@ -7,7 +7,7 @@
 // sets cannot drift apart and a test compares cuda::X(args) with reference::X(args).
 // Forward and backward are separate entries (no autograd here): kernels/autograd.cpp
 // wraps each pair as an autograd Function; kernels/reference.cpp writes the backward
-// math out by hand, and tests/test_kernels.cpp checks it against autograd on the CPU.
+// math out by hand, and tests/unit/test_kernels.cpp checks it against autograd on the CPU.
 //
 // The CUDA launchers: CUDA tensors in, new tensors out, launched on the current stream
 // (c10::cuda::getCurrentCUDAStream()); each checks device, dtype, contiguity and sizes

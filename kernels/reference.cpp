@@ -2,7 +2,7 @@
 // signatures as the cuda:: launchers, written with plain ATen ops so that they run on
 // any device. They are the CPU path of the fused autograd ops (kernels/autograd.cpp) and
 // the oracle of the GPU tests. The backward passes are written out by hand (no
-// autograd): tests/test_kernels.cpp checks each against autograd in fp64 on the CPU.
+// autograd): tests/unit/test_kernels.cpp checks each against autograd in fp64 on the CPU.
 //
 // Statistics and softmax run in fp32 (fp64 for fp64 inputs), as in the kernels.
 //

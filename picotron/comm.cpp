@@ -11,7 +11,7 @@
 //   ~Comm                         MPI_Comm_free                 (+ ncclCommDestroy, or
 //                                                                  ncclCommAbort after abort())
 //
-// Test: ctest -R comm   (tests/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
+// Test: ctest -R comm   (tests/mpi/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
 #include "picotron/comm.h"
 
 #include <exception>

@@ -58,7 +58,7 @@
 // communicator (comm_nccl.cpp) watches an event recorded after it, and past the
 // timeout aborts the communicator, prints one line and ends the process.
 //
-// Test: ctest -R comm   (tests/comm_test.cpp; failure modes in tests/comm_failure.cpp)
+// Test: ctest -R comm   (tests/mpi/comm_test.cpp; failure modes in tests/mpi/comm_failure.cpp)
 #pragma once
 
 #include <chrono>

@@ -2,7 +2,7 @@
 // messages every failure carries: one line, starting with "[rank R]", naming the
 // operation and the numbers (CommError, never a C++ backtrace).
 //
-// Test: ctest -R comm   (tests/comm_test.cpp: bad arguments are refused on every rank)
+// Test: ctest -R comm   (tests/mpi/comm_test.cpp: bad arguments are refused on every rank)
 #include <climits>
 
 #include "picotron/comm.h"

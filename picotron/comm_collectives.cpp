@@ -15,7 +15,7 @@
 // (The Comm object itself, its groups, the ledger and Work: comm.cpp. Argument checks and
 // error messages: comm_checks.cpp.)
 //
-// Test: ctest -R comm   (tests/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
+// Test: ctest -R comm   (tests/mpi/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
 #include "picotron/comm.h"
 
 #include <utility>

@@ -21,7 +21,7 @@
 // back when the operation completes); data movement sends the raw bits as MPI_UINT16_T.
 // kAvg is MPI_SUM followed by a division by p (floating point only).
 //
-// Test: ctest -R comm   (tests/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
+// Test: ctest -R comm   (tests/mpi/comm_test.cpp under mpirun at 1, 2, 3, 4 and 8 ranks)
 #include <functional>
 #include <thread>
 

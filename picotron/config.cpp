@@ -1,6 +1,6 @@
 // picotron/config.cpp — the shapes of published models, the exact parameter count of any
 // shape, and the names of the precision and data-parallel modes. `tiny` is ours: it
-// trains in a minute on a laptop CPU and is what the tests use. tests/test_config.cpp
+// trains in a minute on a laptop CPU and is what the tests use. tests/unit/test_config.cpp
 // checks every preset's count against the published one. (The flags that fill a
 // TrainConfig: runtime/cli/flag_table.cpp.)
 //

@@ -3,7 +3,7 @@
 //
 // LlamaConfig uses Hugging Face's LlamaConfig field names, so a config.json from the
 // Hub reads across one to one. Presets reproduce published models' shapes exactly
-// (tests/test_config.cpp checks their parameter counts against the published ones).
+// (tests/unit/test_config.cpp checks their parameter counts against the published ones).
 //
 // Every other setting of a run is the runtime's: TrainConfig (runtime/cli/train_config.h),
 // filled from the command line; the step and the techniques get small settings structs

@@ -4,7 +4,7 @@
 // A torchrun job with one process is run like a single process (MPI singleton), so
 // `--device cpu` works under it too; with more processes there is no MPI at all.
 //
-// Test: ctest -R distributed   (tests/test_distributed.cpp)
+// Test: ctest -R distributed   (tests/unit/test_distributed.cpp: every launcher, bad values)
 #include "picotron/distributed.h"
 
 #include <thread>

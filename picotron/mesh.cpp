@@ -17,8 +17,8 @@
 //
 // Each group's Comm is named after its axis; comm_report() prints every group's ledger.
 //
-// Test: ctest -R mesh   (tests/test_mesh.cpp: every factorisation of 1..8 ranks;
-//                        tests/comm_test.cpp: the communicators, under mpirun)
+// Test: ctest -R mesh   (tests/unit/test_mesh.cpp: every factorisation of 1..8 ranks;
+//                        tests/mpi/comm_test.cpp: the communicators, under mpirun)
 #include "picotron/mesh.h"
 
 #include <algorithm>

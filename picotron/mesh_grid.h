@@ -3,7 +3,7 @@
 // records and plans (picotron/shard.h) use it too. The picture and the formulas are in
 // picotron/mesh.h; the implementation in picotron/mesh.cpp.
 //
-// Test: ctest -R mesh   (tests/test_mesh.cpp: every factorisation of 1..8 ranks)
+// Test: ctest -R mesh   (tests/unit/test_mesh.cpp: every factorisation of 1..8 ranks)
 #pragma once
 
 #include <string>

@@ -36,7 +36,7 @@
 // and then its B, so in this project's unit time (F = 1, B = input part 1 + W 1 = 2) a
 // pair takes F + B = 3 and the formula allows (P-1)(3 + 2 - 3) = 2(P-1) units idle. The
 // unit-time simulation, which runs each pair so, measures exactly P-1 idle on every rank
-// against 6m busy (tests/test_dualpipev.cpp): bubble (P-1)/(6m), bubble_formula's value.
+// against 6m busy (tests/unit/test_dualpipev.cpp): bubble (P-1)/(6m), bubble_formula's value.
 // With a real overlap (F&B = max(F, B) = 2, not built here) the formula would give
 // (P-1)(2 + 2 - 3) = P-1.
 // The same layers under ZB-H1 (chunks twice as long) idle 2(P-1) of these units.

@@ -3,7 +3,7 @@
 // A schedule is, for each pipeline rank, the ORDER in which it runs its micro-batches'
 // forward (F) and backward (B; W for a deferred weight-gradient pass). Nothing here
 // communicates or touches a tensor: the executor (pipeline_parallel.cpp) runs the list,
-// and the tests (tests/test_pipeline.cpp) simulate all ranks at once to prove that every
+// and the tests (tests/unit/test_pipeline.cpp) simulate all ranks at once to prove that every
 // action's input exists before it runs, that nothing deadlocks, and that the idle time
 // is the schedule's bubble formula.
 //

@@ -11,7 +11,7 @@
 #   3. several ranks on the one GPU: NCCL refuses two ranks on one device of one host, so
 #      each rank gets its own NCCL_HOSTID (another "host": sockets over loopback). If NCCL
 #      accepts, seven layouts' equivalence cases on CUDA in fp64 against the 1-rank CUDA
-#      run, rtol 1e-9 (tests/equivalence.sh: dp2, tp2, pp2 1f1b, cp2, dp2 x tp2 + sp +
+#      run, rtol 1e-9 (tests/scripts/equivalence.sh: dp2, tp2, pp2 1f1b, cp2, dp2 x tp2 + sp +
 #      ZeRO-1, pp2 x cp2 zb-h1, dp2 + ZeRO-3), and one fp32 case at rtol 1e-4 (fp32
 #      rounding, amplified by AdamW's 1/sqrt(v) over 6 steps, moved parameters by 1-5e-5
 #      on the first GPU run while losses agreed to 1e-7); if not, NCCL's message
@@ -205,13 +205,13 @@ if step nccl_two_ranks 30 120 mpirun --oversubscribe --bind-to none -np 2 "$host
               "dp2_zero3:2:fp64:1e-9:--dp 2 --zero 3" "dp2_fp32:2:fp32:1e-4:--dp 2"; do
     IFS=: read -r name ranks dtype rtol flags <<<"$case"
     # shellcheck disable=SC2086  # the case's flags are words
-    TRAIN_WRAPPER=$hostid step "equivalence_$name" 30 120 "$root/tests/equivalence.sh" "$out/eq_$name" "$rtol" "$ranks" -- \
+    TRAIN_WRAPPER=$hostid step "equivalence_$name" 30 120 "$root/tests/scripts/equivalence.sh" "$out/eq_$name" "$rtol" "$ranks" -- \
       "$train" "${eq_flags[@]}" --dtype "$dtype" $flags
   done
   # The flight recorder on the NCCL path (runtime/observe/flight_recorder.h): rank 1 killed 20 s in
   # (after CUDA and NCCL start), rank 0's NCCL watchdog times out, writes its file and
   # ends; scripts/hang_report.py must name rank 1 as the one that left no file.
-  step flight_nccl_killed 40 90 "$root/tests/flight_case.sh" "$out/flight_killed" "rank 1 left no file: it died" kill 20 \
+  step flight_nccl_killed 40 90 "$root/tests/scripts/flight_case.sh" "$out/flight_killed" "rank 1 left no file: it died" kill 20 \
     -- mpirun --oversubscribe --bind-to none -np 2 -- "$hostid" "$train" --device cuda --dtype fp32 --dp 2 --model tiny \
     --steps 100000 --generate 0 --timeout-s 10 --flight-recorder "$out/flight_killed"
 fi

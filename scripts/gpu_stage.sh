@@ -6,7 +6,7 @@
 #
 #   STAGE/train, STAGE/tests/{unit_tests,compare_runs}, STAGE/bench/bench_kernels,
 #   STAGE/kernels/attention_rung
-#             the binaries, stripped, in the build folder's layout (tests/equivalence.sh
+#             the binaries, stripped, in the build folder's layout (tests/scripts/equivalence.sh
 #             finds compare_runs beside train)
 #   STAGE/lib/           what they load that is neither the C library nor LibTorch, CUDA
 #                        or NCCL (those come from the GPU machine's own torch wheel, the

@@ -38,7 +38,7 @@ Exit code: 0 no problem found, 1 a problem, 2 no files, files refused, or a dama
 
   scripts/hang_report.py flight/            (train's default --flight-recorder)
 
-Test: ctest -L flight   (tests/flight_tests.cmake; tests/flight_report_cases.py)
+Test: ctest -L flight   (tests/cmake/flight_tests.cmake; tests/scripts/flight_report_cases.py)
 """
 import json
 import os

@@ -39,14 +39,14 @@
 # on this node outlives the launcher (except when the launcher itself gets SIGKILL).
 # A shell starts a background job with SIGINT ignored, and bash cannot trap a signal it
 # was started ignoring: start the launcher in the foreground, after `set -m`, or from a
-# program that restores SIGINT (tests/resilient_run_signals.sh does).
+# program that restores SIGINT (tests/scripts/resilient_run_signals.sh does).
 #
 # Exit: 128+N once signal N came (130 INT, 143 TERM, 129 HUP), however the run ended;
 # else 0 when a launch succeeds; 2 for a bad option of its own; else the last launch's.
 #
-# Test: ctest -R resilient   (tests/resilient_run_test.sh: three ranks killed at random
+# Test: ctest -R resilient   (tests/scripts/resilient_run_test.sh: three ranks killed at random
 # steps; the final parameters equal the uninterrupted run's, bit for bit.
-# tests/resilient_run_signals.sh: each signal, to the group and to the launcher, under
+# tests/scripts/resilient_run_signals.sh: each signal, to the group and to the launcher, under
 # mpirun with 2 ranks; a refused flag; a checkpoint that verifies but does not resume)
 set -uo pipefail
 restarts=3 check="" grace=30

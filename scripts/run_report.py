@@ -24,7 +24,7 @@ gives its numbers. Each panel is shown only when its files are there:
     python3 scripts/run_report.py runs/dp2pp2                # -> runs/dp2pp2/report.html
     python3 scripts/run_report.py runs/dp2pp2 --reference runs/single
 
-Test: ctest -L report   (tests/report_tests.cmake: opened in headless Chromium)
+Test: ctest -L report   (tests/cmake/report_tests.cmake: opened in headless Chromium)
 """
 import argparse
 import glob

@@ -3,7 +3,7 @@
 # prefix of LibTorch on the last line of stdout (messages go to stderr).
 #
 #   Debian packages: build tools, OpenMPI, cxxopts, nlohmann-json, Catch2, PCRE2, ccache, gdb, tmux, shellcheck,
-#   chromium (the run report's browser test, tests/report_browser.py) (apt-get, as root or via sudo)
+#   chromium (the run report's browser test, tests/scripts/report_browser.py) (apt-get, as root or via sudo)
 #   LibTorch: reused if you already have it, in this order:
 #     1. Torch_DIR or CMAKE_PREFIX_PATH in the environment (a LibTorch you unpacked)
 #     2. a python3 that can `import torch`
@@ -86,9 +86,9 @@ if [ "$extras" != 0 ] && ! has matplotlib; then
   pip_install matplotlib || log "could not install matplotlib: the plot tests are skipped"
 fi
 # transformers and safetensors: the tests that import and export Hugging Face folders
-# (tests/hf_roundtrip.py) check picotron against the real library.
+# (tests/scripts/hf_roundtrip.py) check picotron against the real library.
 if [ "$extras" != 0 ] && ! has transformers safetensors; then
-  log "installing transformers and safetensors into $venv (for tests/hf_roundtrip.py)"
+  log "installing transformers and safetensors into $venv (for tests/scripts/hf_roundtrip.py)"
   pip_install "transformers==4.57.6" "safetensors" ||
     log "could not install transformers: the Hugging Face tests are skipped"
 fi

@@ -27,7 +27,7 @@ if [ $cuda = OFF ]; then
 fi
 built=$(date +%s)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-# (-LE assignments_build: the course-copy builds of tests/assignment_wrong_fills.py, ~15 minutes.)
+# (-LE assignments_build: the course-copy builds of tests/scripts/assignment_wrong_fills.py, ~15 minutes.)
 rc=0
 ctest --test-dir build-debug --output-on-failure -j "$(nproc)" -LE assignments_build \
   --output-junit "$PWD/build-debug/ctest-junit.xml" "$@" || rc=$?

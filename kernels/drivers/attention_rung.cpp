@@ -17,7 +17,7 @@
 //   1. validate: random q, k, v, dO (seed 0, bf16 or --fp16); rung N's cuda:: forward and
 //      backward against reference::flash_attention_forward / _backward (plain ATen,
 //      kernels/reference.cpp) on the same tensors: ||rung - ref|| / ||ref|| of out, lse, dq,
-//      dk, dv, each against the tolerance tests/test_kernels.cpp uses (bf16 2e-2, fp16 5e-3;
+//      dk, dv, each against the tolerance tests/unit/test_kernels.cpp uses (bf16 2e-2, fp16 5e-3;
 //      twice that for the gradients, whose P and dS are rounded to 16 bits; lse 1e-3);
 //   2. benchmark: forward, and forward + backward, in ms and TFLOP/s, beside ATen's SDPA on
 //      the same q and k, v repeated to nH heads (FLOPs: 4 B nH S^2 Hd forward, halved when
@@ -62,7 +62,7 @@ const Rung kRungs[] = {
 };
 constexpr int kNumRungs = sizeof(kRungs) / sizeof(kRungs[0]);
 
-// ||a - b|| / ||b||, in fp64 (tests/test_kernels.cpp's rel_diff).
+// ||a - b|| / ||b||, in fp64 (tests/unit/test_kernels.cpp's rel_diff).
 double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
   const auto a64 = a.to(torch::kFloat64), b64 = b.to(torch::kFloat64);
   return (a64 - b64).norm().item<double>() / (b64.norm().item<double>() + 1e-30);

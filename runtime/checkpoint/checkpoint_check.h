@@ -16,7 +16,7 @@
 // rank, the checksums of file i on rank i % ranks); --check-checkpoint DIR runs it alone
 // and prints what the checkpoint holds.
 //
-// Test: ctest -R 'checkpoint\.(check|bad_header)'; tests/untrusted_files.sh (ck_*)
+// Test: ctest -R 'checkpoint\.(check|bad_header)'; tests/scripts/untrusted_files.sh (ck_*)
 #pragma once
 
 #include <cstdint>

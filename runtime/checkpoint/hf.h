@@ -18,8 +18,8 @@
 // rotates halves (transformers' rotate_half), RMSNorm in fp32, Mixtral's router
 // (expert_parallel/moe.h).
 //
-// Test: ctest -R hf   (tests/hf_roundtrip.py: logits and loss against transformers;
-//                      tests/hf_mixtral.py: the same for Mixtral, with the load-balancing
+// Test: ctest -R hf   (tests/scripts/hf_roundtrip.py: logits and loss against transformers;
+//                      tests/scripts/hf_mixtral.py: the same for Mixtral, with the load-balancing
 //                      loss and one training step)
 #pragma once
 

@@ -51,7 +51,7 @@ bool all_succeeded(bool ok, Comm& world) {
 }
 
 // Test hook: the last rank writes half of its file for this step and kills itself, as a
-// job killed mid-save would (tests/checkpoint_tests.cmake: the previous checkpoint resumes).
+// job killed mid-save would (tests/cmake/checkpoint_tests.cmake: the previous checkpoint resumes).
 bool killed_during_save(int64_t step, int rank, int world_size) {
   const char* at = std::getenv("PICOTRON_FAULT_KILL_DURING_SAVE");
   return at && std::atoll(at) == step && rank == world_size - 1;

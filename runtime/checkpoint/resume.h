@@ -19,7 +19,7 @@
 // file and FNV-1a checksum. Loading on any mesh: a rank rebuilds each tensor it needs
 // from the pieces that overlap its own box (skipping the others) and keeps its slice.
 //
-// Test: ctest -R checkpoint   (tests/checkpoint_tests.cmake: bit-exact resume, the
+// Test: ctest -R checkpoint   (tests/cmake/checkpoint_tests.cmake: bit-exact resume, the
 // save-on-one-layout-resume-on-another table, bad checkpoints, a rank killed mid-save)
 #pragma once
 

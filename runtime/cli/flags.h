@@ -6,7 +6,7 @@
 // Errors are ours, one line naming the flag: cxxopts (which splits the command line and
 // formats --help) only ever sees a command line that flags.cpp has checked first.
 //
-// Test: build/tests/unit_tests "[config]"; ctest -L cli (cli.bad_*); tests/bad_inputs.sh
+// Test: build/tests/unit_tests "[config]"; ctest -L cli (cli.bad_*); tests/scripts/bad_inputs.sh
 #pragma once
 
 #include <optional>

@@ -16,7 +16,7 @@
 // sets) comes first, then OpenMPI and PMI, then Slurm, then a bare RANK/WORLD_SIZE pair.
 // (The "runtime started" column is picotron/distributed.cpp's Distributed.)
 //
-// Test: ctest -R distributed   (tests/test_distributed.cpp: every launcher, bad values)
+// Test: ctest -R distributed   (tests/unit/test_distributed.cpp: every launcher, bad values)
 #include "runtime/launch/launch_env.h"
 
 #include <charconv>

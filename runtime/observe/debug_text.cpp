@@ -1,7 +1,7 @@
 // runtime/observe/debug_text.cpp — see debug_text.h.
 // The line scripts/picotron_gdb.py prints for a tensor in gdb, as the program itself
 // writes it: the printer reads the same fields from memory (it calls nothing in the
-// program), and tests/gdb_tensor_demo.cpp prints this text beside each tensor gdb prints,
+// program), and tests/tools/gdb_tensor_demo.cpp prints this text beside each tensor gdb prints,
 // so that debug.gdb_tensor_printer compares the two line by line.
 #include "runtime/observe/debug_text.h"
 

@@ -6,7 +6,7 @@
 // read. scripts/picotron_gdb.py (a gdb pretty-printer) prints the line above by reading the
 // tensor from the stopped program's memory, calling nothing in it. This is the same line
 // written in C++: debug.gdb_tensor_printer compares the two on a small program
-// (tests/gdb_tensor_demo.cpp). build/train does not link it.
+// (tests/tools/gdb_tensor_demo.cpp). build/train does not link it.
 //
 // Test: ctest -L debug   (debug.gdb_tensor_printer: gdb in batch mode on a small program)
 #pragma once

@@ -21,7 +21,7 @@
 // How: the narrator listens at Comm's one seam (picotron/comm_listener.h) to the world and
 // every group split from it, with their members' world ranks. It only appends a line; the
 // lines travel to rank 0 after the step (MPI_COMM_WORLD, outside every ledger). So the run's
-// numbers are those of the same run without --explain (tests/equivalence_tests.cmake:
+// numbers are those of the same run without --explain (tests/cmake/equivalence_tests.cmake:
 // equivalence.explain_*).
 #pragma once
 

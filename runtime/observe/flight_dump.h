@@ -25,7 +25,7 @@
 // thread reading the pipe writes the file with ordinary code, then restores the default
 // action and raises the signal again, so the process ends as the launcher expects.
 //
-// Test: ctest -L flight   (tests/flight_tests.cmake)
+// Test: ctest -L flight   (tests/cmake/flight_tests.cmake)
 #pragma once
 
 #include <csignal>

@@ -14,7 +14,7 @@
 // entries: oldest first. Written with plain open/write/rename: it runs on a dying process
 // (a signal, the watchdog), where nothing may throw and nothing may wait for a peer.
 //
-// Test: ctest -L flight   (tests/flight_tests.cmake)
+// Test: ctest -L flight   (tests/cmake/flight_tests.cmake)
 #include "runtime/observe/flight_recorder.h"
 
 #include <fcntl.h>

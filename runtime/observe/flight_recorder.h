@@ -39,7 +39,7 @@
 // every access takes the mutex. dump() never throws and never communicates, so it works
 // when every other rank is dead.
 //
-// Test: ctest -L flight   (tests/flight_tests.cmake)
+// Test: ctest -L flight   (tests/cmake/flight_tests.cmake)
 #pragma once
 
 #include <atomic>

@@ -17,7 +17,7 @@
 // overlap and the CPU column does not sum to the step; CUDA kernels do not nest: their
 // column is the GPU's busy time.
 //
-// Test: ctest -R cli.profile (tests/cli_tests.cmake): a CPU run's trace parses as JSON
+// Test: ctest -R cli.profile (tests/cmake/cli_tests.cmake): a CPU run's trace parses as JSON
 // and holds the phases, and the table names aten::mm.
 #pragma once
 

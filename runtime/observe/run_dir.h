@@ -21,7 +21,7 @@
 // rank 0 only, a rank's own file by that rank. Every file goes through OutputFile
 // (runtime/output/output_file.h): written to <path>.tmp, renamed into place when whole.
 //
-// Test: ctest -L report   (tests/report_tests.cmake)
+// Test: ctest -L report   (tests/cmake/report_tests.cmake)
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 //   the end    commit(): fsync, close, rename to <path>. A crash before it leaves the
 //              previous <path> (if any) untouched and a "<path>.tmp" behind.
 //
-// Test: ctest -L reliability   (tests/reliability_tests.cmake)
+// Test: ctest -L reliability   (tests/cmake/reliability_tests.cmake)
 #pragma once
 
 #include <cstddef>

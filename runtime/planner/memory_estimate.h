@@ -4,7 +4,7 @@
 // temporaries of the backward at its peak, each with its formula.
 //
 // The activation formulas are derived tensor by tensor from model.cpp in
-// docs/memory.md ("Where the memory goes"); tests/check_memory_estimate.sh runs
+// docs/memory.md ("Where the memory goes"); tests/scripts/check_memory_estimate.sh runs
 // real steps and checks the prediction against the measured peak (the CPU counting
 // allocator, runtime/observe/measure.h) within 10%.
 //

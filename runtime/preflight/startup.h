@@ -5,7 +5,7 @@
 //
 // The config itself, resolved and agreed between the ranks, is resolve.h's.
 //
-// Test: ctest -L reliability   (tests/reliability_tests.cmake)
+// Test: ctest -L reliability   (tests/cmake/reliability_tests.cmake)
 #pragma once
 
 #include <memory>
