@@ -57,7 +57,7 @@
 #include "runtime/observe/projections.h"
 #include "runtime/observe/holdings.h"
 #include "runtime/observe/report.h"
-#include "runtime/observe/run_dir.h"
+#include "runtime/preflight/run_dir.h"
 #include "runtime/checkpoint/resume.h"
 #include "runtime/checkpoint/whole_model.h"
 #include "runtime/preflight/preflight.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/run_report.py DIR [--reference DIR2] [-o FILE] — one run, one page.
 
-Reads what `build/train --run-dir DIR` wrote (runtime/observe/run_dir.h lists the files)
+Reads what `build/train --run-dir DIR` wrote (runtime/preflight/run_dir.h lists the files)
 and writes DIR/report.html: one self-contained file (inline SVG, CSS and a few lines of
 script; nothing fetched, no URL), readable without scripts: a table under every chart
 gives its numbers. Each panel is shown only when its files are there:

@@ -182,7 +182,7 @@ void add_hang_flags(std::vector<Flag>& t) {
 
 // What a run writes as it goes: metrics, the memory trace, the profile.
 void add_output_flags(std::vector<Flag>& t) {
-  t.push_back(text("run-dir", "Output", "every output of the run under this folder, with fixed names (metrics.jsonl, memory.jsonl, pp_trace.json, narration.txt, rank-<R>.json ledgers, estimate.json, flight/, command.txt, config.json: runtime/observe/run_dir.h); a flag given keeps its own path; python3 scripts/run_report.py DIR draws DIR/report.html", of(&TrainConfig::run_dir)));
+  t.push_back(text("run-dir", "Output", "every output of the run under this folder, with fixed names (metrics.jsonl, memory.jsonl, pp_trace.json, narration.txt, rank-<R>.json ledgers, estimate.json, flight/, command.txt, config.json: runtime/preflight/run_dir.h); a flag given keeps its own path; python3 scripts/run_report.py DIR draws DIR/report.html", of(&TrainConfig::run_dir)));
   t.push_back(text("metrics-file", "Output", "write one JSON object per step to this file", of(&TrainConfig::metrics_file)));
   t.push_back(text("memory-trace", "Learning", "write this rank 0's tensor memory at every phase of every step (start, each micro-batch's forward and backward, sync, optimizer) as JSON lines; scripts/plot_memory.py draws it", of(&TrainConfig::memory_trace)));
   t.push_back(text("profile", "Learning", "record steps with LibTorch's profiler (CPU ops, CUDA kernels) into DIR/trace-rank<R>.json, which Perfetto (ui.perfetto.dev) and chrome://tracing open, and print the top operators and kernels by time (DIR/top-rank<R>.txt)", of(&TrainConfig::profile)));

@@ -83,7 +83,7 @@ struct TrainConfig {
   int64_t flight_entries = 4096;       // how many communications each rank's flight recorder keeps
   bool flight_dump_at_end = false;     // write the flight recorder's files at the end of a run that went well too
   // --- output ---
-  std::string run_dir;                 // every output under this folder, fixed names (runtime/observe/run_dir.h; empty: none)
+  std::string run_dir;                 // every output under this folder, fixed names (runtime/preflight/run_dir.h; empty: none)
   std::string command_line;            // --run-dir: the command as given, for DIR/command.txt (main fills it; not a flag)
   std::string metrics_file;            // one JSON object per step (empty: none)
   std::string memory_trace;            // one JSON object per phase of each step: tensor memory (empty: none)

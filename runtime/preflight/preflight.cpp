@@ -12,7 +12,7 @@
 #include "runtime/launch/launch_env.h"
 #include "runtime/observe/holdings.h"
 #include "runtime/observe/report.h"
-#include "runtime/observe/run_dir.h"
+#include "runtime/preflight/run_dir.h"
 #include "runtime/output/output_file.h"
 #include "runtime/output/print0.h"
 #include "runtime/planner/memory_estimate.h"
@@ -72,7 +72,7 @@ Launched preflight(int argc, char** argv, const ShardPlanFor& shard_plan_for) {
   // every rank finds the same problems and prints them.
   std::optional<RunConfig> config = args.config;
   std::vector<std::string> problems;
-  std::string run_dir_problem;  // --run-dir: the outputs not given go under it (runtime/observe/run_dir.h)
+  std::string run_dir_problem;  // --run-dir: the outputs not given go under it (runtime/preflight/run_dir.h)
   if (config && !config->run_dir.empty()) {
     apply_run_dir(*config, argc, argv);
     run_dir_problem = prepare_run_dir(config->run_dir);

@@ -15,7 +15,7 @@ if [ "$1" != "--" ]; then reference=$1; shift; fi
 rm -rf "$dir"
 "$@" --run-dir "$dir" > "$dir.log" 2>&1 || { cat "$dir.log"; echo "FAIL: the run exited non-zero"; exit 1; }
 start=$(date +%s%N)
-python3 "$here/../scripts/run_report.py" "$dir" ${reference:+--reference "$reference"}
+python3 "$here/../../scripts/run_report.py" "$dir" ${reference:+--reference "$reference"}
 echo "report: $(stat -c %s "$dir/report.html") bytes in $(( ($(date +%s%N) - start) / 1000000 )) ms"
 args=(--panels "$panels")
 [ "$shot" != "-" ] && args+=(--screenshot "$shot")

@@ -4,7 +4,7 @@
 #include "picotron/config.h"
 #include "runtime/cli/flags.h"
 #include "runtime/cli/settings.h"
-#include "runtime/observe/run_dir.h"
+#include "runtime/preflight/run_dir.h"
 
 using namespace picotron;
 
@@ -106,7 +106,7 @@ TEST_CASE("each piece's settings are cut from the flags field by field", "[confi
   CHECK(saving.run.at("global_batch_rows") == cfg.micro_batch_size * cfg.grad_acc_steps * cfg.dp);
 }
 
-TEST_CASE("--run-dir points the outputs not given under DIR, and keeps those given", "[config]") {
+TEST_CASE("run dir: the outputs not given go under DIR, those given keep their paths", "[config]") {
   const char* argv[] = {"train", "--run-dir", "runs/a"};
   TrainConfig c;
   c.run_dir = "runs/a";

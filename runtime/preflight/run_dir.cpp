@@ -1,5 +1,5 @@
-// runtime/observe/run_dir.cpp — see run_dir.h.
-#include "runtime/observe/run_dir.h"
+// runtime/preflight/run_dir.cpp — see run_dir.h.
+#include "runtime/preflight/run_dir.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-// runtime/observe/run_dir.h — --run-dir DIR: every output of a run under one folder, with
+// runtime/preflight/run_dir.h — --run-dir DIR: every output of a run under one folder, with
 // fixed names, so that scripts/run_report.py DIR can draw the run whole (DIR/report.html).
 //
 //   DIR/command.txt        the command line, as given                        rank 0, at start
