@@ -180,9 +180,12 @@ void print_run(const TrainConfig& cfg, const Distributed& dist, torch::Device de
 std::unique_ptr<Pipeline> make_pipeline(const TrainConfig& cfg, LlamaForCausalLM& model, Mesh& mesh,
                                         const std::vector<int64_t>& my_tokens, torch::Device device) {
   if (cfg.pp == 1) return nullptr;
-  const Pipeline::Options opts{parse_schedule(cfg.pp_schedule), cfg.pp_virtual_stages, cfg.grad_acc_steps,
-                               cfg.micro_batch_size, cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(),
-                               torch::tensor(my_tokens, torch::kInt64)};
+  Pipeline::Options opts{parse_schedule(cfg.pp_schedule), cfg.pp_virtual_stages, cfg.grad_acc_steps,
+                         cfg.micro_batch_size, cfg.seq_len / cfg.cp, cfg.sp, !cfg.pp_trace.empty(),
+                         torch::tensor(my_tokens, torch::kInt64), /*side=*/{}};
+  if (RouterLog* log = router_log_of(*model))  // a mixture of experts: its router statistics travel to the loss's stage
+    opts.side = {[log] { return log->side_buffers(); }, [log](const std::vector<torch::Tensor>& e) { log->carry(e); },
+                 [log] { return log->take(); }};
   return std::make_unique<Pipeline>(model, mesh, opts, torch::TensorOptions().device(device).dtype(scalar_type(cfg.dtype)));
 }
 

@@ -37,6 +37,7 @@
 #include "picotron/comm.h"
 #include "picotron/config.h"
 #include "picotron/model.h"
+#include "picotron/recompute.h"
 #include "picotron/shard.h"
 
 namespace picotron {
@@ -96,7 +97,7 @@ MoEImpl* moe_of(DecoderLayerImpl& layer);
 
 // What the routers of one forward saw (one micro-batch), for the loss and the metrics: the
 // model's LayerStats in a mixture of experts, n = 2E + 1 ([counts | probs | rows]).
-struct RouterLog : LayerStats {
+struct RouterLog : LayerStats, RecomputedRecords {
   RouterLog(int64_t num_experts, double coef, torch::TensorOptions stats_opts)
       : num_experts(num_experts), coef(coef), stats_opts(stats_opts) {}
   struct Layer {
@@ -127,15 +128,17 @@ struct RouterLog : LayerStats {
   // (global_tokens_per_expert, expert_parallel.h).
   torch::Tensor routed_tokens;
 
-  // ---- LayerStats (picotron/model.h) ----
-  // One side tensor, [counts | probs | rows] of this micro-batch's layers so far: [2E + 1].
+  // ---- LayerStats (picotron/model.h): the model's hook ----
   void start() override;
-  std::vector<torch::Tensor> side_buffers() const override { return {torch::empty({2 * num_experts + 1}, stats_opts)}; }
-  void carry(const std::vector<torch::Tensor>& earlier) override { carried = earlier.at(0); }
-  std::vector<torch::Tensor> take() override;
   torch::Tensor loss_term() override;  // counts routed_tokens; c · aux when c > 0
+  // ---- RecomputedRecords (picotron/recompute.h): a layer's probs through recompute ----
   torch::Tensor recorded(int64_t layer) override;
   void rerecord(int64_t layer, const torch::Tensor& t) override { layers.at(layer).probs = t; }
+  // ---- a pipeline's side tensors (pipeline_parallel.h, SideTensors; train.cpp joins them):
+  // one, [counts | probs | rows] of this micro-batch's layers so far: [2E + 1].
+  std::vector<torch::Tensor> side_buffers() const { return {torch::empty({2 * num_experts + 1}, stats_opts)}; }
+  void carry(const std::vector<torch::Tensor>& earlier) { carried = earlier.at(0); }
+  std::vector<torch::Tensor> take();
 };
 
 // The model's router log, or null (a dense model).

@@ -188,28 +188,17 @@ TORCH_MODULE(LlamaModel);
 
 // Statistics that blocks record over the layers of one forward and that the loss needs
 // whole (a mixture of experts: each router's counts and probabilities, for the balancing
-// loss; expert_parallel/moe.h). The model and the techniques only move them: each forward
-// starts them afresh, a pipeline stage hands them on beside its activation as a list of
-// side tensors (opaque to the pipeline), recompute keeps the gradient path of what a layer
-// recorded, and the loss adds the term they give.
+// loss; expert_parallel/moe.h). The model's one hook for them: each forward starts them
+// afresh, and the loss adds the term they give. How they travel beside a pipeline's
+// activation (pipeline_parallel.h, SideTensors, joined by train.cpp) and keep their
+// gradient path through recompute (picotron/recompute.h, RecomputedRecords) is each of
+// those techniques' own protocol.
 class LayerStats {
  public:
   virtual ~LayerStats() = default;
   virtual void start() = 0;  // a new forward: drop what was recorded and carried
-  // Pipeline parallelism. The side tensors that travel with an activation: empty buffers of
-  // their shapes and dtypes (a receiver's), what the earlier stages of this micro-batch sent
-  // (received; for the stage's layers and its loss), and what goes on to the next stage:
-  // the carried tensors plus this stage's records (zeros where none were made), then
-  // dropped. Gradients travel back the same way, beside the activation's.
-  virtual std::vector<torch::Tensor> side_buffers() const = 0;
-  virtual void carry(const std::vector<torch::Tensor>& earlier) = 0;
-  virtual std::vector<torch::Tensor> take() = 0;
   // At the loss, when training: the term to add (a 0-d tensor; undefined: none).
   virtual torch::Tensor loss_term() = 0;
-  // Recompute: the tensor layer `layer` recorded with a gradient path (undefined: none), and
-  // the same tensor again from the re-run's graph.
-  virtual torch::Tensor recorded(int64_t layer) = 0;
-  virtual void rerecord(int64_t layer, const torch::Tensor& t) = 0;
 };
 
 // One run of decoder layer `index` (its global index): what a layer wrapper sees. next(x)

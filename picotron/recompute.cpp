@@ -81,12 +81,13 @@ void apply_recompute(LlamaForCausalLM& model, Recompute mode) {
   if (mode == Recompute::kFull) {
     // Each layer keeps its input only; backward runs it again (through the wrappers
     // inside this one: the re-run is the same forward).
-    std::shared_ptr<LayerStats> stats = model->layer_stats;  // (a mixture of experts: its routers' log)
+    // (a mixture of experts: its routers' log; recompute.h)
+    std::shared_ptr<RecomputedRecords> stats = std::dynamic_pointer_cast<RecomputedRecords>(model->layer_stats);
     model->wrap_layers({"recompute", [stats](const LayerCall& call, const torch::Tensor& x) {
                           const auto next = call.next;  // kept by the graph until backward
                           if (!stats)
                             return checkpoint([next](const std::vector<torch::Tensor>& in) { return next(in[0]); }, {x});
-                          // A layer that records statistics for the loss (model.h, LayerStats; a
+                          // A layer that records statistics for the loss (RecomputedRecords; a
                           // mixture of experts' routing probabilities): its first run (no graph)
                           // records them without a gradient path, so they leave the checkpoint as
                           // a second output; the loss term's gradient then reaches the router

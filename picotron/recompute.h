@@ -40,6 +40,18 @@ std::vector<torch::Tensor> checkpoint_all(
     std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>&)> fn,
     const std::vector<torch::Tensor>& inputs);
 
+// What a layer recorded for the loss that must keep its gradient path when the layer runs
+// again in backward (a mixture of experts' routing probabilities): the model's layer_stats
+// gives it when it is one of these (expert_parallel/moe.h's RouterLog is). recorded: the
+// tensor layer `layer` recorded (undefined: none); rerecord: the same tensor again, from
+// the re-run's graph.
+class RecomputedRecords {
+ public:
+  virtual ~RecomputedRecords() = default;
+  virtual torch::Tensor recorded(int64_t layer) = 0;
+  virtual void rerecord(int64_t layer, const torch::Tensor& t) = 0;
+};
+
 // Install the mode in the model: full wraps its layer runner, selective its attention
 // cores, norms and MLP activations. Call after the other techniques and the fused kernels
 // (kernels/use_kernels.cpp) set their slots: it wraps the functions it finds there (context

@@ -151,14 +151,13 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
   InFlight f;
   Transfer t;
   torch::Tensor x;
-  LayerStats* stats = model_->layer_stats.get();  // the side tensors' owner (none: no side tensors)
-  if (stats) stats->start();
+  if (model_->layer_stats) model_->layer_stats->start();  // this micro-batch's statistics, afresh
   if (receives(a, P_, v, rank_, &t, v_shape_)) {  // (the V's bottom: from its own outbox)
     Message in = take(t.peer == rank_ ? outbox_ : inbox_, t);
     f.input = in.x.requires_grad_(true);  // [B, S, H]: a leaf, so backward leaves its gradient in .grad
     x = f.input;
     for (auto& side : in.side) f.side_in.push_back(side.requires_grad_(true));  // the earlier stages' records
-    if (stats) stats->carry(f.side_in);
+    if (opts_.side.carry) opts_.side.carry(f.side_in);
   }
   const double start = now_us();
   PlaceScope in_micro_batch(StepPlace::of_micro_batch(a.micro));  // (for whoever observes: picotron/step_place.h)
@@ -174,7 +173,7 @@ void Pipeline::forward(const PipelineAction& a, const BatchLoader& loader, doubl
     f.output = loss * loss_scale;
   } else {
     f.output = h;
-    if (stats) f.side_out = stats->take();  // the earlier stages' records plus this stage's
+    if (opts_.side.take) f.side_out = opts_.side.take();  // the earlier stages' records plus this stage's
   }
   record(TraceEvent::kForward, a.micro, a.chunk, start);
   if (sends(a, P_, v, rank_, &t, v_shape_)) {
@@ -237,7 +236,7 @@ void Pipeline::exchange(const std::vector<PipelineStep::Op>& group) {
       for (const auto& side : m.side) ops.push_back({P2POp::kSend, side, op.t.peer, /*tag=*/0, side_tensor, at});  // after it, in order
     } else {
       Message m{torch::empty({opts_.micro_batch_size, tokens, model_->config.hidden_size}, act_opts_),  // [B, S, H]
-                model_->layer_stats ? model_->layer_stats->side_buffers() : std::vector<torch::Tensor>{}};
+                opts_.side.buffers ? opts_.side.buffers() : std::vector<torch::Tensor>{}};
       ops.push_back({P2POp::kRecv, m.x, op.t.peer, /*tag=*/0, x, at});
       for (const auto& side : m.side) ops.push_back({P2POp::kRecv, side, op.t.peer, /*tag=*/0, side_tensor, at});
       inbox_[key(op.t)] = std::move(m);  // for the action that needs it

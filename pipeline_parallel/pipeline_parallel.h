@@ -88,6 +88,16 @@ struct TraceEvent {
   int peer;  // transfers: the other pp rank
 };
 
+// Tensors that travel beside an activation from stage to stage, for whoever records
+// statistics over the layers that the loss needs whole (a mixture of experts' routers:
+// expert_parallel/moe.h's RouterLog; train.cpp joins the two). Opaque here: moved, their
+// gradients sent back beside the activation's. Empty functions: none travel.
+struct SideTensors {
+  std::function<std::vector<torch::Tensor>()> buffers;  // empty ones of their shapes (a receiver's)
+  std::function<void(const std::vector<torch::Tensor>& earlier)> carry;  // what the earlier stages sent
+  std::function<std::vector<torch::Tensor>()> take;  // what goes on: the carried plus this stage's
+};
+
 class Pipeline {
  public:
   struct Options {
@@ -98,6 +108,7 @@ class Pipeline {
     bool sequence_parallel = false;      // activations are [B, S/tp, H]
     bool trace = false;                  // record TraceEvents
     torch::Tensor positions;             // [seq_len] RoPE positions (context parallelism); undefined: 0..seq_len-1
+    SideTensors side;                    // what travels beside the activation (none by default)
   };
   // Collective over the pp group (the embedding group is split from it).
   Pipeline(LlamaForCausalLM& model, Mesh& mesh, const Options& opts, torch::TensorOptions activations);
@@ -131,7 +142,7 @@ class Pipeline {
   struct InFlight {
     torch::Tensor input;   // [B, S, H] received activation (a leaf that requires grad); undefined on vs 0
     torch::Tensor output;  // [B, S, H] activation to send, or the scaled loss on the last stage
-    // Side tensors (the model's layer_stats, picotron/model.h) travel with the activation,
+    // Side tensors (Options::side: SideTensors) travel with the activation,
     // so that the last stage's loss sees every stage's records. Opaque here: moved, summed
     // by their owner, their gradients sent back.
     std::vector<torch::Tensor> side_in, side_out;  // received (leaves that require grad), sent on
