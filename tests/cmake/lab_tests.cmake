@@ -11,7 +11,7 @@ foreach(entry ${PICOTRON_LAB_CHAPTERS})
   string(REPLACE ":" ";" entry "${entry}")
   list(GET entry 0 chapter)
   list(GET entry 1 short)
-  add_test(NAME lab.${short} COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/scripts/lab_check.py ${CMAKE_BINARY_DIR} "${chapter}")
+  add_test(NAME lab.${short} COMMAND python3 ${CMAKE_SOURCE_DIR}/tests/scripts/lab_check.py ${CMAKE_BINARY_DIR} "${chapter}")
   set_tests_properties(lab.${short} PROPERTIES LABELS "labs;mpi" TIMEOUT 300 PROCESSORS 2
     ENVIRONMENT "${PICOTRON_TEST_ENV}" PASS_REGULAR_EXPRESSION "LABS OK" FAIL_REGULAR_EXPRESSION "FAILED")
 endforeach()

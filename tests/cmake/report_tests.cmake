@@ -9,7 +9,7 @@
 #   ctest --test-dir build -L report
 set(REPORT_DIR ${CMAKE_CURRENT_BINARY_DIR}/report)
 file(MAKE_DIRECTORY ${REPORT_DIR})
-set(REPORT_CASE ${CMAKE_CURRENT_SOURCE_DIR}/scripts/report_case.sh)
+set(REPORT_CASE ${CMAKE_SOURCE_DIR}/tests/scripts/report_case.sh)
 set(REPORT_RUN --device cpu --steps 3 --seq-len 32 --micro-batch-size 2 --warmup-steps 1 --generate 0 --threads 1 --explain)
 set(REPORT_DOCS ${CMAKE_SOURCE_DIR}/docs)
 

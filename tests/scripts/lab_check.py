@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""tests/lab_check.py BUILD [CHAPTER] — every exercise of scripts/lab, right and wrong.
+"""tests/scripts/lab_check.py BUILD [CHAPTER] — every exercise of scripts/lab, right and wrong.
 
-    python3 tests/lab_check.py build-debug "pipeline parallelism"
+    python3 tests/scripts/lab_check.py build-debug "pipeline parallelism"
 
-ctest runs it once per chapter (tests/lab_tests.cmake: lab.<chapter>, label labs). For the
+ctest runs it once per chapter (tests/cmake/lab_tests.cmake: lab.<chapter>, label labs). For the
 chapter's exercises (all of them without CHAPTER):
 
   1. the data (and, after 2, each measurement read again another way: the ledger's totals
@@ -138,7 +138,7 @@ def lab(*args):
 
 def main():
     if len(sys.argv) < 2:
-        print("usage: tests/lab_check.py BUILD [CHAPTER]")
+        print("usage: tests/scripts/lab_check.py BUILD [CHAPTER]")
         return 2
     build, chapter = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
     m = load_lab()

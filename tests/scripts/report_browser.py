@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/report_browser.py DIR --panels a,b,... [--screenshot PNG] — a run report in a real browser.
+"""tests/scripts/report_browser.py DIR --panels a,b,... [--screenshot PNG] — a run report in a real browser.
 
 Opens DIR/report.html (scripts/run_report.py's page of a `train --run-dir DIR` run) in
 headless Chromium, offline, driven over the DevTools protocol on a pipe (fd 3 / 4,
@@ -18,7 +18,7 @@ headless Chromium, offline, driven over the DevTools protocol on a pipe (fd 3 / 
 exits 0, or one line per problem and exits 1. Without Chromium it prints "SKIPPED: ..."
 (scripts/setup.sh installs Debian's chromium; ctest counts the test as skipped, loudly).
 
-Test: ctest -L report   (tests/report_tests.cmake)
+Test: ctest -L report   (tests/cmake/report_tests.cmake)
 """
 import argparse
 import base64

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# tests/report_case.sh DIR PANELS SCREENSHOT [REFERENCE] -- COMMAND...   (tests/report_tests.cmake)
+# tests/scripts/report_case.sh DIR PANELS SCREENSHOT [REFERENCE] -- COMMAND...   (tests/cmake/report_tests.cmake)
 #
 # Runs COMMAND --run-dir DIR (a fresh DIR), draws its report with scripts/run_report.py
 # (against the run directory REFERENCE when given: the curves overlaid), and opens it in
-# headless Chromium (tests/report_browser.py): the panels PANELS and no others, no console
+# headless Chromium (tests/scripts/report_browser.py): the panels PANELS and no others, no console
 # error, no request outside the file, the numbers shown equal the run's files; SCREENSHOT
 # ("-": none) gets the page's picture. Prints the report's size and the time it took.
 set -euo pipefail
