@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "picotron/grad_buckets.h"
 #include "zero/zero.h"
 
 using namespace picotron;
@@ -110,4 +111,32 @@ TEST_CASE("HSDP groups: shard blocks inside, replicas across, every rank once in
   CHECK(zero_block_ranks(2, 2, 1, 8) == 4);
   CHECK(zero_block_ranks(2, 2, 2, 4) == 2);
   CHECK(zero_block_ranks(0, 2, 1, 8) == 8);
+}
+
+TEST_CASE("grad buckets: a bucket launches only after every bucket before it, whatever order they complete in",
+          "[optim]") {
+  // picotron/grad_buckets.h, the mechanism data parallelism and ZeRO-2/3 share. Parameter a
+  // is in bucket 1, b in bucket 0 (bucket 0 launches first). a's gradient arrives first:
+  // nothing may go until b's completes bucket 0, then 0 and 1, in that order, on every rank.
+  auto a = torch::ones({2}, torch::requires_grad()), b = torch::ones({3}, torch::requires_grad());
+  std::vector<TrainableParam> params(2);
+  params[0].name = "a", params[0].param = a;
+  params[1].name = "b", params[1].param = b;
+  std::vector<size_t> taken, launched, done;
+  GradBuckets buckets(params, {1, 0},
+                      {[&](size_t i) { taken.push_back(i); }, [&](size_t k) { launched.push_back(k); return Work(); },
+                       [&](size_t k) { done.push_back(k); }, {}});
+  (a * 2).sum().backward();
+  CHECK(taken == std::vector<size_t>{0});
+  CHECK(launched.empty());  // bucket 1 is complete, bucket 0 is not: nothing goes yet
+  (b * 2).sum().backward();
+  CHECK(launched == std::vector<size_t>{0, 1});
+  buckets.flush();
+  CHECK(done == std::vector<size_t>{0, 1});
+  // No-sync (gradient accumulation): gradients are taken, nothing is sent.
+  buckets.arm(/*launch=*/false);
+  launched.clear();
+  (b * 2).sum().backward();
+  (a * 2).sum().backward();
+  CHECK(launched.empty());
 }
